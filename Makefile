@@ -1,0 +1,31 @@
+# Two commands: `make demo` and `make test`. Each creates .venv if missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OUT ?= out
+
+.PHONY: demo test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	mkdir -p $(OUT)
+	$(BIN)/zbsolve compare --stages 8 --microbatches 24
+	$(BIN)/zbsolve schedule zb-h1 --stages 8 --microbatches 24 -o $(OUT)/zb-h1.json --chart $(OUT)/zb-h1.png
+	@echo "chart written to $(OUT)/zb-h1.png"
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -n auto
+
+clean:
+	rm -rf $(VENV) $(OUT)

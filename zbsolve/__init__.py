@@ -1,0 +1,13 @@
+"""zbsolve: optimal pipeline-parallel training schedules under a memory budget."""
+
+from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
+from zbsolve.placement import Placement
+from zbsolve.profile import UNIT, Profile
+from zbsolve.schedule import Pair, Pass, Schedule
+from zbsolve.simulator import Timeline, simulate
+
+__all__ = [
+    "InfeasibleError", "InputError", "MemoryLimitError", "Pair", "Pass", "Placement", "Profile", "Schedule",
+    "ScheduleError", "Timeline", "UNIT", "ZbsolveError", "simulate",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,33 @@
+"""Handcrafted schedule families: each a pure function (profile, num_devices, num_microbatches) -> Schedule."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from zbsolve.errors import InputError
+from zbsolve.profile import Profile
+from zbsolve.schedule import Schedule
+
+Family = Callable[[Profile, int, int], Schedule]
+
+FAMILIES: dict[str, Family] = {}
+"""CLI name -> generator, filled in by the family modules below."""
+
+
+def register(name: str) -> Callable[[Family], Family]:
+    """Decorator: add a generator to ``FAMILIES`` under its CLI name."""
+    def deco(fn: Family) -> Family:
+        FAMILIES[name] = fn
+        return fn
+    return deco
+
+
+def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
+    """Run the family ``name``; unknown names and bad p/m give a clear ``InputError``."""
+    if name not in FAMILIES:
+        raise InputError(f"family = {name!r} is unknown; choose one of {', '.join(FAMILIES)}")
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise InputError(f"stages (num_devices) = {num_devices!r} must be an integer >= 1")
+    if not isinstance(num_microbatches, int) or num_microbatches < 1:
+        raise InputError(f"microbatches = {num_microbatches!r} must be an integer >= 1")
+    return FAMILIES[name](profile, num_devices, num_microbatches)

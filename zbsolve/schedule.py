@@ -1,0 +1,157 @@
+"""Schedule: per device, an ordered list of passes.
+
+A pass is F, B, W or BW (fused full backward) of (microbatch, stage); ``Pass`` prints as
+``{stage}{kind}{mb}`` (``0F3``, ``2BW1``) and ``Pass.from_str`` is its exact inverse. An
+overlapped F&B pair (DualPipe) prints as ``{f}&{b}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence, Union
+
+from zbsolve.errors import InputError
+from zbsolve.placement import Placement
+from zbsolve.profile import Profile
+
+F, B, W, BW = "F", "B", "W", "BW"
+KINDS = (F, B, W, BW)
+BACKWARD = (B, BW)
+
+_PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
+
+
+class Pass(NamedTuple):
+    """One pass: ``kind`` of microbatch ``mb`` on model stage ``stage``."""
+
+    kind: str
+    """"F", "B", "W" or "BW"."""
+    mb: int
+    """Microbatch index."""
+    stage: int
+    """Model stage index."""
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+    @staticmethod
+    def from_str(text: str) -> "Pass":
+        """Parse ``{stage}{kind}{mb}``, the inverse of ``str``."""
+        match = _PASS_RE.match(text.strip())
+        if match is None:
+            raise InputError(f"pass {text!r} is not of the form <stage><F|B|W|BW><microbatch>")
+        return Pass(match[2], int(match[3]), int(match[1]))
+
+
+class Pair(NamedTuple):
+    """An overlapped F&B pair: forward ``f`` and backward ``b`` (B or BW) run together."""
+
+    f: Pass
+    """The forward pass."""
+    b: Pass
+    """The backward pass (kind B or BW)."""
+
+    def __str__(self) -> str:
+        return f"{self.f}&{self.b}"
+
+    @staticmethod
+    def from_str(text: str) -> "Pair":
+        """Parse ``{f}&{b}``, the inverse of ``str``."""
+        f, _, b = text.partition("&")
+        return Pair(Pass.from_str(f), Pass.from_str(b))
+
+
+Op = Union[Pass, Pair]
+
+
+def op_from_str(text: str) -> Op:
+    """Parse a pass or a pair from its ``str`` form."""
+    return Pair.from_str(text) if "&" in text else Pass.from_str(text)
+
+
+def passes_of(op: Op) -> tuple[Pass, ...]:
+    """The passes an op runs: one, or two for an F&B pair."""
+    return (op.f, op.b) if isinstance(op, Pair) else (op,)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule: the problem it solves and each device's ordered ops."""
+
+    name: str
+    """Family or solver that produced it (e.g. "zb-h1")."""
+    placement: Placement
+    """Which device runs each stage, per route."""
+    num_microbatches: int
+    """Number of microbatches m."""
+    profile: Profile
+    """Costs, expanded to one value per stage."""
+    devices: tuple[tuple[Op, ...], ...]
+    """devices[d]: the ops device d runs, in order."""
+    mem_limit: float | tuple[float, ...] | None = None
+    """Activation memory limit: one number, one per device, or None for none."""
+    microbatch_route: tuple[int, ...] = field(default=())
+    """Route of each microbatch; empty means all on route 0."""
+
+    def __post_init__(self) -> None:
+        p, m = self.placement.num_devices, self.num_microbatches
+        if m < 1:
+            raise InputError(f"num_microbatches = {m} must be >= 1")
+        if len(self.devices) != p:
+            raise InputError(f"devices has {len(self.devices)} lists, but num_devices = {p}")
+        if self.profile.num_stages != self.placement.num_stages:
+            object.__setattr__(self, "profile", self.profile.expand(self.placement.num_stages))
+        if not self.microbatch_route:
+            object.__setattr__(self, "microbatch_route", (0,) * m)
+        if len(self.microbatch_route) != m:
+            raise InputError(f"microbatch_route has {len(self.microbatch_route)} entries, but num_microbatches = {m}")
+        for i, r in enumerate(self.microbatch_route):
+            if not 0 <= r < len(self.placement.routes):
+                raise InputError(f"microbatch_route[{i}] = {r} is not a route index (0..{len(self.placement.routes) - 1})")
+        if isinstance(self.mem_limit, (list, tuple)) and len(self.mem_limit) != p:
+            raise InputError(f"mem_limit has {len(self.mem_limit)} entries, but num_devices = {p}")
+
+    @property
+    def num_devices(self) -> int:
+        """Number of devices p."""
+        return self.placement.num_devices
+
+    @property
+    def num_stages(self) -> int:
+        """Number of model stages S."""
+        return self.placement.num_stages
+
+    def device_of(self, p: Pass) -> int:
+        """Device that must run pass ``p`` per the placement."""
+        return self.placement.device(self.microbatch_route[p.mb], p.stage)
+
+    def limit_of(self, device: int) -> float | None:
+        """Memory limit of ``device`` (None: unlimited)."""
+        if self.mem_limit is None or isinstance(self.mem_limit, (int, float)):
+            return self.mem_limit
+        return self.mem_limit[device]
+
+    def duration(self, op: Op) -> float:
+        """Duration of an op; an F&B pair is shortened by ``overlap_saving``."""
+        if isinstance(op, Pair):
+            return (1.0 - self.profile.overlap_saving) * (self.duration(op.f) + self.duration(op.b))
+        t_f, t_b, t_w = self.profile.durations(op.stage)
+        return {F: t_f, B: t_b, W: t_w, BW: t_b + t_w}[op.kind]
+
+    def memory_delta(self, p: Pass) -> float:
+        """Memory change of a pass (F allocates, B and W free)."""
+        mem_f, mem_b, mem_w = self.profile.memories(p.stage)
+        return {F: mem_f, B: mem_b, W: mem_w, BW: mem_b + mem_w}[p.kind]
+
+    def __str__(self) -> str:
+        return "\n".join(f"device {d}: " + " ".join(map(str, ops)) for d, ops in enumerate(self.devices))
+
+
+def build(name: str, placement: Placement, num_microbatches: int, profile: Profile,
+          devices: Sequence[Sequence[Op]], mem_limit: float | Sequence[float] | None = None,
+          microbatch_route: Sequence[int] = ()) -> Schedule:
+    """Make a Schedule from plain sequences."""
+    limit = tuple(mem_limit) if isinstance(mem_limit, (list, tuple)) else mem_limit
+    return Schedule(name, placement, num_microbatches, profile, tuple(tuple(ops) for ops in devices),
+                    limit, tuple(microbatch_route))
