@@ -1,0 +1,53 @@
+"""Problem: a profile with its pipeline size, microbatch count, placement and memory budget,
+as stored in the YAML files under problems/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+
+from zbsolve.errors import InputError
+from zbsolve.profile import Profile, load_mapping, pydantic_message
+
+
+class Problem(BaseModel):
+    """One scheduling problem."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "problem"
+    """Short name, e.g. "1.5b-p8-m24"."""
+    num_devices: PositiveInt
+    """Number of devices (pipeline ranks) p."""
+    num_microbatches: PositiveInt
+    """Number of microbatches m."""
+    profile: Profile = Field(default_factory=Profile)
+    """Per-stage costs (one stage per device unless the placement holds more)."""
+    placement: str = "sequential"
+    """sequential, interleaved, vshape or bidirectional."""
+    mem_limit: Union[PositiveFloat, list[PositiveFloat], None] = None
+    """Activation memory limit in the profile's unit: one number or one per device."""
+    mem_factor: Optional[PositiveFloat] = None
+    """Memory limit as a multiple of 1F1B's peak activation memory (exclusive with mem_limit)."""
+    description: str = ""
+    """Where the problem comes from."""
+    published: dict[str, float] = Field(default_factory=dict)
+    """Published bubble rates (paper definition) by schedule name, for comparison."""
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> "Problem":
+        if self.mem_limit is not None and self.mem_factor is not None:
+            raise ValueError("give mem_limit or mem_factor, not both")
+        return self
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Problem":
+        """Read a problem from YAML or JSON; errors name the file and field."""
+        data = load_mapping(path)
+        data.setdefault("name", Path(path).stem)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InputError(pydantic_message(str(path), exc)) from None
