@@ -1,0 +1,3 @@
+from zbsolve.cli import main
+
+main()

@@ -1,0 +1,160 @@
+"""The ``zbsolve`` command line. Exit codes: 0 ok, 1 infeasible or failed check, 2 bad input."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from zbsolve.document import planned_drift, read_document, write_document
+from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
+from zbsolve.families import FAMILIES, make_schedule
+from zbsolve.profile import UNIT, Profile
+from zbsolve.simulator import Timeline, simulate
+
+app = typer.Typer(help="Find and check pipeline-parallel training schedules (zero bubble).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+out = Console()
+err = Console(stderr=True)
+
+STAGES = typer.Option(..., "--stages", "-p", min=1, help="Number of pipeline devices p.")
+MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
+PROFILE = typer.Option(None, "--profile", help="Profile YAML/JSON (default: unit times, no communication, M_B=1).")
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
+
+
+def cli_errors(fn: Callable) -> Callable:
+    """Turn zbsolve's errors into one line on stderr and the documented exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except (ScheduleError, InfeasibleError) as exc:
+            err.print(f"[red]invalid:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+        except ZbsolveError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+    return wrapper
+
+
+def _profile(path: Optional[Path]) -> Profile:
+    return UNIT if path is None else Profile.load(path)
+
+
+def _figures_table(rows: list[tuple[str, Timeline]], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak memory", "peak per device"):
+        table.add_column(col, justify="left" if col in ("schedule", "peak per device") else "right")
+    for name, t in rows:
+        per_device = " ".join(f"{x:g}" for x in t.peak_memory)
+        table.add_row(name, f"{t.makespan:g}", f"{t.bubble_rate:.4f}", f"{t.paper_bubble:.4f}", f"{t.peak:g}",
+                      per_device if len(per_device) < 60 else per_device[:57] + "...")
+    return table
+
+
+def _report(rows: list[tuple[str, Timeline]], title: str, as_json: bool, quiet: bool) -> None:
+    if quiet:
+        return
+    if as_json:
+        print(json.dumps({name: t.figures() for name, t in rows}, indent=1))
+    else:
+        out.print(_figures_table(rows, title))
+
+
+@app.command()
+@cli_errors
+def schedule(
+    family: str = typer.Argument(..., help=f"Family: {', '.join(FAMILIES)}."),
+    stages: int = STAGES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Build a handcrafted schedule and print its figures.
+
+    Example: zbsolve schedule zb-h1 --stages 8 --microbatches 24 -o zb-h1.json
+    """
+    timeline = simulate(make_schedule(family, _profile(profile), stages, microbatches))
+    if output:
+        write_document(timeline, output)
+    if chart:
+        from zbsolve.plot import save_chart
+        save_chart(timeline, chart, memory=True)
+    _report([(family, timeline)], f"{family}: p={stages}, m={microbatches}", as_json, quiet)
+
+
+@app.command()
+@cli_errors
+def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as_json: bool = JSON,
+          quiet: bool = QUIET) -> None:
+    """Validate a schedule document and print its figures (exit 1 if invalid).
+
+    Example: zbsolve check zb-h1.json
+    """
+    sched, planned = read_document(file)
+    timeline = simulate(sched)
+    drift = planned_drift(timeline, planned)
+    if quiet:
+        return
+    if as_json:
+        print(json.dumps({"valid": True, "name": sched.name, **timeline.figures(), "planned_drift": drift}, indent=1))
+        return
+    out.print(_figures_table([(sched.name, timeline)], f"{file}: valid"))
+    if drift > 1e-6 * max(1.0, timeline.makespan):
+        out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
+
+
+@app.command()
+@cli_errors
+def compare(stages: int = STAGES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
+            as_json: bool = JSON, quiet: bool = QUIET) -> None:
+    """Print one row of figures per handcrafted family (families that cannot run say why).
+
+    Example: zbsolve compare --stages 8 --microbatches 24
+    """
+    prof = _profile(profile)
+    rows, skipped = [], {}
+    for name in FAMILIES:
+        try:
+            rows.append((name, simulate(make_schedule(name, prof, stages, microbatches))))
+        except InputError as exc:
+            skipped[name] = str(exc)
+    if as_json and not quiet:
+        print(json.dumps({"figures": {n: t.figures() for n, t in rows}, "skipped": skipped}, indent=1))
+        return
+    _report(rows, f"families: p={stages}, m={microbatches}", False, quiet)
+    if not quiet:
+        for name, why in skipped.items():
+            out.print(f"{name}: skipped ({why})", highlight=False)
+
+
+@app.command()
+@cli_errors
+def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
+         output: Path = typer.Option(..., "--output", "-o", help="Chart file (.png or .svg)."),
+         memory: bool = typer.Option(False, "--memory", help="Add a panel of memory over time per device."),
+         quiet: bool = QUIET) -> None:
+    """Draw a schedule document as a Gantt chart.
+
+    Example: zbsolve plot zb-h1.json -o zb-h1.png --memory
+    """
+    from zbsolve.plot import save_chart
+    sched, _ = read_document(file)
+    save_chart(simulate(sched), output, memory=memory)
+    if not quiet:
+        out.print(f"wrote {output}")
+
+
+def main() -> None:
+    """Entry point for ``python -m zbsolve``."""
+    app()
