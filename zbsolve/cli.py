@@ -158,3 +158,63 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
 def main() -> None:
     """Entry point for ``python -m zbsolve``."""
     app()
+
+
+def reference_peak(profile: Profile, num_devices: int, num_microbatches: int) -> float:
+    """1F1B's peak activation memory for this problem: the unit of ``--mem-factor``."""
+    return simulate(make_schedule("1f1b", profile, num_devices, num_microbatches)).peak
+
+
+@app.command()
+@cli_errors
+def solve(
+    problem: Path = typer.Argument(..., help="Problem YAML (e.g. problems/iclr/1.5b-p8-m24.yaml)."),
+    mem_limit: Optional[float] = typer.Option(None, "--mem-limit", help="Memory limit in the profile's unit."),
+    mem_factor: Optional[float] = typer.Option(None, "--mem-factor", help="Memory limit as K x 1F1B's peak."),
+    solver: str = typer.Option("cpsat", "--solver", help="cpsat, cbc or heuristic."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Solver time limit in seconds."),
+    objective: str = typer.Option("span", "--objective", help="span (the paper's) or makespan."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Solver threads (default: all cores)."),
+    seed: int = typer.Option(0, "--seed", help="Solver random seed."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Solve a problem for the best schedule under its memory limit.
+
+    Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
+    """
+    from zbsolve.problem import Problem
+    from zbsolve.solve import solve as run_solve
+
+    prob = Problem.load(problem)
+    if mem_limit is not None and mem_factor is not None:
+        raise InputError("give --mem-limit or --mem-factor, not both")
+    if mem_factor is not None and mem_factor <= 0:
+        raise InputError(f"--mem-factor = {mem_factor} must be > 0")
+    limit = mem_limit if mem_limit is not None else prob.mem_limit
+    factor = mem_factor if mem_factor is not None else (prob.mem_factor if mem_limit is None else None)
+    if factor is not None:
+        limit = factor * reference_peak(prob.profile, prob.num_devices, prob.num_microbatches)
+    result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
+                       placement=prob.placement, solver=solver, time_limit=time_limit, objective=objective,
+                       workers=workers, seed=seed)
+    if output:
+        result.to_json(output)
+    if chart:
+        from zbsolve.plot import save_chart
+        save_chart(result.timeline, chart, memory=True)
+    if quiet:
+        return
+    summary = {"problem": prob.name, "mem_limit": limit, **result.summary()}
+    if as_json:
+        print(json.dumps(summary, indent=1, default=str))
+        return
+    table = Table(title=f"{prob.name}: {solver}, mem_limit={limit:g}" if limit is not None else prob.name)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for key, value in prob.published.items():
+        table.add_row(f"published {key}", f"{value:.4f}")
+    out.print(table)

@@ -31,3 +31,6 @@ def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatche
     if not isinstance(num_microbatches, int) or num_microbatches < 1:
         raise InputError(f"microbatches = {num_microbatches!r} must be an integer >= 1")
     return FAMILIES[name](profile, num_devices, num_microbatches)
+
+
+from zbsolve.families import classic, zero_bubble  # noqa: E402,F401  (fill FAMILIES)

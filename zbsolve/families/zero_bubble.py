@@ -1,0 +1,86 @@
+"""The paper's handcrafted zero-bubble schedules ZB-H1 and ZB-H2 (backward split into B and W).
+
+With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches:
+
+- zb-h1: bubble (p-1)(T_F+T_B-T_W) and peak p M_B for m >= p (for m < p: bubble 2p-1-m, peak m M_B).
+- zb-h2: bubble (p-1)(T_F+T_B-2T_W) = 0 and peak (2p-1) M_B for m >= 2p-1
+  (for m < 2p-1: bubble 2p-1-m, peak m M_B).
+"""
+
+from __future__ import annotations
+
+from zbsolve.families import register
+from zbsolve.placement import sequential
+from zbsolve.profile import Profile
+from zbsolve.schedule import B, F, W, Pass, Schedule, build
+
+
+@register("zb-h1")
+def zb_h1(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
+    """ZB-H1: stage s warms up with min(p-s, m) F, then repeats B, W, F, keeping s W's pending
+    (its W's run s microbatches late), and flushes the remaining W's at the end."""
+    p, m = num_devices, num_microbatches
+    devices = []
+    for s in range(p):
+        warm = min(p - s, m)
+        ops = [Pass(F, j, s) for j in range(warm)]
+        done_w = 0
+        for j in range(m):
+            ops.append(Pass(B, j, s))
+            if j + 1 - done_w > s:
+                ops.append(Pass(W, done_w, s))
+                done_w += 1
+            if warm + j < m:
+                ops.append(Pass(F, warm + j, s))
+        ops += [Pass(W, j, s) for j in range(done_w, m)]
+        devices.append(ops)
+    return build("zb-h1", sequential(p), m, profile, devices)
+
+
+@register("zb-h2")
+def zb_h2(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
+    """ZB-H2: at most 2p-1 microbatches in flight per stage (F done, W not yet), W's moved to the tail.
+
+    As in the paper the order is handcrafted for unit times and does not depend on the profile: it is
+    the greedy schedule of unit-time passes in which each free stage runs the next B whose input has
+    arrived, else the next F if fewer than 2p-1 microbatches are in flight, else its oldest pending W.
+    """
+    p, m = num_devices, num_microbatches
+    return build("zb-h2", sequential(p), m, profile, _unit_greedy(p, m, 2 * p - 1))
+
+
+def _unit_greedy(p: int, m: int, in_flight: int) -> list[list[Pass]]:
+    """Per-stage orders of the unit-time greedy schedule with priority B > F (at most ``in_flight``
+    microbatches between F and W) > W; stages decide in index order at each time step."""
+    count = {kind: [0] * p for kind in (F, B, W)}
+    end: dict[tuple[str, int, int], int] = {}
+    orders: list[list[Pass]] = [[] for _ in range(p)]
+
+    def dep(kind: str, j: int, s: int) -> tuple[str, int, int] | None:
+        """The pass that stage s's next ``kind`` pass (microbatch j) waits for; None if it waits for none."""
+        if kind == F:
+            return (F, j, s - 1) if s > 0 else None
+        if kind == B:
+            return (B, j, s + 1) if s < p - 1 else (F, j, s)
+        return (B, j, s)
+
+    def ready(kind: str, s: int, now: int) -> bool:
+        """Whether stage s's next ``kind`` pass may start at time ``now``."""
+        j = count[kind][s]
+        if kind == F and (j == m or j - count[W][s] >= in_flight):
+            return False
+        d = dep(kind, j, s)
+        return d is None or (d in end and end[d] <= now)
+
+    now, left = 0, 3 * p * m
+    while left:
+        for s in range(p):
+            kind = next((k for k in (B, F, W) if ready(k, s, now)), None)
+            if kind is not None:
+                j = count[kind][s]
+                count[kind][s] += 1
+                end[(kind, j, s)] = now + 1
+                orders[s].append(Pass(kind, j, s))
+                left -= 1
+        now += 1
+    return orders
