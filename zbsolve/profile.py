@@ -147,6 +147,17 @@ class Profile(BaseModel):
             data[name] = [self.stage_value(name, s) / chunks for s in range(n) for _ in range(chunks)]
         return Profile(**data)
 
+    def per_chunk(self, num_devices: int, chunks: int, who: str = "this placement") -> "Profile":
+        """Stages for ``chunks`` stages per device: a p-stage (or scalar) profile split, a ``chunks * p``-stage
+        profile kept as is."""
+        p, n = num_devices, self.num_stages
+        if n == chunks * p:
+            return self
+        if n in (None, p):
+            return self.expand(p).split_chunks(chunks)
+        raise InputError(f"profile has {n} stages; {who} on {p} devices needs {p} (split in {chunks}) "
+                         f"or {chunks * p}")
+
     def durations(self, stage: int) -> tuple[float, float, float]:
         """(t_f, t_b, t_w) of ``stage``."""
         return tuple(self.stage_value(n, stage) for n in TIME_FIELDS)  # type: ignore[return-value]

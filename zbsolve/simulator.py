@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zbsolve.errors import MemoryLimitError, ScheduleError
-from zbsolve.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, passes_of
+from zbsolve.schedule import B, BW, F, KINDS, Pair, Pass, Schedule, passes_of
 
 _EPS = 1e-9
 

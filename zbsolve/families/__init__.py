@@ -34,3 +34,4 @@ def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatche
 
 
 from zbsolve.families import classic, zero_bubble  # noqa: E402,F401  (fill FAMILIES)
+from zbsolve.families import dualpipe, vshape  # noqa: E402,F401  (fill FAMILIES)

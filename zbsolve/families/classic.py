@@ -44,16 +44,6 @@ def one_f_one_b(profile: Profile, num_devices: int, num_microbatches: int) -> Sc
     return build("1f1b", sequential(p), m, profile, devices)
 
 
-def chunked_profile(profile: Profile, num_devices: int, chunks: int) -> Profile:
-    """A profile of ``chunks * p`` stages: one of p stages (or a scalar) split, or one of that size kept."""
-    p, n = num_devices, profile.num_stages
-    if n == chunks * p:
-        return profile
-    if n in (None, p):
-        return profile.expand(p).split_chunks(chunks)
-    raise InputError(f"profile has {n} stages; 1f1b-i needs {p} (one per device) or {chunks * p} (one per chunk)")
-
-
 def _virtual(k: int, p: int, chunks: int, forward: bool) -> tuple[int, int]:
     """(microbatch, chunk) of a device's k-th forward or backward in Megatron's order."""
     group, within = divmod(k, p * chunks)
@@ -72,7 +62,7 @@ def interleaved_1f1b(profile: Profile, num_devices: int, num_microbatches: int) 
     if m % p:
         raise InputError(f"microbatches = {m} must be a multiple of stages p = {p} for 1f1b-i (Megatron)")
     placement = interleaved(p, v)
-    prof = chunked_profile(profile, p, v)
+    prof = profile.per_chunk(p, v, "1f1b-i")
     total = m * v
     devices = []
     for d in range(p):
