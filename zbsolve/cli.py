@@ -53,22 +53,17 @@ def _profile(path: Optional[Path]) -> Profile:
 
 def _figures_table(rows: list[tuple[str, Timeline]], title: str) -> Table:
     table = Table(title=title)
-    for col in ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak memory", "peak per device"):
-        table.add_column(col, justify="left" if col in ("schedule", "peak per device") else "right")
+    table.add_column("schedule")
+    for col in ("makespan", "bubble_rate", "paper_bubble", "peak memory"):
+        table.add_column(col, justify="right")
     for name, t in rows:
-        per_device = " ".join(f"{x:g}" for x in t.peak_memory)
-        table.add_row(name, f"{t.makespan:g}", f"{t.bubble_rate:.4f}", f"{t.paper_bubble:.4f}", f"{t.peak:g}",
-                      per_device if len(per_device) < 60 else per_device[:57] + "...")
+        table.add_row(name, f"{t.makespan:g}", f"{t.bubble_rate:.4f}", f"{t.paper_bubble:.4f}", f"{t.peak:g}")
     return table
 
 
-def _report(rows: list[tuple[str, Timeline]], title: str, as_json: bool, quiet: bool) -> None:
-    if quiet:
-        return
-    if as_json:
-        print(json.dumps({name: t.figures() for name, t in rows}, indent=1))
-    else:
-        out.print(_figures_table(rows, title))
+def _print_timeline(name: str, timeline: Timeline, title: str) -> None:
+    out.print(_figures_table([(name, timeline)], title))
+    out.print("peak memory per device: " + " ".join(f"{x:g}" for x in timeline.peak_memory), highlight=False)
 
 
 @app.command()
@@ -90,7 +85,10 @@ def schedule(
     if chart:
         from zbsolve.plot import save_chart
         save_chart(timeline, chart, memory=True)
-    _report([(family, timeline)], f"{family}: p={stages}, m={microbatches}", as_json, quiet)
+    if as_json and not quiet:
+        print(json.dumps({family: timeline.figures()}, indent=1))
+    elif not quiet:
+        _print_timeline(family, timeline, f"{family}: p={stages}, m={microbatches}")
 
 
 @app.command()
@@ -109,7 +107,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **timeline.figures(), "planned_drift": drift}, indent=1))
         return
-    out.print(_figures_table([(sched.name, timeline)], f"{file}: valid"))
+    _print_timeline(sched.name, timeline, f"{file}: valid")
     if drift > 1e-6 * max(1.0, timeline.makespan):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
@@ -132,8 +130,8 @@ def compare(stages: int = STAGES, microbatches: int = MICROBATCHES, profile: Opt
     if as_json and not quiet:
         print(json.dumps({"figures": {n: t.figures() for n, t in rows}, "skipped": skipped}, indent=1))
         return
-    _report(rows, f"families: p={stages}, m={microbatches}", False, quiet)
     if not quiet:
+        out.print(_figures_table(rows, f"families: p={stages}, m={microbatches}"))
         for name, why in skipped.items():
             out.print(f"{name}: skipped ({why})", highlight=False)
 

@@ -33,5 +33,4 @@ def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatche
     return FAMILIES[name](profile, num_devices, num_microbatches)
 
 
-from zbsolve.families import classic, zero_bubble  # noqa: E402,F401  (fill FAMILIES)
-from zbsolve.families import dualpipe, vshape  # noqa: E402,F401  (fill FAMILIES)
+from zbsolve.families import classic, zero_bubble, vshape, dualpipe  # noqa: E402,F401,I001  (fill FAMILIES)
