@@ -14,8 +14,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
+# torch==2.13.0 is a CPU build; installing it first keeps the extra's range from pulling a CUDA build.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev,torch]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

@@ -158,11 +158,6 @@ def main() -> None:
     app()
 
 
-def reference_peak(profile: Profile, num_devices: int, num_microbatches: int) -> float:
-    """1F1B's peak activation memory for this problem: the unit of ``--mem-factor``."""
-    return simulate(make_schedule("1f1b", profile, num_devices, num_microbatches)).peak
-
-
 @app.command()
 @cli_errors
 def solve(
@@ -182,18 +177,14 @@ def solve(
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
-    from zbsolve.problem import Problem
+    from zbsolve.problem import Problem, resolve_limit
     from zbsolve.solve import solve as run_solve
 
     prob = Problem.load(problem)
-    if mem_limit is not None and mem_factor is not None:
-        raise InputError("give --mem-limit or --mem-factor, not both")
-    if mem_factor is not None and mem_factor <= 0:
-        raise InputError(f"--mem-factor = {mem_factor} must be > 0")
-    limit = mem_limit if mem_limit is not None else prob.mem_limit
-    factor = mem_factor if mem_factor is not None else (prob.mem_factor if mem_limit is None else None)
-    if factor is not None:
-        limit = factor * reference_peak(prob.profile, prob.num_devices, prob.num_microbatches)
+    if mem_limit is not None or mem_factor is not None:
+        limit = resolve_limit(prob.profile, prob.num_devices, prob.num_microbatches, mem_limit, mem_factor)
+    else:
+        limit = resolve_limit(prob.profile, prob.num_devices, prob.num_microbatches, prob.mem_limit, prob.mem_factor)
     result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
                        placement=prob.placement, solver=solver, time_limit=time_limit, objective=objective,
                        workers=workers, seed=seed)
@@ -216,3 +207,98 @@ def solve(
     for key, value in prob.published.items():
         table.add_row(f"published {key}", f"{value:.4f}")
     out.print(table)
+
+
+@app.command()
+@cli_errors
+def export(
+    file: Path = typer.Argument(..., help="Schedule document (JSON)."),
+    fmt: str = typer.Option("torch-csv", "--format", "-f", help="Export format: torch-csv."),
+    output: Path = typer.Option(..., "--output", "-o", help="Output file."),
+    quiet: bool = QUIET,
+) -> None:
+    """Export a schedule for torch.distributed.pipelining's runtime (and torchtitan).
+
+    Example: zbsolve export zb-h1.json --format torch-csv -o zb-h1.csv
+    """
+    from zbsolve.export import export_command
+
+    export_command(file, fmt, output)
+    if not quiet:
+        out.print(f"wrote {output}")
+
+
+MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
+
+
+@app.command()
+@cli_errors
+def run(
+    file: Path = typer.Argument(..., help="Schedule document (JSON)."),
+    model: str = MODEL,
+    steps: int = typer.Option(2, "--steps", min=1, help="Training steps (the first is not timed)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL)."),
+    check: bool = typer.Option(False, "--check", help="Compare every gradient with a single-process reference."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch size (default: m)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage)."),
+    hidden: int = typer.Option(32, "--hidden", help="GPT hidden size."),
+    heads: int = typer.Option(2, "--heads", help="GPT attention heads."),
+    vocab: int = typer.Option(64, "--vocab", help="GPT vocabulary size."),
+    seq_len: int = typer.Option(16, "--seq-len", help="Sequence length."),
+    seed: int = typer.Option(0, "--seed", help="Model and data seed."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a silent peer is an error."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Run a schedule on torch.distributed (one process per device, or under torchrun) and print the
+    measured compute times, bubble and memory beside the simulator's prediction.
+
+    Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
+    """
+    from zbsolve.runtime.executor import REPORT_COLUMNS, report_table, run_command
+    from zbsolve.runtime.launch import torchrun_rank
+
+    rows = run_command(file, model, steps, device, check, batch_size=batch_size, layers=layers, hidden=hidden,
+                       heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, timeout_s=timeout)
+    place = torchrun_rank()
+    if quiet or (place is not None and place.rank != 0):
+        return
+    if as_json:
+        print(json.dumps(rows, indent=1, default=str))
+        return
+    table = Table(title=f"{file}: measured vs simulated")
+    for col in REPORT_COLUMNS:
+        table.add_column(col, justify="right")
+    for row in report_table(rows):
+        table.add_row(*row)
+    out.print(table)
+
+
+@app.command()
+@cli_errors
+def profile(
+    model: str = MODEL,
+    stages: int = STAGES,
+    microbatch_size: int = typer.Option(1, "--microbatch-size", "-b", min=1, help="Microbatch size."),
+    output: Path = typer.Option(..., "--output", "-o", help="Profile file to write (.yaml or .json)."),
+    repeats: int = typer.Option(10, "--repeats", min=1, help="Measurements per figure (medians are kept)."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs first."),
+    latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure point-to-point latency (t_comm)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    threads: int = typer.Option(1, "--threads", min=1, help="CPU threads (1 matches each rank of zbsolve run)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage)."),
+    hidden: int = typer.Option(32, "--hidden", help="GPT hidden size."),
+    heads: int = typer.Option(2, "--heads", help="GPT attention heads."),
+    vocab: int = typer.Option(64, "--vocab", help="GPT vocabulary size."),
+    seq_len: int = typer.Option(16, "--seq-len", help="Sequence length."),
+    seed: int = typer.Option(0, "--seed", help="Model and data seed."),
+    quiet: bool = QUIET,
+) -> None:
+    """Measure each stage's F, B, W times and memory and the communication latency; write a Profile.
+
+    Example: zbsolve profile --model gpt --stages 4 --microbatch-size 4 -o profile.yaml
+    """
+    from zbsolve.runtime.profiler import profile_command
+
+    profile_command(model, stages, microbatch_size, output, repeats=repeats, warmup=warmup, latency=latency,
+                    device=device, threads=threads, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
+                    seq_len=seq_len, seed=seed, quiet=quiet)

@@ -1,0 +1,416 @@
+"""Run a zbsolve schedule for real on torch.distributed and compare it with the simulator.
+
+Each rank builds ``PipelineStage``s for its stages (ascending), loads the exported CSV into torch's
+``_PipelineScheduleRuntime`` and runs ``steps`` training steps (forward and backward, no optimizer).
+Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation memory counted
+through saved-tensor hooks; the first step is a warm-up and is not timed when there are more.
+``--check`` compares every gradient with a single-process run of the whole model on the same batch.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from zbsolve.document import from_document, read_document, to_document
+from zbsolve.errors import InputError, ZbsolveError
+from zbsolve.export import check_with_torch, torch_csv
+from zbsolve.profile import Profile
+from zbsolve.runtime.launch import launch, torchrun_rank
+from zbsolve.schedule import BW, B, F, Schedule, W, build
+from zbsolve.simulator import simulate
+
+DEVICES = ("cpu", "cuda")
+_MIB = 2.0 ** 20
+_RTOL, _ATOL = 1e-4, 1e-6
+
+
+class GradientCheckError(ZbsolveError):
+    """A pipelined gradient differs from the single-process reference."""
+
+
+class PeerTimeoutError(ZbsolveError):
+    """A peer rank did not answer within the process-group timeout."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a rank needs; pickled to every spawned rank."""
+
+    document: dict
+    """The schedule document."""
+    csv_text: str
+    """The schedule as torch's compute-only CSV."""
+    model: str
+    """"gpt" or a user's "module:function"."""
+    gpt: dict
+    """Size of the GPT (layers, hidden, heads, vocab, seq_len)."""
+    steps: int
+    """Training steps to run."""
+    device: str
+    """"cpu" (gloo) or "cuda" (NCCL)."""
+    check: bool
+    """Compare every gradient with the single-process reference."""
+    batch_size: int
+    """Full batch size (a multiple of the number of microbatches)."""
+    seed: int
+    """Seed of the weights and of the batches."""
+    timeout_s: float
+    """Process-group timeout."""
+
+
+def _model(spec: RunSpec, num_stages: int):
+    from zbsolve.runtime.model import gpt_model, user_model
+
+    if spec.model == "gpt":
+        return gpt_model(num_stages, seed=spec.seed, **spec.gpt)
+    return user_model(spec.model, num_stages)
+
+
+class _Saved:
+    """Bytes of activation storages held by autograd (parameters excluded): current and peak."""
+
+    def __init__(self, params: set[int]) -> None:
+        self.params = params
+        self.live: dict[int, list[int]] = {}
+        self.current = 0
+        self.peak = 0
+
+    def pack(self, tensor: Any) -> Any:
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key in self.params or tensor.device.type == "meta":
+            return tensor
+        entry = self.live.setdefault(key, [0, storage.nbytes()])
+        if entry[0] == 0:
+            self.current += entry[1]
+            self.peak = max(self.peak, self.current)
+        entry[0] += 1
+        return _Held(self, key, tensor.detach())
+
+    @staticmethod
+    def unpack(held: Any) -> Any:
+        return held.tensor if isinstance(held, _Held) else held
+
+    def release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current -= entry[1]
+            del self.live[key]
+
+
+class _Held:
+    """A saved tensor; frees its bytes in the account when autograd lets go of it."""
+
+    __slots__ = ("account", "key", "tensor")
+
+    def __init__(self, account: _Saved, key: int, tensor: Any) -> None:
+        self.account, self.key, self.tensor = account, key, tensor
+
+    def __del__(self) -> None:
+        self.account.release(self.key)
+
+
+class _Probe:
+    """Times every pass of this rank's stages and tracks their activation memory."""
+
+    def __init__(self, stages: list, device: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.saved = _Saved({p.untyped_storage().data_ptr() for st in stages for p in st.submod.parameters()})
+        self.events: list[tuple[int, str, Any, Any, int]] = []
+        self.records: list[list[tuple[int, str, float, int]]] = []
+        self.cuda_peaks: list[int] = []
+        self.saved_peaks: list[int] = []
+        self.busy: list[float] = []
+        self.step_ms: list[float] = []
+        self.started = 0.0
+        self.cuda_base = 0
+        for stage in stages:
+            self._wrap(stage, "forward_one_chunk", lambda kw: F)
+            self._wrap(stage, "backward_one_chunk", lambda kw: BW if kw.get("full_backward", True) else B)
+            self._wrap(stage, "backward_weight_one_chunk", lambda kw: W)
+
+    def _clock(self) -> Any:
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _wrap(self, stage: Any, name: str, kind_of: Any) -> None:
+        inner = getattr(stage, name)
+        hooks = self.torch.autograd.graph.saved_tensors_hooks
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            kind = kind_of(kwargs)
+            before = self.saved.current
+            start = self._clock()
+            if kind == F:
+                with hooks(self.saved.pack, self.saved.unpack):
+                    out = inner(*args, **kwargs)
+            else:
+                out = inner(*args, **kwargs)
+            self.events.append((stage.stage_index, kind, start, self._clock(), self.saved.current - before))
+            return out
+
+        setattr(stage, name, timed)
+
+    def begin_step(self) -> None:
+        self.events = []
+        self.saved.peak = self.saved.current
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+            self.cuda_base = self.torch.cuda.memory_allocated(self.device)
+        self.started = time.perf_counter()
+
+    def end_step(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+            self.cuda_peaks.append(self.torch.cuda.max_memory_allocated(self.device) - self.cuda_base)
+        self.step_ms.append(1e3 * (time.perf_counter() - self.started))
+        ms = [(s, k, a.elapsed_time(b) if self.cuda else 1e3 * (b - a), mem) for s, k, a, b, mem in self.events]
+        self.records.append(ms)
+        self.saved_peaks.append(self.saved.peak)
+        self.busy.append(sum(x[2] for x in ms))
+
+
+@contextmanager
+def _peer_timeout(timeout_s: float) -> Iterator[None]:
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        if "timed out" in text.lower() or "timeout" in text.lower():
+            raise PeerTimeoutError(f"no answer from a peer within the process-group timeout of {timeout_s:g} s: "
+                                   f"{text.splitlines()[0]}") from None
+        raise
+
+
+def _check_grads(stages: list, reference: list, own: list[int], x: Any, y: Any, loss_fn: Any, step: int,
+                 rank: int) -> None:
+    import torch
+
+    for module in reference:
+        module.zero_grad(set_to_none=True)
+    out = x
+    for module in reference:
+        out = module(*out) if isinstance(out, tuple) else module(out)
+    loss_fn(out, y).backward()
+    for s, stage in zip(own, stages):
+        for (name, got), ref in zip(stage.submod.named_parameters(), reference[s].parameters()):
+            if (got.grad is None) != (ref.grad is None):
+                raise GradientCheckError(f"rank {rank} step {step}: stage {s} parameter {name}: gradient is "
+                                         f"{'missing' if got.grad is None else 'unexpected'} in the pipelined run")
+            if got.grad is not None and not torch.allclose(got.grad, ref.grad, rtol=_RTOL, atol=_ATOL):
+                diff = (got.grad - ref.grad).abs().max().item()
+                raise GradientCheckError(f"rank {rank} step {step}: stage {s} parameter {name}: gradient differs "
+                                         f"from the single-process reference by up to {diff:.3g}")
+
+
+def _to(value: Any, device: Any) -> Any:
+    return tuple(v.to(device) for v in value) if isinstance(value, (tuple, list)) else value.to(device)
+
+
+def _rank_row(rank: int, own: list[int], probe: _Probe, loss: float | None, checked: bool) -> dict:
+    timed = probe.records[1:] if len(probe.records) > 1 else probe.records
+    stage_ms: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    stage_mem: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for step in timed:
+        for s, kind, ms, mem in step:
+            stage_ms[s][kind].append(ms)
+            stage_mem[s][kind].append(mem)
+    kinds = sorted({k for s in stage_ms for k in stage_ms[s]}, key=[F, B, W, BW].index)
+    pass_ms = {k: _mean([ms for s in stage_ms for ms in stage_ms[s][k]]) for k in kinds}
+    skip = len(probe.records) - len(timed)
+    return {"rank": rank, "stages": own, "timed_steps": len(timed), "pass_ms": pass_ms,
+            "stage_ms": {s: {k: _mean(v) for k, v in d.items()} for s, d in stage_ms.items()},
+            "stage_mem": {s: {k: _mean(v) for k, v in d.items()} for s, d in stage_mem.items()},
+            "busy_ms": _mean(probe.busy[skip:]), "step_ms_each": list(probe.step_ms[skip:]),
+            "peak_saved_bytes": max(probe.saved_peaks[skip:]),
+            "peak_cuda_bytes": max(probe.cuda_peaks[skip:]) if probe.cuda_peaks else None,
+            "loss": loss, "grad_check": "passed" if checked else "not run"}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _run_rank(rank: int, schedule: Schedule, spec: RunSpec, device: Any) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    S, m = schedule.num_stages, schedule.num_microbatches
+    model = _model(spec, S)
+    own = sorted(s for _, s in schedule.placement.stages_of(rank))
+    stages = [PipelineStage(model.stages[s].to(device), s, S, device) for s in own]
+    runtime = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=model.loss_fn)
+    with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as tmp:
+        path = Path(tmp) / "schedule.csv"
+        path.write_text(spec.csv_text)
+        try:
+            runtime._load_csv(str(path), format="compute_only")
+        except (AssertionError, RuntimeError, ValueError) as exc:
+            raise InputError(f"torch rejects the exported schedule: {str(exc).splitlines()[0]}") from None
+    reference = [module.to(device) for module in _model(spec, S).stages] if spec.check else []
+    probe = _Probe(stages, device)
+    losses: list = []
+    for step in range(spec.steps):
+        for stage in stages:
+            stage.submod.zero_grad(set_to_none=True)
+        x, y = (_to(v, device) for v in model.make_batch(spec.batch_size, spec.seed + step))
+        args = (x if isinstance(x, tuple) else (x,)) if 0 in own else ()
+        dist.barrier()
+        probe.begin_step()
+        runtime.step(*args, target=y if S - 1 in own else None, losses=losses if S - 1 in own else None,
+                     return_outputs=False)
+        probe.end_step()
+        if spec.check:
+            _check_grads(stages, reference, own, x, y, model.loss_fn, step, rank)
+    dist.barrier()
+    loss = torch.stack([v.detach() for v in losses]).mean().item() if losses else None
+    rows: list = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, _rank_row(rank, own, probe, loss, spec.check))
+    return {"rows": rows}
+
+
+def _rank_main(rank: int, world_size: int, init_method: str, spec: RunSpec) -> dict:
+    """One rank: join the process group, run the schedule, return every rank's report row."""
+    import torch
+    import torch.distributed as dist
+
+    schedule, _ = from_document(spec.document)
+    place = torchrun_rank()
+    local = place.local_rank if place is not None else rank
+    if spec.device == "cuda":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)
+    with _peer_timeout(spec.timeout_s):
+        dist.init_process_group("nccl" if spec.device == "cuda" else "gloo", init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=spec.timeout_s))
+        try:
+            return _run_rank(rank, schedule, spec, device)
+        finally:
+            dist.destroy_process_group()
+
+
+def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
+    """Per-stage mean times (ms) and memory deltas (MiB) measured, as a profile for the simulator."""
+    t = {name: [] for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w")}
+    ms = {s: d for row in rows for s, d in row["stage_ms"].items()}
+    mem = {s: d for row in rows for s, d in row["stage_mem"].items()}
+    tiny = 1e-6
+    for s in range(schedule.num_stages):
+        _, t_b0, t_w0 = schedule.profile.durations(s)
+        t_f = ms[s].get(F, tiny)
+        if B in ms[s]:
+            t_b, t_w = ms[s][B], ms[s].get(W, tiny)
+        else:
+            share = t_b0 / (t_b0 + t_w0)
+            t_b, t_w = share * ms[s][BW], (1 - share) * ms[s][BW]
+        mem_f = mem[s].get(F, 0.0) / _MIB
+        mem_b = mem[s][B] / _MIB if B in mem[s] else 0.0
+        for name, value in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)):
+            t[name].append(max(value, tiny))
+        t["mem_f"].append(mem_f)
+        t["mem_b"].append(mem_b)
+        t["mem_w"].append(-mem_f - mem_b)
+    return Profile(**t)
+
+
+def _with_predictions(schedule: Schedule, rows: list[dict]) -> list[dict]:
+    """Add the measured makespan and bubble, and the simulator's figures, to each rank's row."""
+    steps = len(rows[0]["step_ms_each"])
+    makespan = _mean([max(row["step_ms_each"][i] for row in rows) for i in range(steps)])
+    planned = simulate(schedule)
+    measured = build(schedule.name, schedule.placement, schedule.num_microbatches, _measured_profile(schedule, rows),
+                     schedule.devices, None, schedule.microbatch_route)
+    replay = simulate(measured)
+    out = []
+    for row in rows:
+        d = row["rank"]
+        out.append({**row, "makespan_ms": makespan, "bubble": 1.0 - row["busy_ms"] / makespan,
+                    "peak_saved_mib": row["peak_saved_bytes"] / _MIB,
+                    "sim_bubble": 1.0 - planned.work[d] / planned.makespan, "sim_peak": planned.peak_memory[d],
+                    "sim_makespan_ms": replay.makespan, "sim_bubble_measured": 1.0 - replay.work[d] / replay.makespan,
+                    "sim_peak_mib": replay.peak_memory[d]})
+    return out
+
+
+def run_command(schedule_path: Path, model: str = "gpt", steps: int = 2, device: str = "cpu", check: bool = False,
+                *, batch_size: int | None = None, layers: int | None = None, hidden: int = 32, heads: int = 2,
+                vocab: int = 64, seq_len: int = 16, seed: int = 0, timeout_s: float = 60.0) -> list[dict]:
+    """``zbsolve run``: run the schedule document at ``schedule_path`` on one process per device (the
+    built-in launcher, or the current torchrun job) and return one report row per rank, each with the
+    simulator's prediction beside the measurement. ``batch_size`` defaults to the number of microbatches;
+    ``layers`` (GPT only) to the number of stages."""
+    import torch
+
+    if steps < 1:
+        raise InputError(f"steps = {steps} must be >= 1")
+    if device not in DEVICES:
+        raise InputError(f"device = {device!r} is unknown; choose one of {', '.join(DEVICES)}")
+    if not timeout_s > 0:
+        raise InputError(f"timeout = {timeout_s} must be > 0 seconds")
+    schedule, _ = read_document(schedule_path)
+    timeline = simulate(schedule)
+    p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
+    csv_text = torch_csv(schedule)
+    with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as tmp:
+        probe_csv = Path(tmp) / "schedule.csv"
+        probe_csv.write_text(csv_text)
+        check_with_torch(probe_csv, schedule)
+    batch_size = m if batch_size is None else batch_size
+    if batch_size < 1 or batch_size % m:
+        raise InputError(f"batch_size = {batch_size} must be a positive multiple of num_microbatches = {m}")
+    place = torchrun_rank()
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError("device = 'cuda' but torch.cuda.is_available() is False (no GPU or a CPU-only torch)")
+        if place is None and torch.cuda.device_count() < p:
+            raise InputError(f"device = 'cuda' needs one GPU per rank: the schedule has {p} devices, "
+                             f"this machine {torch.cuda.device_count()} GPUs")
+    gpt = {"layers": S if layers is None else layers, "hidden": hidden, "heads": heads, "vocab": vocab,
+           "seq_len": seq_len}
+    spec = RunSpec(to_document(timeline), csv_text, model, gpt, steps, device, check, batch_size, seed, timeout_s)
+    _model(spec, S)
+    if place is not None:
+        if place.world_size != p:
+            raise InputError(f"torchrun started {place.world_size} ranks, but the schedule has {p} devices")
+        rows = _rank_main(place.rank, place.world_size, "env://", spec)["rows"]
+    else:
+        rows = launch(_rank_main, p, spec, deadline_s=120.0 + timeout_s * (steps + 2))[0]["rows"]
+    return _with_predictions(schedule, rows)
+
+
+REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "sim bubble", "sim bubble (measured t)",
+                  "makespan ms", "sim makespan ms", "peak MiB", "sim peak MiB", "sim peak", "grad check")
+"""Columns of ``report_table``."""
+
+
+def report_table(rows: list[dict]) -> list[list[str]]:
+    """``run_command``'s rows as strings under ``REPORT_COLUMNS``: measured beside simulated."""
+    def ms(row: dict, kind: str) -> str:
+        return f"{row['pass_ms'][kind]:.2f}" if kind in row["pass_ms"] else "-"
+
+    return [[str(r["rank"]), ",".join(map(str, r["stages"])), ms(r, F), ms(r, B), ms(r, W), ms(r, BW),
+             f"{r['bubble']:.3f}", f"{r['sim_bubble']:.3f}", f"{r['sim_bubble_measured']:.3f}",
+             f"{r['makespan_ms']:.1f}", f"{r['sim_makespan_ms']:.1f}", f"{r['peak_saved_mib']:.3f}",
+             f"{r['sim_peak_mib']:.3f}", f"{r['sim_peak']:g}", r["grad_check"]] for r in rows]

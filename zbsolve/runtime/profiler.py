@@ -1,0 +1,360 @@
+"""Measure a Profile from a real model: per-stage F, B, W times and memory deltas, and the point-to-point latency.
+
+B and W follow torch.distributed.pipelining's split: B is the gradient with respect to the stage input with the
+graph retained (``stage_backward_input``), W the weight gradients afterwards (``stage_backward_weight``). A first
+stage whose input is not differentiable (token ids) is split after its first layer whose output needs a gradient
+(the embedding): B runs down to that layer's output, W includes that layer's weight gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import multiprocessing
+import queue
+import statistics
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import yaml
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+from zbsolve.errors import InputError, ZbsolveError
+from zbsolve.profile import STAGE_FIELDS, Profile, make_profile
+from zbsolve.runtime.model import StagedModel, gpt_model, user_model
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Repeated measurements of every stage and the latency, and the Profile of their medians."""
+
+    samples: dict[str, list[list[float]]]
+    """Per Profile field (t_f ... mem_w), per stage, the measured values (µs, bytes)."""
+    latency: list[float]
+    """One-way point-to-point latency samples in µs (empty when not measured)."""
+
+    @property
+    def profile(self) -> Profile:
+        """Medians; mem_w is set to -(mem_f + mem_b) so each stage's deltas sum to exactly 0."""
+        med = {name: [statistics.median(v) for v in per_stage] for name, per_stage in self.samples.items()}
+        med["mem_w"] = [-(f + b) for f, b in zip(med["mem_f"], med["mem_b"])]
+        t_comm = round(statistics.median(self.latency), 3) if self.latency else 0.0
+        fields = {name: [round(x, 3) if name.startswith("t_") else x for x in med[name]] for name in STAGE_FIELDS}
+        return make_profile(**fields, t_comm=t_comm)
+
+    def noise(self) -> dict[str, list[float]]:
+        """Interquartile range over |median| per field and stage (0 for a single sample or a zero median);
+        ``t_comm`` holds one value."""
+        out = {name: [relative_iqr(v) for v in per_stage] for name, per_stage in self.samples.items()}
+        if self.latency:
+            out["t_comm"] = [relative_iqr(self.latency)]
+        return out
+
+
+def relative_iqr(values: list[float]) -> float:
+    """Interquartile range of ``values`` relative to the absolute median."""
+    if len(values) < 2 or statistics.median(values) == 0:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / abs(statistics.median(values))
+
+
+class SavedBytes:
+    """Bytes of activation storage that autograd holds for backward, counted by saved_tensors_hooks: a storage
+    counts from the first saved tensor on it until autograd drops the last; ``exclude`` (parameter storages)
+    never counts."""
+
+    def __init__(self, exclude: set[int]) -> None:
+        self._live = 0
+        self._exclude = exclude
+        self._refs: dict[int, int] = {}
+
+    def live(self) -> int:
+        """Bytes counted now."""
+        return self._live
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """Context in which the forward's saved tensors are counted."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, _Packed.unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> _Packed:
+        packed = _Packed(tensor.detach())
+        storage = tensor.untyped_storage()
+        key, size = storage.data_ptr(), storage.nbytes()
+        if size and key not in self._exclude:
+            if not self._refs.get(key):
+                self._live += size
+            self._refs[key] = self._refs.get(key, 0) + 1
+            weakref.finalize(packed, self._release, key, size)
+        return packed
+
+    def _release(self, key: int, size: int) -> None:
+        self._refs[key] -= 1
+        if not self._refs[key]:
+            del self._refs[key]
+            self._live -= size
+
+
+class _Packed:
+    __slots__ = ("__weakref__", "tensor")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def unpack(self) -> torch.Tensor:
+        return self.tensor
+
+
+@contextlib.contextmanager
+def first_activation(stage: nn.Module, active: bool) -> Iterator[list[torch.Tensor]]:
+    """While ``active``, the output of ``stage``'s first leaf module that needs a gradient is cut off the graph:
+    the yielded list receives [that output, the leaf tensor that replaces it]."""
+    cut: list[torch.Tensor] = []
+
+    def hook(_module: nn.Module, _args: object, output: object) -> object:
+        if cut or not isinstance(output, torch.Tensor) or not output.requires_grad:
+            return None
+        cut.extend([output, output.detach().requires_grad_()])
+        return cut[1]
+
+    handles = [m.register_forward_hook(hook) for m in stage.modules() if active and not any(m.children())]
+    try:
+        yield cut
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def run_passes(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None,
+               mark: Callable[[], None], saved: SavedBytes | None = None) -> None:
+    """F, B and W of ``stage`` on input ``x``; ``tail`` is the output gradient, or the target when ``loss_fn``
+    is given (last stage). ``mark()`` runs after each pass, with the pass's transient tensors dropped. A stage
+    with nothing differentiable to cut at does its whole backward in W, as torch's runtime does."""
+    params = [p for p in stage.parameters() if p.requires_grad]
+    x = x.detach().requires_grad_(x.is_floating_point())
+    with first_activation(stage, active=not x.requires_grad) as cut, \
+            saved.hooks() if saved else contextlib.nullcontext():
+        out = stage(x)
+        outputs = [loss_fn(out, tail) if loss_fn else out]
+        del out
+    mark()
+    grads = None if loss_fn else [tail]
+    split = bool(cut) or x.requires_grad
+    groups = []
+    if split:
+        _, groups = stage_backward_input(outputs, grads, [cut[1]] if cut else [x], iter(params))
+        outputs.clear()
+        x.grad = None
+    mark()
+    if split:
+        stage_backward_weight(iter(params), groups)
+        if cut and cut[1].grad is not None:
+            torch.autograd.backward(cut[0], cut[1].grad)
+    else:
+        torch.autograd.backward(outputs, grads)
+    del groups, outputs, cut[:]
+    mark()
+
+
+def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None, *,
+                  repeats: int, warmup: int) -> dict[str, list[float]]:
+    """``repeats`` timed runs of F, B, W after ``warmup`` untimed ones, then ``repeats`` memory runs; returns
+    samples per Profile field. Memory: CUDA allocator differences (the stage output counts until B), on CPU the
+    bytes autograd saves for backward. mem_w holds the measured W delta."""
+    cuda = x.device.type == "cuda"
+
+    def now() -> float:
+        if cuda:
+            torch.cuda.synchronize(x.device)
+        return time.perf_counter() * 1e6
+
+    samples: dict[str, list[float]] = {name: [] for name in STAGE_FIELDS}
+    for i in range(warmup + repeats):
+        deltas = pass_deltas(stage, x, tail, loss_fn, now)
+        for name, value in zip(("t_f", "t_b", "t_w"), deltas if i >= warmup else ()):
+            samples[name].append(value)
+    exclude = {t.untyped_storage().data_ptr() for t in [*stage.parameters(), *stage.buffers()]}
+    for _ in range(repeats):
+        saved = None if cuda else SavedBytes(exclude)
+        probe = functools.partial(torch.cuda.memory_allocated, x.device) if cuda else saved.live
+        for name, value in zip(("mem_f", "mem_b", "mem_w"), pass_deltas(stage, x, tail, loss_fn, probe, saved)):
+            samples[name].append(value)
+    return samples
+
+
+def pass_deltas(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None,
+                probe: Callable[[], float], saved: SavedBytes | None = None) -> list[float]:
+    """How much ``probe()`` changes over each of F, B and W (``run_passes``'s arguments)."""
+    levels = [float(probe())]
+    run_passes(stage, x, tail, loss_fn, lambda: levels.append(float(probe())), saved)
+    return [after - before for before, after in itertools.pairwise(levels)]
+
+
+def stage_inputs(model: StagedModel, microbatch_size: int, device: torch.device,
+                 seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each stage's input for one microbatch (stage 0: the model's batch, then each stage's output), and its
+    tail: a random output gradient, or the target for the last stage."""
+    inputs, target = model.make_batch(microbatch_size, seed)
+    xs = [inputs.to(device)]
+    with torch.no_grad():
+        for stage in model.stages[:-1]:
+            xs.append(stage(xs[-1]))
+    gen = torch.Generator().manual_seed(seed)
+    tails = [torch.randn(x.shape, generator=gen).to(device, x.dtype) for x in xs[1:]]
+    return xs, tails + [target.to(device)]
+
+
+def measure(model: StagedModel, microbatch_size: int, *, repeats: int = 10, warmup: int = 2, latency: bool = True,
+            device: str = "cpu", threads: int = 1, seed: int = 0) -> Measurement:
+    """Measure every stage of ``model`` on one microbatch of ``microbatch_size``, and (``latency``, more than one
+    stage) the one-way latency of the largest activation passed between stages. On CPU torch runs ``threads``
+    threads meanwhile (1, as each rank of ``zbsolve run`` does)."""
+    if microbatch_size < 1 or repeats < 1 or threads < 1 or warmup < 0:
+        raise InputError(f"microbatch_size = {microbatch_size}, repeats = {repeats} and threads = {threads} "
+                         f"must be >= 1, warmup = {warmup} >= 0")
+    if device.partition(":")[0] not in ("cpu", "cuda"):
+        raise InputError(f"device = {device!r} must be cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device = {device!r} but CUDA is not available")
+    dev = torch.device(device)
+    stages = [stage.to(dev) for stage in model.stages]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads if dev.type == "cpu" else previous)
+    try:
+        xs, tails = stage_inputs(model, microbatch_size, dev, seed)
+        per_stage = [measure_stage(stage, x, tail, model.loss_fn if s == len(stages) - 1 else None,
+                                   repeats=repeats, warmup=warmup)
+                     for s, (stage, x, tail) in enumerate(zip(stages, xs, tails))]
+    finally:
+        torch.set_num_threads(previous)
+    samples = {name: [m[name] for m in per_stage] for name in STAGE_FIELDS}
+    sent = max(xs[1:], key=lambda t: t.nbytes, default=None)
+    lat = measure_latency(sent.numel(), sent.dtype, repeats=repeats) if latency and sent is not None else []
+    return Measurement(samples, lat)
+
+
+def measure_latency(numel: int, dtype: torch.dtype = torch.float32, *, repeats: int = 10, rounds: int = 20,
+                    timeout: float = 120.0) -> list[float]:
+    """One-way latency in µs of a ``numel``-element tensor between two gloo processes on this host: ``repeats``
+    samples, each the mean over ``rounds`` round trips, halved."""
+    if numel < 1 or repeats < 1 or rounds < 1:
+        raise InputError(f"numel = {numel}, repeats = {repeats} and rounds = {rounds} must be >= 1")
+    ctx = multiprocessing.get_context("spawn")
+    answers = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=_ping_pong, args=(rank, f"file://{tmp}/rendezvous", numel, dtype, repeats,
+                                                      rounds, timeout, answers), daemon=True) for rank in (0, 1)]
+        for p in procs:
+            p.start()
+        try:
+            answer = answers.get(timeout=timeout)
+        except queue.Empty:
+            answer = f"no answer within {timeout:g} s"
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.terminate()
+                    p.join()
+    if isinstance(answer, str):
+        raise ZbsolveError(f"latency measurement with 2 gloo processes failed: {answer}")
+    return answer
+
+
+def _ping_pong(rank: int, init_method: str, numel: int, dtype: torch.dtype, repeats: int, rounds: int,
+               timeout: float, answers: multiprocessing.Queue) -> None:
+    try:
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2,
+                                timeout=timedelta(seconds=timeout))
+        buf = torch.zeros(numel, dtype=dtype)
+        peer = 1 - rank
+
+        def round_trips(n: int) -> None:
+            for _ in range(n):
+                if rank == 0:
+                    dist.send(buf, peer)
+                    dist.recv(buf, peer)
+                else:
+                    dist.recv(buf, peer)
+                    dist.send(buf, peer)
+
+        round_trips(2)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            round_trips(rounds)
+            samples.append((time.perf_counter() - start) * 1e6 / rounds / 2)
+        dist.destroy_process_group()
+        if rank == 0:
+            answers.put(samples)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it
+        answers.put(f"rank {rank}: {type(exc).__name__}: {exc}")
+
+
+def load_model(model: str, stages: int, *, layers: int | None = None, hidden: int = 32, heads: int = 2,
+               vocab: int = 64, seq_len: int = 16, seed: int = 0) -> StagedModel:
+    """``gpt`` (the small GPT of zbsolve.runtime.model, with these sizes; ``layers`` defaults to one block per
+    stage, as in ``zbsolve run``) or a user's ``module:function``."""
+    if model == "gpt":
+        return gpt_model(stages, layers=stages if layers is None else layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
+    return user_model(model, stages)
+
+
+def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:
+    """Write the measured Profile to ``path``: YAML with the Profile's fields at the top level (loadable by
+    Profile.load, pastable under a problem's ``profile:``) and the noise in comments; JSON without them."""
+    profile = measurement.profile
+    if path.suffix not in (".yaml", ".yml"):
+        profile.save(path)
+        return profile
+    lines = [f"# {header}", "# times in microseconds, memory in bytes",
+             "# noise (interquartile range / median) per stage:"]
+    lines += [f"#   {name}: " + " ".join(f"{v:.3f}" for v in values) for name, values in measurement.noise().items()]
+    path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(profile.model_dump(), sort_keys=False))
+    return profile
+
+
+def noise_table(measurement: Measurement, title: str) -> Table:
+    """The Profile's figures per stage with their noise (interquartile range / median) in percent."""
+    profile, noise = measurement.profile, measurement.noise()
+    table = Table(title=title)
+    table.add_column("stage", justify="right")
+    for name in STAGE_FIELDS:
+        table.add_column(f"{name} ({'µs' if name.startswith('t_') else 'B'})", justify="right")
+    for s in range(profile.num_stages or 1):
+        table.add_row(str(s), *(f"{profile.stage_value(name, s):,.{1 if name.startswith('t_') else 0}f} "
+                                f"±{100 * noise[name][s]:.0f}%" for name in STAGE_FIELDS))
+    if "t_comm" in noise:
+        table.caption = f"t_comm (one-way) = {profile.t_comm:,.1f} µs ±{100 * noise['t_comm'][0]:.0f}%"
+    return table
+
+
+def profile_command(model: str, stages: int, microbatch_size: int, output: Path, repeats: int = 10,
+                    warmup: int = 2, latency: bool = True, device: str = "cpu", threads: int = 1,
+                    layers: int | None = None, hidden: int = 32, heads: int = 2, vocab: int = 64, seq_len: int = 16,
+                    seed: int = 0, quiet: bool = False) -> Profile:
+    """``zbsolve profile``: measure ``model`` cut into ``stages`` stages, write the Profile to ``output`` and
+    print its figures with their noise."""
+    staged = load_model(model, stages, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len,
+                        seed=seed)
+    measurement = measure(staged, microbatch_size, repeats=repeats, warmup=warmup, latency=latency, device=device,
+                          threads=threads, seed=seed)
+    header = (f"zbsolve profile of {model}: {stages} stages, microbatch size {microbatch_size}, {repeats} repeats "
+              f"after {warmup} warm-up, device {device}" + (f", {threads} threads" if device == "cpu" else "")
+              + f", torch {torch.__version__}")
+    profile = write_profile(measurement, Path(output), header)
+    if not quiet:
+        Console().print(noise_table(measurement, header))
+    return profile
