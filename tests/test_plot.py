@@ -1,0 +1,188 @@
+"""The Gantt chart: files written, boxes where the timeline puts them, labels, shades, memory panel."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+from zbsolve.errors import InputError
+from zbsolve.placement import sequential, vshape
+from zbsolve.plot import COLORS, plot_timeline, save_chart
+from zbsolve.profile import UNIT, Profile
+from zbsolve.schedule import B, BW, F, W, Pair, Pass, build, passes_of
+from zbsolve.simulator import Timeline, simulate
+
+
+def one_f_one_b(p: int, m: int, *, split: bool = False, mem_limit: float | None = None) -> Timeline:
+    """1F1B: warm-up F's, then F and backward alternating, then cool-down; ``split`` runs B then W."""
+    devices = []
+    for s in range(p):
+        warm = min(p - 1 - s, m)
+        back = [[Pass(B, k, s), Pass(W, k, s)] if split else [Pass(BW, k, s)] for k in range(m)]
+        ops = [Pass(F, k, s) for k in range(warm)]
+        for k in range(m - warm):
+            ops += [Pass(F, warm + k, s), *back[k]]
+        for k in range(m - warm, m):
+            ops += back[k]
+        devices.append(ops)
+    return simulate(build("1f1b", sequential(p), m, UNIT, devices, mem_limit))
+
+
+def with_pairs(p: int, m: int) -> Timeline:
+    """1F1B whose last device overlaps each F with the previous microbatch's BW."""
+    devices = [list(ops) for ops in one_f_one_b(p, m).schedule.devices]
+    last = p - 1
+    devices[last] = [Pass(F, 0, last)] + [Pair(Pass(F, k + 1, last), Pass(BW, k, last)) for k in range(m - 1)] + [
+        Pass(BW, m - 1, last)]
+    profile = Profile(overlap_saving=0.25)
+    return simulate(build("pairs", sequential(p), m, profile, devices))
+
+
+def v_shape() -> Timeline:
+    """p = 2, m = 2 on the V-shape placement: device 0 holds stages 0 and 3, device 1 stages 1 and 2."""
+    devices = [
+        "0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1 3W0 3W1 0W0 0W1",
+        "1F0 1F1 2F0 2F1 2B0 1B0 2B1 1B1 2W0 1W0 2W1 1W1",
+    ]
+    ops = [[Pass.from_str(x) for x in line.split()] for line in devices]
+    return simulate(build("v-hand", vshape(2), 2, UNIT, ops, mem_limit=4.0))
+
+
+def boxes(fig: Figure) -> PolyCollection:
+    (collection,) = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    return collection
+
+
+def labels(fig: Figure) -> Counter:
+    return Counter(t.get_text() for t in fig.axes[0].texts)
+
+
+def test_png_and_svg_written(tmp_path):
+    timeline = one_f_one_b(4, 8, mem_limit=4.0)
+    png = save_chart(timeline, tmp_path / "chart.png", memory=True)
+    svg = save_chart(timeline, tmp_path / "chart.SVG")
+    assert png == tmp_path / "chart.png"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    text = svg.read_text()
+    assert "<svg" in text[:2000] and len(text) > 20_000
+
+
+@pytest.mark.parametrize("name", ["chart.pdf", "chart", "chart.png.txt"])
+def test_bad_suffix(tmp_path, name):
+    path = tmp_path / name
+    with pytest.raises(InputError, match="suffix"):
+        save_chart(one_f_one_b(2, 2), path)
+    assert not path.exists()
+
+
+def test_one_box_per_pass_at_its_time():
+    timeline = one_f_one_b(4, 6, split=True)
+    fig = plot_timeline(timeline)
+    paths = boxes(fig).get_paths()
+    assert len(paths) == sum(len(ops) for ops in timeline.schedule.devices)
+    spans = sorted((round(v[:, 1].mean()), v[:, 0].min(), v[:, 0].max()) for v in (q.vertices for q in paths))
+    want = sorted((d, s, e) for d in range(4) for s, e in zip(timeline.start[d], timeline.end[d]))
+    assert np.allclose(spans, want)
+    assert fig.axes[0].get_xlim() == (0.0, timeline.makespan)
+    top, bottom = fig.axes[0].get_ylim()
+    assert bottom < top, "device 0 is the top row"
+
+
+def test_colours_by_kind():
+    timeline = one_f_one_b(3, 4, split=True)
+    faces = {tuple(np.round(c[:3], 3)) for c in boxes(plot_timeline(timeline)).get_facecolors()}
+    assert faces == {tuple(np.round(to_rgb(COLORS[k]), 3)) for k in (F, B, W)}
+    assert len(set(COLORS.values())) == 4
+
+
+def test_labels_and_title_of_a_small_schedule():
+    timeline = one_f_one_b(4, 8, split=True)
+    fig = plot_timeline(timeline, title="my 1F1B")
+    want = Counter(str(p.mb) for ops in timeline.schedule.devices for op in ops for p in passes_of(op))
+    assert labels(fig) == want
+    assert fig.axes[0].get_title(loc="left").startswith("my 1F1B\n")
+    assert plot_timeline(timeline).axes[0].get_title(loc="left").startswith("1f1b\n")
+
+
+def test_title_has_both_bubble_rates():
+    timeline = with_pairs(3, 4)
+    rates = f"{timeline.bubble_rate:.2%}", f"{timeline.paper_bubble:.2%}"
+    assert rates[0] != rates[1]
+    title = plot_timeline(timeline).axes[0].get_title(loc="left")
+    assert title.startswith("pairs\n") and all(r in title for r in rates)
+
+
+def test_labels_dropped_when_too_many():
+    timeline = one_f_one_b(8, 256)
+    fig = plot_timeline(timeline)
+    assert len(boxes(fig).get_paths()) == 2 * 8 * 256
+    assert not fig.axes[0].texts
+
+
+def test_pair_drawn_as_two_halves():
+    timeline = with_pairs(3, 4)
+    fig = plot_timeline(timeline)
+    pairs = [(d, i) for d, ops in enumerate(timeline.schedule.devices) for i, op in enumerate(ops)
+             if isinstance(op, Pair)]
+    assert len(pairs) == 3
+    halves = [q.vertices for q in boxes(fig).get_paths()]
+    faces = [tuple(c[:3]) for c in boxes(fig).get_facecolors()]
+    d, i = pairs[0]
+    start, end = timeline.start[d][i], timeline.end[d][i]
+    at = [k for k, v in enumerate(halves) if np.isclose(v[:, 0].min(), start) and np.isclose(v[:, 0].max(), end)]
+    assert len(at) == 2
+    assert {faces[k] for k in at} == {to_rgb(COLORS[F]), to_rgb(COLORS[BW])}
+    heights = {round(float(np.ptp(halves[k][:, 1])), 6) for k in at}
+    assert len(heights) == 1
+    assert labels(fig) == Counter(str(p.mb) for ops in timeline.schedule.devices for op in ops
+                                  for p in passes_of(op))
+    assert any("pair" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+
+
+def test_vshape_chunks_shaded():
+    timeline = v_shape()
+    faces = boxes(plot_timeline(timeline)).get_facecolors()[:, :3]
+    schedule = timeline.schedule
+    order = [p for ops in schedule.devices for op in ops for p in passes_of(op)]
+    for kind in (F, B, W):
+        first = {tuple(faces[k]) for k, p in enumerate(order) if p.kind == kind and p.stage in (0, 1)}
+        second = {tuple(faces[k]) for k, p in enumerate(order) if p.kind == kind and p.stage in (2, 3)}
+        assert len(first) == len(second) == 1
+        assert sum(second.pop()) > sum(first.pop()), f"{kind}: second stage is lighter"
+
+
+def test_memory_panel():
+    timeline = one_f_one_b(4, 8, mem_limit=4.0)
+    assert len(plot_timeline(timeline).axes) == 1
+    fig = plot_timeline(timeline, memory=True)
+    assert len(fig.axes) == 2
+    panel = fig.axes[1]
+    dashed = [line for line in panel.get_lines() if line.get_linestyle() == "--"]
+    assert [tuple(line.get_ydata()) for line in dashed] == [(4.0, 4.0)]
+    steps = [line for line in panel.get_lines() if line.get_linestyle() != "--"]
+    assert [max(line.get_ydata()) for line in steps] == list(timeline.peak_memory)
+    assert panel.get_xlim() == (0.0, timeline.makespan)
+
+
+def test_memory_panel_per_device_limits():
+    schedule = one_f_one_b(2, 3).schedule
+    timeline = simulate(build("limits", schedule.placement, 3, UNIT, schedule.devices, mem_limit=[2.5, 1.0]))
+    dashed = [line for line in plot_timeline(timeline, memory=True).axes[1].get_lines()
+              if line.get_linestyle() == "--"]
+    assert sorted(line.get_ydata()[0] for line in dashed) == [1.0, 2.5]
+
+
+def test_into_given_axes():
+    fig = Figure()
+    ax = fig.subplots()
+    timeline = v_shape()
+    assert plot_timeline(timeline, ax=ax) is fig
+    assert ax.collections
+    with pytest.raises(InputError, match="memory"):
+        plot_timeline(timeline, ax=ax, memory=True)

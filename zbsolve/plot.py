@@ -1,0 +1,207 @@
+"""Gantt chart of a Timeline: one row per device, a box per pass, bubbles as empty space,
+and an optional panel of activation memory over time.
+
+Works headless and in notebooks: it builds ``matplotlib.figure.Figure`` objects directly, never
+through pyplot, and saving picks the Agg (PNG) or SVG renderer from the file's suffix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
+from matplotlib.patches import Patch
+
+from zbsolve.errors import InputError
+from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Schedule
+from zbsolve.simulator import Timeline
+
+COLORS = {F: "#4c72b0", B: "#e1812c", W: "#8c6bb1", BW: "#3a923a"}
+"""Base colour of each pass kind; a device's later stages (chunks) get lighter shades."""
+FORMATS = (".png", ".svg")
+MAX_LABELS = 2500
+"""Above this many readable boxes, no box is labelled."""
+
+_WIDTH_IN, _ROW_IN, _MEMORY_IN = 14.0, 0.36, 2.6
+_LEFT_IN, _RIGHT_IN, _TOP_IN, _BOTTOM_IN = 0.8, 2.1, 0.75, 0.6
+_GAP_IN, _BOX = 0.3, 0.8
+
+
+def _shade(kind: str, chunk: int, chunks: int) -> tuple[float, float, float]:
+    """Colour of ``kind`` on a device's ``chunk``-th stage: later chunks blend towards white."""
+    mix = 0.5 * chunk / (chunks - 1) if chunks > 1 else 0.0
+    return tuple(c + (1.0 - c) * mix for c in to_rgb(COLORS[kind]))  # type: ignore[return-value]
+
+
+def _ink(face: tuple[float, float, float]) -> str:
+    """Black or white, whichever reads better on ``face``."""
+    r, g, b = face
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _chunks(schedule: Schedule) -> list[dict[tuple[int, int], int]]:
+    """Per device: (route, stage) -> index of that stage among the device's stages."""
+    return [{rs: i for i, rs in enumerate(schedule.placement.stages_of(d))} for d in range(schedule.num_devices)]
+
+
+def _boxes(timeline: Timeline):
+    """Every box to draw: (x0, x1, y0, y1, pass, face colour); an F&B pair gives two half-height boxes."""
+    schedule = timeline.schedule
+    chunk_of = _chunks(schedule)
+    boxes = []
+    for d, ops in enumerate(schedule.devices):
+        n = len(chunk_of[d])
+        for op, x0, x1 in zip(ops, timeline.start[d], timeline.end[d]):
+            halves = ((op.f, d - _BOX / 2, d), (op.b, d, d + _BOX / 2)) if isinstance(op, Pair) else (
+                (op, d - _BOX / 2, d + _BOX / 2),)
+            for p, y0, y1 in halves:
+                chunk = chunk_of[d][(schedule.microbatch_route[p.mb], p.stage)]
+                boxes.append((x0, x1, y0, y1, p, _shade(p.kind, chunk, n)))
+    return boxes
+
+
+def _points_per_unit(ax: Axes, makespan: float, num_devices: int) -> tuple[float, float]:
+    """Size in points of one time unit and of one device row, from the axes' current place."""
+    fig = ax.get_figure()
+    pos = ax.get_position()
+    width_pt = pos.width * fig.get_figwidth() * 72.0
+    height_pt = pos.height * fig.get_figheight() * 72.0
+    return width_pt / max(makespan, 1e-12), height_pt / num_devices
+
+
+def _label(ax: Axes, boxes: list, x_pt: float, row_pt: float) -> None:
+    """Write each box's microbatch number where it fits; none at all when there are too many."""
+    full = min(9.0, 0.5 * row_pt)
+    fits = []
+    for x0, x1, y0, y1, p, face in boxes:
+        size = full * min(1.0, 1.4 * (y1 - y0) / _BOX)
+        text = str(p.mb)
+        if size >= 4.0 and (x1 - x0) * x_pt >= 0.62 * size * len(text) + 2.0:
+            fits.append(((x0 + x1) / 2, (y0 + y1) / 2, text, size, _ink(face)))
+    if len(fits) > MAX_LABELS:
+        return
+    for x, y, text, size, ink in fits:
+        ax.text(x, y, text, ha="center", va="center", fontsize=size, color=ink, clip_on=True)
+
+
+def _legend_handles(boxes: list, schedule: Schedule) -> tuple[list, list[str]]:
+    kinds = {p.kind for *_, p, _ in boxes}
+    handles: list = [Patch(facecolor=COLORS[k], label=k) for k in KINDS if k in kinds]
+    labels = [{F: "F forward", B: "B input grad", W: "W weight grad", BW: "BW full backward"}[k]
+              for k in KINDS if k in kinds]
+    pairs = [op for ops in schedule.devices for op in ops if isinstance(op, Pair)]
+    if pairs:
+        back = pairs[0].b.kind
+        handles.append((Patch(facecolor=COLORS[F]), Patch(facecolor=COLORS[back])))
+        labels.append(f"F&{back} pair (top F)")
+    if max(len(c) for c in _chunks(schedule)) > 1:
+        handles += [Patch(facecolor=_shade(F, 0, 2)), Patch(facecolor=_shade(F, 1, 2))]
+        labels += ["device's 1st stage", "device's later stage"]
+    handles.append(Patch(facecolor="white", edgecolor="0.6"))
+    labels.append("idle (bubble)")
+    return handles, labels
+
+
+def _gantt(ax: Axes, timeline: Timeline) -> None:
+    schedule = timeline.schedule
+    p, makespan = schedule.num_devices, timeline.makespan
+    boxes = _boxes(timeline)
+    x_pt, row_pt = _points_per_unit(ax, makespan, p)
+    verts = np.array([((x0, y0), (x0, y1), (x1, y1), (x1, y0)) for x0, x1, y0, y1, *_ in boxes]).reshape(-1, 4, 2)
+    widths = verts[:, 2, 0] - verts[:, 0, 0]
+    edge = 0.5 if widths.size and np.median(widths) * x_pt >= 4.0 else 0.0
+    ax.add_collection(PolyCollection(verts, facecolors=[b[-1] for b in boxes], edgecolors="white",
+                                     linewidths=edge, antialiaseds=edge > 0))
+    _label(ax, boxes, x_pt, row_pt)
+    ax.set_xlim(0.0, makespan)
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_yticks(range(p), [str(d) for d in range(p)], fontsize=8 if p <= 16 else 6)
+    ax.set_ylabel("device")
+    for d in range(1, p):
+        ax.axhline(d - 0.5, color="0.9", linewidth=0.5, zorder=0)
+    handles, labels = _legend_handles(boxes, schedule)
+    ax.legend(handles, labels, handler_map={tuple: HandlerTuple(ndivide=None, pad=0)}, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _memory(ax: Axes, timeline: Timeline) -> None:
+    schedule = timeline.schedule
+    p, makespan = schedule.num_devices, timeline.makespan
+    cmap = colormaps["viridis"]
+    colors = [cmap(d / max(p - 1, 1) * 0.9) for d in range(p)]
+    for d, steps in enumerate(timeline.memory):
+        t, m = zip(*steps, (makespan, steps[-1][1]))
+        ax.step(t, m, where="post", color=colors[d], linewidth=1.0, label=f"device {d}")
+    limits = [schedule.limit_of(d) for d in range(p)]
+    if len({x for x in limits if x is not None}) == 1 and None not in limits:
+        ax.axhline(limits[0], color="black", linestyle="--", linewidth=1.0, label="memory limit")
+    else:
+        for d, limit in enumerate(limits):
+            if limit is not None:
+                ax.axhline(limit, color=colors[d], linestyle="--", linewidth=0.8,
+                           label=f"limit of device {d}" if p <= 8 else None)
+    ax.set_ylabel("activation\nmemory")
+    ax.set_ylim(bottom=0.0)
+    handles, labels = ax.get_legend_handles_labels()
+    if p > 8:
+        keep = [i for i, lab in enumerate(labels) if lab in ("device 0", f"device {p - 1}", "memory limit")]
+        handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _title(timeline: Timeline, title: str | None) -> str:
+    schedule = timeline.schedule
+    head = schedule.name if title is None else title
+    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, makespan {timeline.makespan:.6g}, "
+            f"bubble rate {timeline.bubble_rate:.2%} (paper's {timeline.paper_bubble:.2%}), "
+            f"peak memory {timeline.peak:.6g}")
+
+
+def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None = None,
+                  ax: Axes | None = None) -> Figure:
+    """Gantt chart of ``timeline``; ``memory`` adds a panel of activation memory per device.
+
+    The title's first line is ``title`` (default: the schedule's name), the second its figures.
+    With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s figure is returned.
+    """
+    if ax is not None:
+        if memory:
+            raise InputError("memory = True needs a figure of its own: leave ax = None")
+        _gantt(ax, timeline)
+        ax.set_xlabel("time")
+        ax.set_title(_title(timeline, title), loc="left", fontsize=10)
+        return ax.get_figure()
+    p = timeline.schedule.num_devices
+    gantt_in = max(1.2, _ROW_IN * p)
+    height = _TOP_IN + gantt_in + _BOTTOM_IN + (_MEMORY_IN + _GAP_IN if memory else 0.0)
+    fig = Figure(figsize=(_WIDTH_IN, height), dpi=100)
+    fig.subplots_adjust(left=_LEFT_IN / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN,
+                        top=1 - _TOP_IN / height, bottom=_BOTTOM_IN / height, hspace=_GAP_IN / ((gantt_in + _MEMORY_IN) / 2))
+    if memory:
+        gantt_ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
+        _gantt(gantt_ax, timeline)
+        _memory(memory_ax, timeline)
+        memory_ax.set_xlabel("time")
+    else:
+        gantt_ax = fig.subplots()
+        _gantt(gantt_ax, timeline)
+        gantt_ax.set_xlabel("time")
+    gantt_ax.set_title(_title(timeline, title), loc="left", fontsize=10)
+    return fig
+
+
+def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:
+    """Write the chart of ``timeline`` as PNG or SVG, chosen by ``path``'s suffix; return the path."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"chart path {str(path)!r}: suffix {path.suffix or '(none)'!r} is not one of "
+                         f"{', '.join(FORMATS)}")
+    fig = plot_timeline(timeline, memory=memory, title=title)
+    fig.savefig(path, format=path.suffix.lower()[1:], dpi=150)
+    return path
