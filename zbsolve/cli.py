@@ -229,6 +229,12 @@ def export(
 
 
 MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
+LAYERS = typer.Option(None, "--layers", help="GPT layers (default: one per stage).")
+HIDDEN = typer.Option(32, "--hidden", help="GPT hidden size.")
+HEADS = typer.Option(2, "--heads", help="GPT attention heads.")
+VOCAB = typer.Option(64, "--vocab", help="GPT vocabulary size.")
+SEQ_LEN = typer.Option(16, "--seq-len", help="Sequence length.")
+MODEL_SEED = typer.Option(0, "--seed", help="Model and data seed.")
 
 
 @app.command()
@@ -240,12 +246,8 @@ def run(
     device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL)."),
     check: bool = typer.Option(False, "--check", help="Compare every gradient with a single-process reference."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch size (default: m)."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage)."),
-    hidden: int = typer.Option(32, "--hidden", help="GPT hidden size."),
-    heads: int = typer.Option(2, "--heads", help="GPT attention heads."),
-    vocab: int = typer.Option(64, "--vocab", help="GPT vocabulary size."),
-    seq_len: int = typer.Option(16, "--seq-len", help="Sequence length."),
-    seed: int = typer.Option(0, "--seed", help="Model and data seed."),
+    layers: Optional[int] = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
+    seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a silent peer is an error."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
@@ -285,12 +287,8 @@ def profile(
     latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure point-to-point latency (t_comm)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads (1 matches each rank of zbsolve run)."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage)."),
-    hidden: int = typer.Option(32, "--hidden", help="GPT hidden size."),
-    heads: int = typer.Option(2, "--heads", help="GPT attention heads."),
-    vocab: int = typer.Option(64, "--vocab", help="GPT vocabulary size."),
-    seq_len: int = typer.Option(16, "--seq-len", help="Sequence length."),
-    seed: int = typer.Option(0, "--seed", help="Model and data seed."),
+    layers: Optional[int] = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
+    seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
     quiet: bool = QUIET,
 ) -> None:
     """Measure each stage's F, B, W times and memory and the communication latency; write a Profile.
@@ -302,3 +300,69 @@ def profile(
     profile_command(model, stages, microbatch_size, output, repeats=repeats, warmup=warmup, latency=latency,
                     device=device, threads=threads, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                     seq_len=seq_len, seed=seed, quiet=quiet)
+
+
+@app.command()
+@cli_errors
+def grid(
+    file: Path = typer.Argument(..., help="Grid YAML (e.g. problems/grids/smoke.yaml)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Parallel solver processes (one thread each)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Results file (JSONL); a rerun resumes from it."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to run on a Dask cluster."),
+    schedules: Optional[Path] = typer.Option(None, "--schedules", help="Folder for each job's schedule document."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Also write a flat CSV table of all results."),
+    quiet: bool = QUIET,
+) -> None:
+    """Solve every job of a config grid in parallel, appending each result to a JSONL file at once.
+
+    Running the same command again skips the jobs already in the file. Ctrl-C keeps every finished result.
+
+    Example: zbsolve grid problems/grids/smoke.yaml --jobs 2 -o results.jsonl --summary results.csv
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from zbsolve.grid import Grid, pending, read_results, solve_grid, write_summary
+
+    spec = Grid.load(file)
+    total, done = pending(spec, output)
+    failures = 0
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[fail]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=quiet) as progress:
+        task = progress.add_task(spec.name, total=total, completed=done, fail="0 failed")
+        try:
+            for record in solve_grid(spec, jobs=jobs, executor=executor, output=output, schedules_dir=schedules):
+                failures += record["status"] == "error"
+                progress.update(task, advance=1, fail=f"{failures} failed")
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print(f"interrupted: finished results are kept in {output}; rerun the command to resume")
+            raise typer.Exit(130) from None
+    if summary:
+        write_summary(read_results(output), summary)
+    if not quiet:
+        out.print(f"{total} jobs: {done} already done, {total - done} run, {failures} failed; results in {output}")
+    if failures:
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def summarize(
+    file: Path = typer.Argument(..., help="Results file (JSONL) from zbsolve grid."),
+    output: Path = typer.Option(..., "--output", "-o", help="CSV table to write."),
+    quiet: bool = QUIET,
+) -> None:
+    """Write a grid's results as a flat CSV table (pandas.read_csv reads it directly).
+
+    Example: zbsolve summarize results.jsonl -o results.csv
+    """
+    from zbsolve.grid import read_results, write_summary
+
+    if not file.exists():
+        raise InputError(f"cannot read {file}: no such file")
+    records = read_results(file)
+    write_summary(records, output)
+    if not quiet:
+        out.print(f"wrote {len(records)} rows to {output}")
