@@ -186,3 +186,8 @@ def test_into_given_axes():
     assert ax.collections
     with pytest.raises(InputError, match="memory"):
         plot_timeline(timeline, ax=ax, memory=True)
+
+
+def test_shows_itself_in_notebooks():
+    fig = plot_timeline(one_f_one_b(2, 2), memory=True)
+    assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"

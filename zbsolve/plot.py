@@ -7,6 +7,7 @@ through pyplot, and saving picks the Agg (PNG) or SVG renderer from the file's s
 
 from __future__ import annotations
 
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,16 @@ MAX_LABELS = 2500
 
 _WIDTH_IN, _ROW_IN, _MEMORY_IN = 14.0, 0.36, 2.6
 _LEFT_IN, _RIGHT_IN, _TOP_IN, _BOTTOM_IN = 0.8, 2.1, 0.75, 0.6
-_GAP_IN, _BOX = 0.3, 0.8
+_GAP_IN, _BOX, _MIN_FONT = 0.3, 0.8, 4.5
+
+
+class Chart(Figure):
+    """A Figure that shows itself as a PNG in Jupyter, with or without pyplot's inline backend."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = BytesIO()
+        self.savefig(buffer, format="png")
+        return buffer.getvalue()
 
 
 def _shade(kind: str, chunk: int, chunks: int) -> tuple[float, float, float]:
@@ -76,13 +86,15 @@ def _points_per_unit(ax: Axes, makespan: float, num_devices: int) -> tuple[float
 
 
 def _label(ax: Axes, boxes: list, x_pt: float, row_pt: float) -> None:
-    """Write each box's microbatch number where it fits; none at all when there are too many."""
+    """Write each box's microbatch number, shrunk to fit its box; skip boxes too small to read,
+    and label none at all when there are too many."""
     full = min(9.0, 0.5 * row_pt)
+    digits = max(len(str(p.mb)) for *_, p, _ in boxes)
     fits = []
     for x0, x1, y0, y1, p, face in boxes:
-        size = full * min(1.0, 1.4 * (y1 - y0) / _BOX)
         text = str(p.mb)
-        if size >= 4.0 and (x1 - x0) * x_pt >= 0.62 * size * len(text) + 2.0:
+        size = min(full * min(1.0, 1.4 * (y1 - y0) / _BOX), ((x1 - x0) * x_pt - 2.0) / (0.62 * digits))
+        if size >= _MIN_FONT:
             fits.append(((x0 + x1) / 2, (y0 + y1) / 2, text, size, _ink(face)))
     if len(fits) > MAX_LABELS:
         return
@@ -155,12 +167,16 @@ def _memory(ax: Axes, timeline: Timeline) -> None:
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1e5 else f"{x:.6g}"
+
+
 def _title(timeline: Timeline, title: str | None) -> str:
     schedule = timeline.schedule
     head = schedule.name if title is None else title
-    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, makespan {timeline.makespan:.6g}, "
+    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, makespan {_number(timeline.makespan)}, "
             f"bubble rate {timeline.bubble_rate:.2%} (paper's {timeline.paper_bubble:.2%}), "
-            f"peak memory {timeline.peak:.6g}")
+            f"peak memory {_number(timeline.peak)}")
 
 
 def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None = None,
@@ -170,30 +186,26 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
     The title's first line is ``title`` (default: the schedule's name), the second its figures.
     With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s figure is returned.
     """
-    if ax is not None:
+    if ax is not None and memory:
+        raise InputError("memory = True needs a figure of its own: leave ax = None")
+    if ax is None:
+        p = timeline.schedule.num_devices
+        gantt_in = max(1.2, _ROW_IN * p)
+        height = _TOP_IN + gantt_in + _BOTTOM_IN + (_MEMORY_IN + _GAP_IN if memory else 0.0)
+        fig = Chart(figsize=(_WIDTH_IN, height))
+        fig.subplots_adjust(left=_LEFT_IN / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
+                            bottom=_BOTTOM_IN / height, hspace=2 * _GAP_IN / (gantt_in + _MEMORY_IN))
         if memory:
-            raise InputError("memory = True needs a figure of its own: leave ax = None")
-        _gantt(ax, timeline)
+            ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
+            _memory(memory_ax, timeline)
+            memory_ax.set_xlabel("time")
+        else:
+            ax = fig.subplots()
+    _gantt(ax, timeline)
+    if not memory:
         ax.set_xlabel("time")
-        ax.set_title(_title(timeline, title), loc="left", fontsize=10)
-        return ax.get_figure()
-    p = timeline.schedule.num_devices
-    gantt_in = max(1.2, _ROW_IN * p)
-    height = _TOP_IN + gantt_in + _BOTTOM_IN + (_MEMORY_IN + _GAP_IN if memory else 0.0)
-    fig = Figure(figsize=(_WIDTH_IN, height), dpi=100)
-    fig.subplots_adjust(left=_LEFT_IN / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN,
-                        top=1 - _TOP_IN / height, bottom=_BOTTOM_IN / height, hspace=_GAP_IN / ((gantt_in + _MEMORY_IN) / 2))
-    if memory:
-        gantt_ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
-        _gantt(gantt_ax, timeline)
-        _memory(memory_ax, timeline)
-        memory_ax.set_xlabel("time")
-    else:
-        gantt_ax = fig.subplots()
-        _gantt(gantt_ax, timeline)
-        gantt_ax.set_xlabel("time")
-    gantt_ax.set_title(_title(timeline, title), loc="left", fontsize=10)
-    return fig
+    ax.set_title(_title(timeline, title), loc="left", fontsize=10)
+    return ax.get_figure()
 
 
 def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:
