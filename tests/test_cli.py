@@ -63,3 +63,59 @@ def test_compare_lists_every_family():
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     assert set(data["figures"]) | set(data["skipped"]) == set(FAMILIES)
+
+
+def test_every_command_has_help_with_an_example():
+    from zbsolve.cli import app
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize"} <= set(names)
+    for name in names:
+        run = zbsolve(name, "--help")
+        assert run.returncode == 0 and "Example: zbsolve " + name in " ".join(run.stdout.split()), name
+
+
+def test_solve_plot_export_chain(tmp_path):
+    doc, chart, csv = tmp_path / "s.json", tmp_path / "s.svg", tmp_path / "s.csv"
+    run = zbsolve("solve", "problems/iclr/1.5b-p8-m24.yaml", "--mem-factor", 1, "--time-limit", 10, "-o", doc, "--json")
+    assert run.returncode == 0, run.stderr
+    figures = json.loads(run.stdout)
+    assert figures["status"] == "optimal" and round(figures["paper_bubble"], 4) == 0.1585
+    assert zbsolve("check", doc, "-q").returncode == 0
+    assert zbsolve("plot", doc, "-o", chart, "--memory", "-q").returncode == 0 and chart.read_text().startswith("<?xml")
+    assert zbsolve("export", doc, "--format", "torch-csv", "-o", csv, "-q").returncode == 0
+    assert len(csv.read_text().splitlines()) == 8
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--mem-limit", 1000), 1, "smallest feasible"),
+    (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--solver", "gurobi"), 2, "solver = 'gurobi'"),
+    (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--time-limit", 0), 2, "time_limit"),
+    (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--mem-factor", 1, "--mem-limit", 5), 2, "not both"),
+    (("export", "problems/iclr/1.5b-p8-m24.yaml", "-f", "torch-csv", "-o", "x.csv"), 2, "not valid JSON"),
+    (("summarize", "missing.jsonl", "-o", "x.csv"), 2, "missing.jsonl"),
+])
+def test_solve_and_friends_bad_input(args, code, needle, tmp_path):
+    run = zbsolve(*args, cwd=None)
+    assert run.returncode == code, run.stderr
+    assert needle in run.stderr and "Traceback" not in run.stderr
+
+
+def test_grid_and_summarize(tmp_path):
+    results, table = tmp_path / "r.jsonl", tmp_path / "r.csv"
+    run = zbsolve("grid", "problems/grids/smoke.yaml", "--jobs", 2, "-o", results, "--summary", table)
+    assert run.returncode == 0, run.stderr
+    assert "8 jobs" in run.stdout
+    assert zbsolve("summarize", results, "-o", tmp_path / "again.csv", "-q").returncode == 0
+    assert (tmp_path / "again.csv").read_text() == table.read_text()
+
+
+def test_profile_and_run(tmp_path):
+    pytest.importorskip("torch")
+    prof, doc = tmp_path / "prof.yaml", tmp_path / "s.json"
+    run = zbsolve("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
+    assert run.returncode == 0, run.stderr
+    assert zbsolve("schedule", "zb-h1", "-p", 2, "-m", 4, "--profile", prof, "-o", doc, "-q").returncode == 0
+    run = zbsolve("run", doc, "--steps", 2, "--check", "--json")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)
+    assert len(rows) == 2

@@ -5,9 +5,10 @@ from zbsolve.placement import Placement
 from zbsolve.profile import UNIT, Profile
 from zbsolve.schedule import Pair, Pass, Schedule
 from zbsolve.simulator import Timeline, simulate
+from zbsolve.solve import SolveResult, solve
 
 __all__ = [
     "InfeasibleError", "InputError", "MemoryLimitError", "Pair", "Pass", "Placement", "Profile", "Schedule",
-    "ScheduleError", "Timeline", "UNIT", "ZbsolveError", "simulate",
+    "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "simulate", "solve",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,157 @@
+"""Lower bounds on the objective: each device's work plus the idle time no schedule can avoid.
+
+A device running one stage idles before its first B (only F can run then, at most as many as
+the memory limit holds) and between the end of its last F and the start of its last B (a round
+trip through the later stages, filled at most by the B and W work the limit lets it hold then).
+``lower_bound`` bounds the first idle by earliest starts alone; ``warmup_bound`` minimises it
+jointly over all devices on a relaxation that keeps only the F passes and the first B of each
+device (W dropped, B freeing all of its microbatch's memory), solved by CP-SAT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from zbsolve.backends.cpsat import run_interruptible
+from zbsolve.formulation import Formulation
+from zbsolve.schedule import B, F, W
+
+
+@dataclass(frozen=True)
+class _DeviceBound:
+    base: int
+    """Work plus the objective's offset shift (first earliest start minus offset)."""
+    head: int
+    """Least idle before the first B, from earliest starts."""
+    tail: int
+    """Least idle between the last F's end and the last B's start."""
+    disjoint: bool
+    """Whether the two idle periods cannot overlap (the limit forces a B before the last F)."""
+    critical: int
+    """Earliest end of the device's last pass, minus the offset."""
+
+    def value(self, head: int) -> int:
+        idle = head + self.tail if self.disjoint else max(head, self.tail)
+        return max(self.critical, self.base + idle)
+
+
+def _device_bounds(form: Formulation) -> list[_DeviceBound | None]:
+    """Per device, its bound's parts (None for a device running several stages)."""
+    m, offset, work = form.num_microbatches, form.offset, form.work
+    counts = form.stage_counts()
+    out: list[_DeviceBound | None] = []
+    for d in range(form.num_devices):
+        if counts[d] != 1:
+            out.append(None)
+            continue
+        s = form.passes[form.first[d]].stage
+        tf, tb, tw = (form.duration[form.index_of(k, 0, s)] for k in (F, B, W))
+        mf, mw = form.mem_delta[form.index_of(F, 0, s)], -form.mem_delta[form.index_of(W, 0, s)]
+        n_f = _warmup_room(form, d)
+        head = max(0, form.earliest[form.index_of(B, 0, s)] - form.earliest[form.first[d]] - n_f * tf)
+        tail = max(0, _round_trip(form, s) - _tail_fill(m, tb, tw, mf, mw, form.limit[d]))
+        out.append(_DeviceBound(form.earliest[form.first[d]] - offset[d] + work[d], head, tail, n_f < m,
+                                _critical(form, d)))
+    return out
+
+
+def _critical(form: Formulation, d: int) -> int:
+    """Earliest end of device ``d``'s last pass, minus its offset."""
+    return max(form.earliest[i] + form.duration[i] for i in form.last[d]) - form.offset[d]
+
+
+def _trivial(form: Formulation, d: int) -> int:
+    return max(_critical(form, d), form.earliest[form.first[d]] + form.work[d] - form.offset[d])
+
+
+def lower_bound(form: Formulation) -> int:
+    """A lower bound on the scaled objective from earliest starts, work and memory."""
+    return max(_trivial(form, d) if b is None else b.value(b.head) for d, b in enumerate(_device_bounds(form)))
+
+
+def _warmup_room(form: Formulation, d: int) -> int:
+    """Most F a one-stage device can run before its first B."""
+    mf = form.mem_delta[form.first[d]]
+    limit = form.limit[d]
+    return form.num_microbatches if limit is None or mf == 0 else min(form.num_microbatches, limit // mf)
+
+
+def warmup_bound(form: Formulation, time_limit: float, workers: int) -> int:
+    """A lower bound at least ``lower_bound``'s, minimising the idle before every device's first B
+    jointly (CP-SAT's proven bound on the relaxation after ``time_limit`` seconds); Ctrl-C stops it
+    and raises KeyboardInterrupt."""
+    parts = [b for b in _device_bounds(form) if b is not None]
+    cheap = lower_bound(form)
+    if len(parts) != form.num_devices or time_limit <= 0:
+        return cheap
+    model = cp_model.CpModel()
+    start: dict[int, cp_model.IntVar] = {}
+    horizon = max(form.earliest) + sum(form.work)
+
+    def var(i: int) -> cp_model.IntVar:
+        if i not in start:
+            start[i] = model.NewIntVar(form.earliest[i], horizon, f"s{i}")
+        return start[i]
+
+    z = model.NewIntVar(cheap, horizon, "z")
+    for d, part in enumerate(parts):
+        s = form.passes[form.first[d]].stage
+        room = _warmup_room(form, d)
+        forwards = [form.index_of(F, k, s) for k in range(min(form.num_microbatches, room + 1))]
+        b0 = form.index_of(B, 0, s)
+        tf, tb = form.duration[forwards[0]], form.duration[b0]
+        model.AddNoOverlap([model.NewFixedSizeIntervalVar(var(i), form.duration[i], f"x{i}") for i in forwards + [b0]])
+        before = []
+        for k, i in enumerate(forwards):
+            y = model.NewBoolVar(f"y{i}")
+            model.Add(var(b0) >= var(i) + tf).OnlyEnforceIf(y)
+            model.Add(var(i) >= var(b0) + tb).OnlyEnforceIf(y.Not())
+            if before:
+                model.Add(var(i) >= var(forwards[k - 1]) + tf)
+                model.AddImplication(y, before[-1])
+            if k >= room:
+                model.Add(y == 0)
+            before.append(y)
+        head = model.NewIntVar(part.head, horizon, f"h{d}")
+        model.Add(head == var(b0) - form.earliest[form.first[d]] - tf * sum(before))
+        model.Add(z >= part.base + head + (part.tail if part.disjoint else 0))
+    for a, b, lag in form.edges:
+        if a in start and b in start:
+            model.Add(start[b] >= start[a] + form.duration[a] + lag)
+    model.Minimize(z)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = workers
+    if run_interruptible(solver, model).interrupted:
+        raise KeyboardInterrupt
+    return max(cheap, math.ceil(solver.BestObjectiveBound() - 1e-6))
+
+
+def _round_trip(form: Formulation, stage: int) -> int:
+    """Least time from the end of the last microbatch's F to the start of its B on ``stage``."""
+    m = form.num_microbatches
+    lag = {(a, b): x for a, b, x in form.edges}
+    path = [form.index_of(F, m - 1, s) for s in range(stage, form.placement.num_stages)]
+    path += [form.index_of(B, m - 1, s) for s in range(form.placement.num_stages - 1, stage - 1, -1)]
+    return sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
+
+
+def _tail_fill(m: int, tb: int, tw: int, mf: int, mw: int, limit: int | None) -> int:
+    """Most B and W work a device can hold pending when its last F starts.
+
+    With ``a`` microbatches whose B has not run (the last one included) and ``w`` whose W has not
+    run after their B, memory is ``a * mf + w * mw`` (here ``mw`` = -mem_w); the work that can fill
+    the round trip is ``(a - 1)`` B and ``(a - 1 + w)`` W.
+    """
+    best = 0
+    for a in range(1, m + 1):
+        room = None if limit is None else limit - a * mf
+        if room is not None and room < 0:
+            break
+        w = m - a if room is None or mw == 0 else min(m - a, room // mw)
+        best = max(best, (a - 1) * tb + (a - 1 + w) * tw)
+    return best
