@@ -20,11 +20,13 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,torch]"
 	touch $@ $(VENV)/.installed
 
+DEMO ?= problems/iclr/1.5b-p8-m24.yaml
+
 demo: $(VENV)/.installed
 	mkdir -p $(OUT)
-	$(BIN)/zbsolve compare --stages 8 --microbatches 24
-	$(BIN)/zbsolve schedule zb-h1 --stages 8 --microbatches 24 -o $(OUT)/zb-h1.json --chart $(OUT)/zb-h1.png
-	@echo "chart written to $(OUT)/zb-h1.png"
+	$(BIN)/zbsolve compare --stages 8 --microbatches 24 --profile $(DEMO)
+	$(BIN)/zbsolve solve $(DEMO) --mem-factor 2 --time-limit 30 -o $(OUT)/best.json --chart $(OUT)/best.png
+	@echo "schedule written to $(OUT)/best.json, chart to $(OUT)/best.png"
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n auto
