@@ -47,14 +47,14 @@ class Timeline:
 
     @property
     def bubble_rate(self) -> float:
-        """Idle share of all devices over the makespan: 1 - work / (p * makespan)."""
-        return 1.0 - sum(self.work) / (len(self.end) * self.makespan)
+        """Idle share of all devices: 1 - work / (p * makespan), floored at 0 against rounding."""
+        return max(0.0, 1.0 - sum(self.work) / (len(self.end) * self.makespan))
 
     @property
     def paper_bubble(self) -> float:
         """The paper's bubble rate: (max span - max work) / max span."""
         span = max(self.span)
-        return (span - max(self.work)) / span
+        return max(0.0, (span - max(self.work)) / span)
 
     @property
     def peak(self) -> float:

@@ -36,6 +36,8 @@ WARM_START_FAMILIES = ("zb-h1", "zb-h2", "1f1b")
 """Handcrafted families tried beside the heuristic as warm starts (when they fit the memory limit)."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time limit, at most this many seconds."""
+RESERVE_SHARE, RESERVE_SECONDS = 0.03, 3.0
+"""Kept back from the backend for rebuilding and re-simulating its schedule, so a solve ends within its limit."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,8 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
         try:
             lower = bound = warmup_bound(form, min(BOUND_SHARE * time_limit, BOUND_SECONDS), workers)
             log.append(f"warm-up relaxation bound: {form.to_time(lower):.6g}")
-            result = _run_backend(solver, form, order, time_limit - (time.monotonic() - began), workers, seed, lower)
+            left = time_limit - (time.monotonic() - began) - min(RESERVE_SHARE * time_limit, RESERVE_SECONDS)
+            result = _run_backend(solver, form, order, left, workers, seed, lower)
         except KeyboardInterrupt:
             result = BackendResult(None, False, None, "interrupted before the solver returned", True)
         log.append(result.log)
