@@ -129,7 +129,7 @@ def test_to_json_and_summary(tmp_path):
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"time_limit": 0}, "time_limit"), ({"time_limit": -1.0}, "time_limit"), ({"time_limit": float("nan")}, "time_limit"),
-    ({"solver": "gurobi"}, "solver"), ({"placement": "vshape"}, "placement"), ({"placement": "zigzag"}, "placement"),
+    ({"solver": "gurobi"}, "solver"), ({"placement": "bidirectional"}, "placement"), ({"placement": "zigzag"}, "placement"),
     ({"objective": "area"}, "objective"), ({"workers": 0}, "workers"), ({"num_microbatches": 0}, "num_microbatches"),
     ({"num_devices": None}, "num_devices"), ({"mem_limit": "lots"}, "mem_limit"),
 ])

@@ -3,8 +3,10 @@
 A device running one stage idles before its first B (only F can run then, at most as many as
 the memory limit holds) and between the end of its last F and the start of its last B (a round
 trip through the later stages, filled at most by the B and W work the limit lets it hold then).
+A device running several stages idles likewise before its first pass that is not an F of its lowest
+stage, and on the round trip between the last B of its next stage and the last B of its lowest.
 ``lower_bound`` bounds the first idle by earliest starts alone; ``warmup_bound`` minimises it
-jointly over all devices on a relaxation that keeps only the F passes and the first B of each
+jointly over all one-stage devices on a relaxation that keeps only the F passes and the first B of each
 device (W dropped, B freeing all of its microbatch's memory), solved by CP-SAT.
 """
 
@@ -40,13 +42,13 @@ class _DeviceBound:
 
 
 def _device_bounds(form: Formulation) -> list[_DeviceBound | None]:
-    """Per device, its bound's parts (None for a device running several stages)."""
+    """Per device, its bound's parts."""
     m, offset, work = form.num_microbatches, form.offset, form.work
     counts = form.stage_counts()
     out: list[_DeviceBound | None] = []
     for d in range(form.num_devices):
         if counts[d] != 1:
-            out.append(None)
+            out.append(_multi_stage_bound(form, d))
             continue
         s = form.passes[form.first[d]].stage
         tf, tb, tw = (form.duration[form.index_of(k, 0, s)] for k in (F, B, W))
@@ -59,18 +61,35 @@ def _device_bounds(form: Formulation) -> list[_DeviceBound | None]:
     return out
 
 
+def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
+    """Bound parts of a device running several stages (lowest s1, next s2). Before the earliest start
+    of any pass other than an F of s1 it can only run the F of s1 that fit in memory (head); between
+    the end of B(m-1, s2) and the start of B(m-1, s1) only pending B of s1 and pending W (tail)."""
+    m, stages = form.num_microbatches, sorted({form.passes[i].stage for i in form.device_passes()[d]})
+    s1, s2 = stages[0], stages[1]
+    tf = form.duration[form.index_of(F, 0, s1)]
+    others = [form.index_of(F, 0, s) for s in stages[1:]] + [form.index_of(B, 0, s) for s in stages]
+    head = max(0, min(form.earliest[i] for i in others) - form.earliest[form.first[d]] - _warmup_room(form, d) * tf)
+    path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
+    lag = {(a, b): x for a, b, x in form.edges}
+    trip = sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
+    tb = form.duration[form.index_of(B, 0, s1)]
+    tw = max(form.duration[form.index_of(W, 0, s)] for s in stages)
+    mf = form.mem_delta[form.index_of(F, 0, s1)]
+    mw = min(-form.mem_delta[form.index_of(W, 0, s)] for s in stages)
+    tail = max(0, trip - _tail_fill(m, tb, tw, mf, mw, form.limit[d], len(stages) * m))
+    return _DeviceBound(form.earliest[form.first[d]] - form.offset[d] + form.work[d], head, tail, True,
+                        _critical(form, d))
+
+
 def _critical(form: Formulation, d: int) -> int:
     """Earliest end of device ``d``'s last pass, minus its offset."""
     return max(form.earliest[i] + form.duration[i] for i in form.last[d]) - form.offset[d]
 
 
-def _trivial(form: Formulation, d: int) -> int:
-    return max(_critical(form, d), form.earliest[form.first[d]] + form.work[d] - form.offset[d])
-
-
 def lower_bound(form: Formulation) -> int:
     """A lower bound on the scaled objective from earliest starts, work and memory."""
-    return max(_trivial(form, d) if b is None else b.value(b.head) for d, b in enumerate(_device_bounds(form)))
+    return max(b.value(b.head) for b in _device_bounds(form))
 
 
 def _warmup_room(form: Formulation, d: int) -> int:
@@ -84,9 +103,9 @@ def warmup_bound(form: Formulation, time_limit: float, workers: int) -> int:
     """A lower bound at least ``lower_bound``'s, minimising the idle before every device's first B
     jointly (CP-SAT's proven bound on the relaxation after ``time_limit`` seconds); Ctrl-C stops it
     and raises KeyboardInterrupt."""
-    parts = [b for b in _device_bounds(form) if b is not None]
+    parts = _device_bounds(form)
     cheap = lower_bound(form)
-    if len(parts) != form.num_devices or time_limit <= 0:
+    if any(c != 1 for c in form.stage_counts()) or time_limit <= 0:
         return cheap
     model = cp_model.CpModel()
     start: dict[int, cp_model.IntVar] = {}
@@ -140,18 +159,19 @@ def _round_trip(form: Formulation, stage: int) -> int:
     return sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
 
 
-def _tail_fill(m: int, tb: int, tw: int, mf: int, mw: int, limit: int | None) -> int:
-    """Most B and W work a device can hold pending when its last F starts.
+def _tail_fill(m: int, tb: int, tw: int, mf: int, mw: int, limit: int | None, passes: int | None = None) -> int:
+    """Most B and W work a device can hold pending when its round trip starts.
 
     With ``a`` microbatches whose B has not run (the last one included) and ``w`` whose W has not
-    run after their B, memory is ``a * mf + w * mw`` (here ``mw`` = -mem_w); the work that can fill
-    the round trip is ``(a - 1)`` B and ``(a - 1 + w)`` W.
+    run after their B, memory is at least ``a * mf + w * mw`` (here ``mw`` = -mem_w); the work that can
+    fill the round trip is ``(a - 1)`` B and ``(a - 1 + w)`` W; ``w`` is at most ``passes - a`` (default m - a).
     """
     best = 0
     for a in range(1, m + 1):
         room = None if limit is None else limit - a * mf
         if room is not None and room < 0:
             break
-        w = m - a if room is None or mw == 0 else min(m - a, room // mw)
+        most = (m if passes is None else passes) - a
+        w = most if room is None or mw == 0 else min(most, room // mw)
         best = max(best, (a - 1) * tb + (a - 1 + w) * tw)
     return best

@@ -172,22 +172,27 @@ def solve(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
     as_json: bool = JSON, quiet: bool = QUIET,
+    placement: Optional[str] = typer.Option(None, "--placement", help="sequential, interleaved or vshape "
+                                            "(default: the problem's)."),
+    chunks: int = typer.Option(2, "--chunks", help="Stages per device of interleaved and vshape."),
 ) -> None:
     """Solve a problem for the best schedule under its memory limit.
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
+    from zbsolve.frontier import stage_profile
     from zbsolve.problem import Problem, resolve_limit
     from zbsolve.solve import solve as run_solve
 
     prob = Problem.load(problem)
+    reference = stage_profile(prob.profile, prob.num_devices, chunks)
     if mem_limit is not None or mem_factor is not None:
-        limit = resolve_limit(prob.profile, prob.num_devices, prob.num_microbatches, mem_limit, mem_factor)
+        limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, mem_limit, mem_factor)
     else:
-        limit = resolve_limit(prob.profile, prob.num_devices, prob.num_microbatches, prob.mem_limit, prob.mem_factor)
+        limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, prob.mem_limit, prob.mem_factor)
     result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
-                       placement=prob.placement, solver=solver, time_limit=time_limit, objective=objective,
-                       workers=workers, seed=seed)
+                       placement=placement or prob.placement, solver=solver, time_limit=time_limit,
+                       objective=objective, workers=workers, seed=seed, chunks=chunks)
     if output:
         result.to_json(output)
     if chart:
@@ -366,3 +371,59 @@ def summarize(
     write_summary(records, output)
     if not quiet:
         out.print(f"wrote {len(records)} rows to {output}")
+
+
+@app.command()
+@cli_errors
+def frontier(
+    problem: Path = typer.Argument(..., help="Problem YAML (profile, num_devices, num_microbatches)."),
+    factors: str = typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors", help="Memory limits as K x 1F1B's peak."),
+    placements: str = typer.Option("sequential,vshape", "--placements", help="Comma-separated placements."),
+    time_limit: float = typer.Option(30.0, "--time-limit", help="Time limit of each solve in seconds."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png or .svg)."),
+    as_json: bool = JSON,
+) -> None:
+    """The best paper bubble at each memory limit, per placement, beside the handcrafted families.
+
+    Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
+    """
+    from zbsolve.frontier import frontier as run_frontier
+    from zbsolve.frontier import stage_profile
+    from zbsolve.problem import Problem, reference_peak
+
+    prob = Problem.load(problem)
+    try:
+        values = [float(x) for x in factors.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--factors = {factors!r} must be comma-separated numbers") from None
+    for x in values:
+        if not x > 0:
+            raise InputError(f"--factors: memory factor {x:g} must be > 0")
+    peak = reference_peak(stage_profile(prob.profile, prob.num_devices), prob.num_devices, prob.num_microbatches)
+    result = run_frontier(prob.profile, [x * peak for x in values], num_microbatches=prob.num_microbatches,
+                          num_devices=prob.num_devices, placements=tuple(x.strip() for x in placements.split(",")),
+                          time_limit=time_limit, jobs=jobs)
+    doc = {"problem": prob.name, **result.to_json()}
+    if output:
+        output.write_text(json.dumps(doc, indent=1) + "\n")
+    if chart:
+        result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return
+    table = Table(title=f"{prob.name}: memory-bubble frontier (1F1B peak {peak:g})")
+    for col in ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap"):
+        table.add_column(col, justify="left" if col in ("placement", "status") else "right")
+    for r in result.rows:
+        table.add_row(r.placement, f"{r.factor:.3g}", f"{r.mem_limit:g}", _opt(r.paper_bubble), _opt(r.bubble_rate),
+                      r.status, _opt(r.gap))
+    for f in result.families:
+        table.add_row(f"{f.name} ({f.placement})", f"{f.factor:.3g}", f"{f.peak_memory:g}", _opt(f.paper_bubble),
+                      "", "family", "")
+    out.print(table)
+
+
+def _opt(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.4f}"

@@ -25,15 +25,17 @@ from zbsolve.errors import InputError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.formulation import OBJECTIVES, Formulation, formulate
 from zbsolve.heuristic import heuristic
-from zbsolve.placement import PLACEMENTS, sequential
+from zbsolve.placement import PLACEMENTS, Placement, make_placement, sequential
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import Timeline, simulate
 
 SOLVERS = ("cpsat", "cbc", "heuristic")
-SUPPORTED_PLACEMENTS = ("sequential",)
-WARM_START_FAMILIES = ("zb-h1", "zb-h2", "1f1b")
-"""Handcrafted families tried beside the heuristic as warm starts (when they fit the memory limit)."""
+SUPPORTED_PLACEMENTS = ("sequential", "interleaved", "vshape")
+WARM_START_FAMILIES = {"sequential": ("zb-h1", "zb-h2", "1f1b"), "interleaved": ("1f1b-i",),
+                       "vshape": ("zb-v", "v-half", "v-min")}
+"""Handcrafted families tried beside the heuristic as warm starts (when they fit the memory limit), by
+placement (the V families for two chunks only)."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time limit, at most this many seconds."""
 RESERVE_SHARE, RESERVE_SECONDS = 0.03, 3.0
@@ -113,7 +115,8 @@ def _objective(timeline: Timeline, kind: str) -> float:
 
 
 def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, num_devices: int | None,
-                  placement: str, solver: str, time_limit: float, objective: str, workers: int | None) -> int:
+                  placement: str, solver: str, time_limit: float, objective: str, workers: int | None,
+                  chunks: int) -> int:
     """Validate the arguments; return the number of devices."""
     if not isinstance(profile, Profile):
         raise InputError(f"profile = {profile!r} must be a Profile")
@@ -126,6 +129,10 @@ def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, nu
     if placement not in SUPPORTED_PLACEMENTS:
         raise InputError(f"placement = {placement!r} is not supported by the optimizer yet "
                          f"(supported: {', '.join(SUPPORTED_PLACEMENTS)})")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise InputError(f"chunks = {chunks!r} must be an integer >= 1 (smallest valid: 1)")
+    if placement == "vshape" and chunks % 2:
+        raise InputError(f"chunks = {chunks} must be even for the vshape placement (smallest valid: 2)")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
             or not math.isfinite(time_limit):
         raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
@@ -143,17 +150,20 @@ def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, nu
         return profile.num_stages
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise InputError(f"num_devices = {num_devices!r} must be an integer >= 1")
-    if profile.num_stages not in (None, num_devices):
-        raise InputError(f"num_devices = {num_devices}, but the profile has {profile.num_stages} stages")
+    stages = (None, num_devices) if placement == "sequential" else (None, num_devices, chunks * num_devices)
+    if profile.num_stages not in stages:
+        raise InputError(f"num_devices = {num_devices}, but the profile has {profile.num_stages} stages"
+                         + ("" if placement == "sequential" else f" (give {num_devices} or {chunks * num_devices})"))
     return num_devices
 
 
-def _warm_start(profile: Profile, p: int, m: int, mem_limit: float | Sequence[float] | None, kind: str,
-                log: list[str]) -> Timeline:
-    """The best of the heuristic and the handcrafted families that fit the memory limit."""
-    best = simulate(heuristic(profile, sequential(p), m, mem_limit))
+def _warm_start(profile: Profile, layout: Placement, families: Sequence[str], m: int,
+                mem_limit: float | Sequence[float] | None, kind: str, log: list[str]) -> Timeline:
+    """The best of the heuristic and the handcrafted ``families`` that fit the memory limit."""
+    p = layout.num_devices
+    best = simulate(heuristic(profile, layout, m, mem_limit))
     log.append(f"heuristic: objective {_objective(best, kind):.6g}")
-    for name in WARM_START_FAMILIES:
+    for name in families:
         if name not in FAMILIES:
             continue
         try:
@@ -179,19 +189,29 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
 def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
           num_devices: int | None = None, placement: str = "sequential", solver: str = "cpsat",
           time_limit: float = 60.0, objective: str = "span", workers: int | None = None,
-          seed: int = 0) -> SolveResult:
+          seed: int = 0, chunks: int = 2) -> SolveResult:
     """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
-    one per device, or None for unlimited). Raises InputError on bad arguments and InfeasibleError
-    (stating the smallest feasible limit) when no schedule fits the limit."""
+    one per device, or None for unlimited). ``placement`` "interleaved" and "vshape" run ``chunks``
+    stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
+    ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
+    Raises InputError on bad arguments and InfeasibleError (stating the smallest feasible limit) when
+    no schedule fits the limit."""
     began = time.monotonic()
-    p = _check_inputs(profile, mem_limit, num_microbatches, num_devices, placement, solver, time_limit, objective, workers)
+    p = _check_inputs(profile, mem_limit, num_microbatches, num_devices, placement, solver, time_limit, objective,
+                      workers, chunks)
     m = num_microbatches
     workers = workers or os.cpu_count() or 1
-    form = formulate(profile, sequential(p), m, mem_limit, objective)
+    if placement == "sequential":
+        layout, families = sequential(p), WARM_START_FAMILIES["sequential"]
+    else:
+        layout = make_placement(placement, p, chunks)
+        profile = profile.per_chunk(p, chunks, f"placement {placement!r}")
+        families = WARM_START_FAMILIES.get(placement, ()) if chunks == 2 else ()
+    form = formulate(profile, layout, m, mem_limit, objective)
     log: list[str] = []
     if not form.exact_time:
         log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
-    warm = _warm_start(form.profile, p, m, mem_limit, objective, log)
+    warm = _warm_start(form.profile, layout, families, m, mem_limit, objective, log)
     lower = lower_bound(form)
     timeline, status, bound = warm, "heuristic", lower
     order = form.order_of(warm.schedule)

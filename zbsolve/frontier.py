@@ -1,0 +1,205 @@
+"""The memory-bubble frontier: the optimizer's best paper bubble at each memory limit, per placement,
+beside the handcrafted families as (peak memory, bubble) points.
+
+Independent solves run in parallel processes (spawned, one solver thread each). A schedule found under
+a smaller limit also fits every larger one, so each placement's frontier is made non-increasing in memory
+by carrying the better schedule up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
+from zbsolve.families import make_schedule
+from zbsolve.problem import reference_peak
+from zbsolve.profile import STAGE_FIELDS, Profile
+from zbsolve.schedule import Schedule, build
+from zbsolve.simulator import simulate
+from zbsolve.solve import SUPPORTED_PLACEMENTS, solve
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FAMILY_POINTS = {"sequential": ("1f1b", "zb-h1", "zb-h2"), "interleaved": ("1f1b-i",),
+                 "vshape": ("zb-v", "v-half", "v-min")}
+"""Handcrafted families shown beside each placement's frontier."""
+CHUNKS = 2
+"""Stages per device of the interleaved and V-shape placements."""
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """The best schedule found for one placement under one memory limit."""
+
+    placement: str
+    mem_limit: float
+    """Memory limit in profile units."""
+    factor: float
+    """mem_limit / 1F1B's peak."""
+    paper_bubble: float | None
+    """(max span - max work) / max span; None when no schedule fits."""
+    bubble_rate: float | None
+    """1 - total work / (devices x makespan); None when no schedule fits."""
+    status: str
+    """solve()'s status, "infeasible", or "carried" (a smaller limit's schedule was better)."""
+    gap: float | None
+    """Relative gap to the limit's lower bound; None when no schedule fits."""
+    schedule: Schedule | None
+    """The schedule (None when no schedule fits)."""
+
+    def as_dict(self) -> dict[str, object]:
+        """The row's figures as plain values (no schedule)."""
+        return {"placement": self.placement, "mem_limit": self.mem_limit, "factor": self.factor,
+                "paper_bubble": self.paper_bubble, "bubble_rate": self.bubble_rate, "status": self.status,
+                "gap": self.gap}
+
+
+@dataclass(frozen=True)
+class FamilyPoint:
+    """A handcrafted family's schedule: its peak memory and bubble."""
+
+    name: str
+    placement: str
+    peak_memory: float
+    factor: float
+    """peak_memory / 1F1B's peak."""
+    paper_bubble: float
+
+    def as_dict(self) -> dict[str, object]:
+        """The point as plain values."""
+        return {"name": self.name, "placement": self.placement, "peak_memory": self.peak_memory,
+                "factor": self.factor, "paper_bubble": self.paper_bubble}
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Frontier rows (by placement, then limit) and the families' points."""
+
+    rows: tuple[FrontierRow, ...]
+    families: tuple[FamilyPoint, ...]
+    reference_peak: float
+    """1F1B's peak memory: the unit of ``factor``."""
+
+    def to_json(self) -> dict[str, object]:
+        """Rows and family points as plain values."""
+        return {"reference_peak": self.reference_peak, "rows": [r.as_dict() for r in self.rows],
+                "families": [f.as_dict() for f in self.families]}
+
+    def figure(self, title: str = "memory-bubble frontier") -> Figure:
+        """Paper bubble against memory factor: one line per placement, families as labelled points."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(7, 4.5), layout="constrained")
+        ax = fig.add_subplot()
+        for placement in dict.fromkeys(r.placement for r in self.rows):
+            pts = [(r.factor, r.paper_bubble) for r in self.rows if r.placement == placement and r.paper_bubble is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=placement)
+        for f in self.families:
+            ax.scatter([f.factor], [f.paper_bubble], marker="x", color="black")
+            ax.annotate(f.name, (f.factor, f.paper_bubble), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("memory limit / 1F1B's peak")
+        ax.set_ylabel("paper bubble rate")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        return fig
+
+    def save_chart(self, path: str | Path, title: str = "memory-bubble frontier") -> None:
+        """Write the figure (.png, .svg or .pdf)."""
+        self.figure(title).savefig(Path(path))
+
+
+def stage_profile(profile: Profile, num_devices: int, chunks: int = CHUNKS) -> Profile:
+    """One stage per device: a ``chunks * num_devices``-stage profile with each run of ``chunks`` consecutive
+    stages merged (times and memory summed); any other profile as given."""
+    if profile.num_stages != chunks * num_devices or chunks == 1:
+        return profile
+    data = profile.model_dump()
+    for name in STAGE_FIELDS:
+        data[name] = [sum(profile.stage_value(name, s * chunks + c) for c in range(chunks))
+                      for s in range(num_devices)]
+    return Profile(**data)
+
+
+def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
+               time_limit: float) -> tuple[str, Schedule | None, float, str, float]:
+    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap)."""
+    try:
+        result = solve(profile, limit, num_microbatches=m, num_devices=p, placement=placement,
+                       time_limit=time_limit, workers=1, chunks=CHUNKS)
+    except InfeasibleError:
+        return placement, None, math.inf, "infeasible", math.nan
+    return placement, result.schedule, result.lower_bound, result.status, result.gap
+
+
+def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches: int, num_devices: int | None = None,
+             placements: Sequence[str] = ("sequential", "vshape"), time_limit: float = 30.0,
+             jobs: int | None = None) -> Frontier:
+    """Solve every (placement, memory limit) pair, ``jobs`` at a time in spawned processes (default: all
+    cores). ``profile`` has one stage per device, is scalar, or has two chunk stages per device (merged
+    for the sequential placement and for 1F1B's reference peak)."""
+    p = num_devices if num_devices is not None else profile.num_stages
+    if p is None:
+        raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
+    if isinstance(jobs, bool) or jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise InputError(f"jobs = {jobs!r} must be an integer >= 1 (smallest valid: 1) or None")
+    for name in placements:
+        if name not in SUPPORTED_PLACEMENTS:
+            raise InputError(f"placement = {name!r} is not supported; choose from {', '.join(SUPPORTED_PLACEMENTS)}")
+    limits = sorted(set(mem_limits))
+    if not limits:
+        raise InputError("mem_limits is empty: give at least one memory limit")
+    for x in limits:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or not math.isfinite(x):
+            raise InputError(f"mem_limit = {x!r} must be a positive number")
+    m = num_microbatches
+    merged = stage_profile(profile, p)
+    peak = reference_peak(merged, p, m)
+    tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
+             for name in placements for x in limits]
+    with ProcessPoolExecutor(max_workers=min(len(tasks), jobs or os.cpu_count() or 1),
+                             mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(_solve_one, *zip(*tasks)))
+    rows = []
+    for k, name in enumerate(placements):
+        best: Schedule | None = None
+        for j, x in enumerate(limits):
+            _, schedule, bound, status, gap = results[k * len(limits) + j]
+            carried = best is not None and (schedule is None or max(simulate(best).span) < max(simulate(schedule).span))
+            if carried:
+                schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
+                status = "carried"
+            if schedule is None:
+                rows.append(FrontierRow(name, x, x / peak, None, None, "infeasible", None, None))
+                continue
+            timeline = simulate(schedule)
+            span = max(timeline.span)
+            if carried:
+                gap = max(0.0, (span - bound) / span) if math.isfinite(bound) else None
+            rows.append(FrontierRow(name, x, x / peak, timeline.paper_bubble, timeline.bubble_rate, status, gap,
+                                    schedule))
+            best = schedule
+    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak)
+
+
+def _family_points(profile: Profile, merged: Profile, p: int, m: int, placements: Sequence[str],
+                   peak: float) -> list[FamilyPoint]:
+    points = []
+    for placement in placements:
+        for name in FAMILY_POINTS.get(placement, ()):
+            try:
+                timeline = simulate(make_schedule(name, merged if placement == "sequential" else profile, p, m))
+            except ZbsolveError:
+                continue
+            points.append(FamilyPoint(name, placement, timeline.peak, timeline.peak / peak, timeline.paper_bubble))
+    return points
+
