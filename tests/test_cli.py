@@ -68,7 +68,7 @@ def test_compare_lists_every_family():
 def test_every_command_has_help_with_an_example():
     from zbsolve.cli import app
     names = [c.name or c.callback.__name__ for c in app.registered_commands]
-    assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize"} <= set(names)
+    assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize", "frontier"} <= set(names)
     for name in names:
         run = zbsolve(name, "--help")
         assert run.returncode == 0 and "Example: zbsolve " + name in " ".join(run.stdout.split()), name
