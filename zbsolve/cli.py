@@ -277,7 +277,7 @@ def run(
         table.add_column(col, justify="right")
     for row in report_table(rows):
         table.add_row(*row)
-    out.print(table)
+    Console(width=max(out.width, 180)).print(table)
 
 
 @app.command()
