@@ -71,7 +71,8 @@ def test_interrupt_keeps_finished_results_and_resumes(tmp_path):
     grid = _write_grid(tmp_path, {"mem_factor": [2.0], "solver": ["cpsat"], "time_limit": [3], "seed": [0, 1, 2, 3]})
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "zbsolve", "grid", str(grid), "-o", str(out), "-j", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
         time.sleep(0.2)

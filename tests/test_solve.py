@@ -159,8 +159,12 @@ def test_ctrl_c_returns_the_best_schedule_so_far(monkeypatch):
         return run_backend(*args, **kwargs)
 
     monkeypatch.setattr(solve_module, "_run_backend", interrupt_soon)
-    result = solve(problem.profile, 2 * p * problem.profile.mem_f, num_microbatches=problem.num_microbatches,
-                   num_devices=p, time_limit=60, workers=1)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner started in the background ignores it
+    try:
+        result = solve(problem.profile, 2 * p * problem.profile.mem_f, num_microbatches=problem.num_microbatches,
+                       num_devices=p, time_limit=60, workers=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _check(result)
     assert timers and "interrupted" in result.solver_log
     assert result.status in ("feasible", "heuristic")
