@@ -21,6 +21,8 @@ app = typer.Typer(help="Find and check pipeline-parallel training schedules (zer
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 out = Console()
 err = Console(stderr=True)
+wide = Console(width=max(out.width, 180))
+"""For tables with many columns, which a narrow or non-terminal output would squeeze."""
 
 STAGES = typer.Option(..., "--stages", "-p", min=1, help="Number of pipeline devices p.")
 MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
@@ -277,7 +279,7 @@ def run(
         table.add_column(col, justify="right")
     for row in report_table(rows):
         table.add_row(*row)
-    Console(width=max(out.width, 180)).print(table)
+    wide.print(table)
 
 
 @app.command()
@@ -422,7 +424,7 @@ def frontier(
     for f in result.families:
         table.add_row(f"{f.name} ({f.placement})", f"{f.factor:.3g}", f"{f.peak_memory:g}", _opt(f.paper_bubble),
                       "", "family", "")
-    out.print(table)
+    wide.print(table)
 
 
 def _opt(value: Optional[float]) -> str:
