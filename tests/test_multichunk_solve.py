@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 
@@ -26,12 +25,7 @@ def better_exists(form: Formulation, target: int) -> bool:
     (each tuple of per-device orders is reached once, timed as soon as possible); a branch stops when a
     device's free time plus its remaining work reaches ``target``."""
     n, p = len(form.passes), form.num_devices
-    preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for a, b, lag in form.edges:
-        preds[b].append((a, lag))
-    for chain in form.chains:
-        for a, b in itertools.pairwise(chain):
-            preds[b].append((a, 0))
+    preds = form.predecessors()
     local = [[a for a, _ in preds[i] if form.device[a] == form.device[i]] for i in range(n)]
     mine = form.device_passes()
     start: list[int | None] = [None] * n

@@ -71,8 +71,7 @@ def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
     others = [form.index_of(F, 0, s) for s in stages[1:]] + [form.index_of(B, 0, s) for s in stages]
     head = max(0, min(form.earliest[i] for i in others) - form.earliest[form.first[d]] - _warmup_room(form, d) * tf)
     path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
-    lag = {(a, b): x for a, b, x in form.edges}
-    trip = sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
+    trip = _path_time(form, path)
     tb = form.duration[form.index_of(B, 0, s1)]
     tw = max(form.duration[form.index_of(W, 0, s)] for s in stages)
     mf = form.mem_delta[form.index_of(F, 0, s1)]
@@ -153,9 +152,14 @@ def warmup_bound(form: Formulation, time_limit: float, workers: int) -> int:
 def _round_trip(form: Formulation, stage: int) -> int:
     """Least time from the end of the last microbatch's F to the start of its B on ``stage``."""
     m = form.num_microbatches
-    lag = {(a, b): x for a, b, x in form.edges}
     path = [form.index_of(F, m - 1, s) for s in range(stage, form.placement.num_stages)]
     path += [form.index_of(B, m - 1, s) for s in range(form.placement.num_stages - 1, stage - 1, -1)]
+    return _path_time(form, path)
+
+
+def _path_time(form: Formulation, path: list[int]) -> int:
+    """Least time from the end of ``path[0]`` to the start of ``path[-1]`` along dependency edges."""
+    lag = {(a, b): x for a, b, x in form.edges}
     return sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
 
 

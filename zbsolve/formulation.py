@@ -125,6 +125,10 @@ class Formulation:
             order.append([next(sorted_slots[(self.passes[i].kind, self.passes[i].stage)]) for i in idx])
         return order
 
+    def predecessors(self) -> list[list[tuple[int, int]]]:
+        """Per pass, its (predecessor, lag) pairs: dependency edges and same-kind chain order (lag 0)."""
+        return predecessors(len(self.passes), self.edges, self.chains)
+
     def asap(self, order: Sequence[Sequence[int]]) -> list[int]:
         """Scaled as-soon-as-possible start of every pass for per-device ``order``; raise on deadlock."""
         preds: list[list[tuple[int, int]]] = [[] for _ in self.passes]
@@ -293,12 +297,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
                          else (_index(F, mb, s, m, S), _index(B, mb, s, m, S)))
             edges += [(a, b, comm if device[a] != device[b] else 0) for a, b in pairs]
     chains = tuple(tuple(_index(k, mb, s, m, S) for mb in range(m)) for k in (F, B, W) for s in range(S))
-    preds: list[list[tuple[int, int]]] = [[] for _ in passes]
-    for a, b, lag in edges:
-        preds[b].append((a, lag))
-    for chain in chains:
-        for a, b in itertools.pairwise(chain):
-            preds[b].append((a, 0))
+    preds = predecessors(len(passes), edges, chains)
     es = _longest(preds, duration, [0] * len(passes))
     before = _certain_work(passes, duration, m, S, before=True)
     es = _longest(preds, duration, [es[_index(F, 0, q.stage, m, S)] + w for q, w in zip(passes, before)])
@@ -310,6 +309,18 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
                        objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta),
                        tuple(_scaled_limit(x, unit) for x in limits), scale, exact, unit,
                        tuple(edges), chains, tuple(es), tuple(first), tuple(last))
+
+
+def predecessors(n: int, edges: Sequence[tuple[int, int, int]],
+                 chains: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]]:
+    """Per pass of ``n``, its (predecessor, lag) pairs from dependency ``edges`` and ``chains`` (lag 0)."""
+    preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for a, b, lag in edges:
+        preds[b].append((a, lag))
+    for chain in chains:
+        for a, b in itertools.pairwise(chain):
+            preds[b].append((a, 0))
+    return preds
 
 
 def _longest(preds: Sequence[Sequence[tuple[int, int]]], duration: Sequence[int], floor: Sequence[int]) -> list[int]:

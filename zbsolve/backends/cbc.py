@@ -18,14 +18,8 @@ from zbsolve.schedule import F
 def _ancestors(form: Formulation) -> list[int]:
     """Per pass, a bitset of the passes that must precede it (edges and chains, transitively)."""
     anc = [0] * len(form.passes)
-    preds: list[list[int]] = [[] for _ in form.passes]
-    for a, b, _ in form.edges:
-        preds[b].append(a)
-    for chain in form.chains:
-        for a, b in itertools.pairwise(chain):
-            preds[b].append(a)
-    for i, ps in enumerate(preds):
-        for a in ps:
+    for i, ps in enumerate(form.predecessors()):
+        for a, _ in ps:
             anc[i] |= anc[a] | (1 << a)
     return anc
 

@@ -4,7 +4,6 @@ stays fixed (passes after the window are timed exactly by max-plus propagation).
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import threading
@@ -69,12 +68,7 @@ class _Window:
         where = self.where = [_PRE if start[i] < t0 else _WIN if start[i] < t1 else _POST for i in range(n)]
         self.position = {i: k for seq in order for k, i in enumerate(seq)}
         end_const = [start[i] + dur[i] for i in range(n)]
-        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for a, b, lag in form.edges:
-            preds[b].append((a, lag))
-        for chain in form.chains:
-            for a, b in itertools.pairwise(chain):
-                preds[b].append((a, 0))
+        preds = form.predecessors()
         win = sorted(i for i in range(n) if where[i] == _WIN)
         self.size = len(win)
         sources, vec, const = self._propagate(start, end_const, preds)
