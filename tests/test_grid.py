@@ -129,3 +129,12 @@ def test_dask_local_cluster_matches_local_run(tmp_path):
     for key, record in remote.items():
         assert record["status"] == local[key]["status"]
         assert record["figures"]["paper_bubble"] == pytest.approx(local[key]["figures"]["paper_bubble"])
+
+
+def test_identical_jobs_run_once(tmp_path):
+    grid = _write_grid(tmp_path, {"stages": [2], "microbatches": [4], "seed": [0, 0], "time_limit": [5]},
+                       profile={"t_f": 1, "t_b": 1, "t_w": 1})
+    jobs = expand(Grid.load(grid))
+    assert len(jobs) == 2 and jobs[0].key == jobs[1].key
+    records = list(solve_grid(jobs, output=tmp_path / "r.jsonl"))
+    assert len(records) == 1 == len(read_results(tmp_path / "r.jsonl"))

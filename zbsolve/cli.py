@@ -188,10 +188,9 @@ def solve(
 
     prob = Problem.load(problem)
     reference = stage_profile(prob.profile, prob.num_devices, chunks)
-    if mem_limit is not None or mem_factor is not None:
-        limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, mem_limit, mem_factor)
-    else:
-        limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, prob.mem_limit, prob.mem_factor)
+    given = (mem_limit, mem_factor) if mem_limit is not None or mem_factor is not None else \
+        (prob.mem_limit, prob.mem_factor)
+    limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, *given)
     result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
                        placement=placement or prob.placement, solver=solver, time_limit=time_limit,
                        objective=objective, workers=workers, seed=seed, chunks=chunks)
@@ -329,17 +328,18 @@ def grid(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from zbsolve.grid import Grid, pending, read_results, solve_grid, write_summary
+    from zbsolve.grid import Grid, expand, pending, read_results, solve_grid, write_summary
 
     spec = Grid.load(file)
-    total, done = pending(spec, output)
+    job_list = expand(spec)
+    total, done = pending(job_list, output)
     failures = 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[fail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=err, disable=quiet) as progress:
         task = progress.add_task(spec.name, total=total, completed=done, fail="0 failed")
         try:
-            for record in solve_grid(spec, jobs=jobs, executor=executor, output=output, schedules_dir=schedules):
+            for record in solve_grid(job_list, jobs=jobs, executor=executor, output=output, schedules_dir=schedules):
                 failures += record["status"] == "error"
                 progress.update(task, advance=1, fail=f"{failures} failed")
         except KeyboardInterrupt:

@@ -267,7 +267,12 @@ def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: Union[str
     results = ResultsFile(output) if output is not None else None
     if schedules_dir is not None:
         Path(schedules_dir).mkdir(parents=True, exist_ok=True)
-    todo = [j for j in job_list if results is None or j.key not in results.done]
+    seen = set() if results is None else set(results.done)
+    todo = []
+    for job in job_list:
+        if job.key not in seen:
+            seen.add(job.key)
+            todo.append(job)
     pool, release = make_executor(executor, jobs)
     futures = [pool.submit(run_job, job, None if schedules_dir is None else str(schedules_dir)) for job in todo]
     finished = False
@@ -286,9 +291,9 @@ def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: Union[str
             results.close()
 
 
-def pending(grid: Grid, output: str | Path | None) -> tuple[int, int]:
-    """(jobs in the grid, jobs already in ``output``)."""
-    keys = {j.key for j in expand(grid)}
+def pending(jobs: Iterable[Job], output: str | Path | None) -> tuple[int, int]:
+    """(distinct jobs, of those already in ``output``)."""
+    keys = {j.key for j in jobs}
     done = {r["hash"] for r in read_results(output)} if output is not None else set()
     return len(keys), len(keys & done)
 
