@@ -172,22 +172,23 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
     rows = []
     for k, name in enumerate(placements):
         best: Schedule | None = None
+        best_span = math.inf
         for j, x in enumerate(limits):
             _, schedule, bound, status, gap = results[k * len(limits) + j]
-            carried = best is not None and (schedule is None or max(simulate(best).span) < max(simulate(schedule).span))
+            timeline = simulate(schedule) if schedule is not None else None
+            carried = best is not None and (timeline is None or best_span < max(timeline.span))
             if carried:
                 schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
-                status = "carried"
-            if schedule is None:
+                timeline, status = simulate(schedule), "carried"
+            if schedule is None or timeline is None:
                 rows.append(FrontierRow(name, x, x / peak, None, None, "infeasible", None, None))
                 continue
-            timeline = simulate(schedule)
             span = max(timeline.span)
             if carried:
                 gap = max(0.0, (span - bound) / span) if math.isfinite(bound) else None
             rows.append(FrontierRow(name, x, x / peak, timeline.paper_bubble, timeline.bubble_rate, status, gap,
                                     schedule))
-            best = schedule
+            best, best_span = schedule, span
     return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak)
 
 
