@@ -29,6 +29,7 @@ from zbsolve.placement import PLACEMENTS, Placement, make_placement, sequential
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import Timeline, simulate
+from zbsolve.vgreedy import v_greedy
 
 SOLVERS = ("cpsat", "cbc", "heuristic")
 SUPPORTED_PLACEMENTS = ("sequential", "interleaved", "vshape")
@@ -159,10 +160,18 @@ def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, nu
 
 def _warm_start(profile: Profile, layout: Placement, families: Sequence[str], m: int,
                 mem_limit: float | Sequence[float] | None, kind: str, log: list[str]) -> Timeline:
-    """The best of the heuristic and the handcrafted ``families`` that fit the memory limit."""
+    """The best of the heuristic, the V-shape greedy (with the V families) and the handcrafted ``families``
+    that fit the memory limit."""
     p = layout.num_devices
     best = simulate(heuristic(profile, layout, m, mem_limit))
     log.append(f"heuristic: objective {_objective(best, kind):.6g}")
+    if "zb-v" in families:
+        greedy = v_greedy(profile, p, m, mem_limit)
+        if greedy is not None:
+            candidate = simulate(greedy)
+            log.append(f"v-greedy: objective {_objective(candidate, kind):.6g}")
+            if _objective(candidate, kind) < _objective(best, kind):
+                best = candidate
     for name in families:
         if name not in FAMILIES:
             continue
