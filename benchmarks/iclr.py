@@ -1,9 +1,11 @@
 """The optimizer on the Zero Bubble paper's twelve settings (problems/iclr) at 1F1B memory (p * M_B,
 the paper's ZB-1p) and twice that (2p * M_B, ZB-2p): paper bubble rates of 1F1B, ZB-H1/ZB-H2, the
 heuristic, CP-SAT (and CBC with --cbc) beside the published figure, with the lower bound, the gap
-and the solve time.
+and the solve time. With --vshape, also CP-SAT on the V-shape placement at the same memory (each stage's
+costs split over its two chunks).
 
-Run: .venv/bin/python benchmarks/iclr.py [--time-limit 120] [--rows 1.5b] [--limits 1,2] [--cbc] [--json out.json]
+Run: .venv/bin/python benchmarks/iclr.py [--time-limit 120] [--rows 1.5b] [--limits 1,2] [--cbc] [--vshape]
+     [--json out.json]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _family(name: str, problem: Problem, limit: float) -> float | None:
         return None
 
 
-def run_row(problem: Problem, factor: int, time_limit: float, workers: int | None, cbc: bool) -> dict:
+def run_row(problem: Problem, factor: int, time_limit: float, workers: int | None, cbc: bool, vshape: bool) -> dict:
     """Every figure of one setting at memory limit ``factor * p * M_B``."""
     p, m = problem.num_devices, problem.num_microbatches
     profile = problem.profile.expand(p)
@@ -59,6 +61,9 @@ def run_row(problem: Problem, factor: int, time_limit: float, workers: int | Non
     if cbc:
         other = solve(profile, limit, num_microbatches=m, solver="cbc", time_limit=time_limit, workers=workers)
         row.update(cbc=other.paper_bubble, cbc_status=other.status, cbc_s=other.solve_time)
+    if vshape:
+        v = solve(profile, limit, num_microbatches=m, placement="vshape", time_limit=time_limit, workers=workers)
+        row.update(vshape=v.paper_bubble, v_gap=v.gap, v_s=v.solve_time)
     return row
 
 
@@ -76,19 +81,21 @@ def main() -> None:
     parser.add_argument("--limits", default="1,2", help="memory factors (of p * M_B) to run")
     parser.add_argument("--workers", type=int, default=None, help="CP-SAT threads (default: all cores)")
     parser.add_argument("--cbc", action="store_true", help="also run CBC")
+    parser.add_argument("--vshape", action="store_true", help="also solve with the V-shape placement")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args()
     factors = [int(x) for x in args.limits.split(",")]
     problems = [Problem.load(path) for path in sorted((ROOT / "problems" / "iclr").glob("*.yaml"))
                 if args.rows in path.stem]
     columns = ["row", "limit", "1f1b", "zb-h", "heuristic", "cpsat", "published", "lower_bound", "gap", "status",
-               "solve_s"] + (["cbc", "cbc_status", "cbc_s"] if args.cbc else [])
+               "solve_s"] + (["cbc", "cbc_status", "cbc_s"] if args.cbc else []) + (
+                   ["vshape", "v_gap", "v_s"] if args.vshape else [])
     table = Table(*columns, title="paper bubble rate: zbsolve vs the Zero Bubble paper (zb-h: ZB-H1 at 1p, ZB-H2 at 2p)")
     console = Console(width=200)
     rows = []
     for problem in problems:
         for factor in factors:
-            row = run_row(problem, factor, args.time_limit, args.workers, args.cbc)
+            row = run_row(problem, factor, args.time_limit, args.workers, args.cbc, args.vshape)
             rows.append(row)
             table.add_row(*(_cell(row.get(c)) for c in columns))
             console.print(" ".join(f"{c}={_cell(row.get(c))}" for c in columns))

@@ -52,15 +52,18 @@ def main() -> None:
     table = Table(title=f"V-shape placement, paper bubble (time limit {args.time_limit:g}s)")
     for col in ("setting", "budget", "x 1F1B", "published", "zbsolve", "bound", "gap", "status", "time s"):
         table.add_column(col, justify="left" if col in ("setting", "budget", "status") else "right")
+    console = Console(width=160)
     rows = []
     for problem in problems:
         for name in BUDGETS:
             row = run_row(problem, name, args.time_limit, args.workers)
             rows.append(row)
-            table.add_row(row["row"], name, f"{row['share']:.3f}", "-" if row["published"] is None else f"{row['published']:.4f}",
-                          f"{row['zbsolve']:.4f}", f"{row['bound']:.4f}", f"{row['gap']:.4f}", row["status"],
-                          f"{row['seconds']:.1f}")
-    Console(width=160).print(table)
+            cells = (row["row"], name, f"{row['share']:.3f}",
+                     "-" if row["published"] is None else f"{row['published']:.4f}", f"{row['zbsolve']:.4f}",
+                     f"{row['bound']:.4f}", f"{row['gap']:.4f}", row["status"], f"{row['seconds']:.1f}")
+            table.add_row(*cells)
+            console.print(" ".join(cells))
+    console.print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -148,6 +148,7 @@ def test_chunk_profile_and_stage_profile_give_the_same_problem():
     ({"chunks": 0}, "chunks = 0 .*smallest valid: 1"), ({"chunks": 3}, "chunks = 3 .*even.*smallest valid: 2"),
     ({"chunks": 1.5}, "chunks"), ({"profile": Profile(t_f=[1.0, 1.0, 1.0])}, "3 stages.*give 2 or 4"),
     ({"placement": "bidirectional"}, "placement"),
+    ({"placement": "sequential", "profile": Profile(t_f=[1.0] * 4)}, "4 stages.*chunks=2"),
 ])
 def test_bad_multichunk_input_names_the_value(kwargs, message):
     args = {"profile": UNIT, "placement": "vshape", "num_devices": 2, **kwargs}

@@ -153,8 +153,12 @@ def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, nu
         raise InputError(f"num_devices = {num_devices!r} must be an integer >= 1")
     stages = (None, num_devices) if placement == "sequential" else (None, num_devices, chunks * num_devices)
     if profile.num_stages not in stages:
-        raise InputError(f"num_devices = {num_devices}, but the profile has {profile.num_stages} stages"
-                         + ("" if placement == "sequential" else f" (give {num_devices} or {chunks * num_devices})"))
+        n = profile.num_stages
+        hint = (f"; a {n}-stage profile over {num_devices} devices is one of {n // num_devices} chunks: "
+                f"placement='vshape' or 'interleaved' with chunks={n // num_devices}"
+                if placement == "sequential" and n % num_devices == 0 and n > num_devices else "")
+        raise InputError(f"num_devices = {num_devices}, but the profile has {n} stages"
+                         + (hint if placement == "sequential" else f" (give {num_devices} or {chunks * num_devices})"))
     return num_devices
 
 
