@@ -71,3 +71,28 @@ def test_cli_writes_json_and_chart(tmp_path):
     assert chart.read_bytes()[:4] == b"\x89PNG"
     bad = CliRunner().invoke(app, ["frontier", str(problem), "--factors", "0,1"])
     assert bad.exit_code == 2 and "0" in bad.output
+
+
+def test_progress_counts_every_solve():
+    calls = []
+    frontier(UNIT, [2.0, 4.0], num_microbatches=4, num_devices=2, time_limit=2, jobs=2,
+             progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_interrupt_keeps_the_finished_solves():
+    """Ctrl-C (here raised by the progress callback after the first solve) returns that solve's row; the
+    unfinished rows are "interrupted", or "carried" when a smaller limit's schedule fits."""
+    def stop(done, total):
+        raise KeyboardInterrupt
+
+    result = frontier(SKEWED_3, [1.5, 3.0, 4.5], num_microbatches=5, time_limit=5, jobs=1, progress=stop)
+    assert result.interrupted and result.to_json()["interrupted"]
+    solved = [r for r in result.rows if r.status not in ("interrupted", "carried")]
+    assert len(solved) == 1
+    assert {r.status for r in result.rows} - {"interrupted", "carried"} == {solved[0].status}
+    for r in result.rows:
+        if r.schedule is not None:
+            assert simulate(r.schedule).peak <= r.mem_limit + 1e-9
+        else:
+            assert r.status == "interrupted" and r.paper_bubble is None

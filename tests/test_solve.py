@@ -185,3 +185,13 @@ def test_a_worse_or_failed_solver_falls_back_to_the_warm_start(monkeypatch, foun
     warm = simulate(heuristic(problem.profile.expand(p), sequential(p), m, limit))
     assert result.status == "heuristic" and result.objective <= max(warm.span)
     assert result.gap > 0 and "stub" in result.solver_log
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "cbc"])
+def test_progress_hears_every_log_line_as_it_comes(solver):
+    lines: list[str] = []
+    result = solve(UNEVEN, [2.0, 2.0, 4.0], num_microbatches=4, solver=solver, time_limit=20, workers=1,
+                   progress=lines.append)
+    _check(result)
+    assert "\n".join(lines) == result.solver_log
+    assert lines[0].startswith("heuristic") and (solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveEr
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.profile import UNIT, Profile
 from zbsolve.simulator import Timeline, simulate
+
+if TYPE_CHECKING:
+    from zbsolve.frontier import Frontier
 
 app = typer.Typer(help="Find and check pipeline-parallel training schedules (zero bubble).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -182,6 +185,8 @@ def solve(
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     from zbsolve.frontier import stage_profile
     from zbsolve.problem import Problem, resolve_limit
     from zbsolve.solve import solve as run_solve
@@ -191,9 +196,13 @@ def solve(
     given = (mem_limit, mem_factor) if mem_limit is not None or mem_factor is not None else \
         (prob.mem_limit, prob.mem_factor)
     limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, *given)
-    result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
-                       placement=placement or prob.placement, solver=solver, time_limit=time_limit,
-                       objective=objective, workers=workers, seed=seed, chunks=chunks)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
+    with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
+        task = bar.add_task(f"{prob.name}: {solver}, limit {time_limit:g}s", total=None, line="")
+        result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
+                           placement=placement or prob.placement, solver=solver, time_limit=time_limit,
+                           objective=objective, workers=workers, seed=seed, chunks=chunks,
+                           progress=lambda line: bar.update(task, line=line[:100]))
     if output:
         result.to_json(output)
     if chart:
@@ -385,12 +394,16 @@ def frontier(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png or .svg)."),
-    as_json: bool = JSON,
+    as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """The best paper bubble at each memory limit, per placement, beside the handcrafted families.
 
+    Ctrl-C stops the solves still running and prints (and writes) the finished ones.
+
     Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from zbsolve.frontier import frontier as run_frontier
     from zbsolve.frontier import stage_profile
     from zbsolve.problem import Problem, reference_peak
@@ -404,18 +417,31 @@ def frontier(
         if not x > 0:
             raise InputError(f"--factors: memory factor {x:g} must be > 0")
     peak = reference_peak(stage_profile(prob.profile, prob.num_devices), prob.num_devices, prob.num_microbatches)
-    result = run_frontier(prob.profile, [x * peak for x in values], num_microbatches=prob.num_microbatches,
-                          num_devices=prob.num_devices, placements=tuple(x.strip() for x in placements.split(",")),
-                          time_limit=time_limit, jobs=jobs)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=quiet or as_json) as bar:
+        task = bar.add_task(f"{prob.name}: solves", total=None)
+        result = run_frontier(prob.profile, [x * peak for x in values], num_microbatches=prob.num_microbatches,
+                              num_devices=prob.num_devices, placements=tuple(x.strip() for x in placements.split(",")),
+                              time_limit=time_limit, jobs=jobs,
+                              progress=lambda done, total: bar.update(task, completed=done, total=total))
     doc = {"problem": prob.name, **result.to_json()}
     if output:
         output.write_text(json.dumps(doc, indent=1) + "\n")
     if chart:
         result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
+    if result.interrupted:
+        err.print("interrupted: the rows below are the solves that finished")
     if as_json:
         print(json.dumps(doc, indent=1))
-        return
-    table = Table(title=f"{prob.name}: memory-bubble frontier (1F1B peak {peak:g})")
+    elif not quiet:
+        _frontier_table(prob.name, peak, result)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+def _frontier_table(name: str, peak: float, result: Frontier) -> None:
+    """Print the frontier's rows and family points."""
+    table = Table(title=f"{name}: memory-bubble frontier (1F1B peak {peak:g})")
     for col in ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap"):
         table.add_column(col, justify="left" if col in ("placement", "status") else "right")
     for r in result.rows:

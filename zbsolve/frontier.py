@@ -3,15 +3,16 @@ beside the handcrafted families as (peak memory, bubble) points.
 
 Independent solves run in parallel processes (spawned, one solver thread each). A schedule found under
 a smaller limit also fits every larger one, so each placement's frontier is made non-increasing in memory
-by carrying the better schedule up.
+by carrying the better schedule up. A ``progress`` callback hears of every finished solve; Ctrl-C stops the
+solves still running and keeps the finished ones (the others are rows with status "interrupted").
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.families import make_schedule
+from zbsolve.grid import shutdown_pool
 from zbsolve.problem import reference_peak
 from zbsolve.profile import STAGE_FIELDS, Profile
 from zbsolve.schedule import Schedule, build
@@ -49,7 +51,7 @@ class FrontierRow:
     bubble_rate: float | None
     """1 - total work / (devices x makespan); None when no schedule fits."""
     status: str
-    """solve()'s status, "infeasible", or "carried" (a smaller limit's schedule was better)."""
+    """solve()'s status, "infeasible", "carried" (a smaller limit's schedule was better) or "interrupted"."""
     gap: float | None
     """Relative gap to the limit's lower bound; None when no schedule fits."""
     schedule: Schedule | None
@@ -87,11 +89,13 @@ class Frontier:
     families: tuple[FamilyPoint, ...]
     reference_peak: float
     """1F1B's peak memory: the unit of ``factor``."""
+    interrupted: bool = False
+    """Whether Ctrl-C stopped some solves (their rows have status "interrupted" unless carried)."""
 
     def to_json(self) -> dict[str, object]:
         """Rows and family points as plain values."""
-        return {"reference_peak": self.reference_peak, "rows": [r.as_dict() for r in self.rows],
-                "families": [f.as_dict() for f in self.families]}
+        return {"reference_peak": self.reference_peak, "interrupted": self.interrupted,
+                "rows": [r.as_dict() for r in self.rows], "families": [f.as_dict() for f in self.families]}
 
     def figure(self, title: str = "memory-bubble frontier") -> Figure:
         """Paper bubble against memory factor: one line per placement, families as labelled points."""
@@ -143,10 +147,11 @@ def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
 
 def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches: int, num_devices: int | None = None,
              placements: Sequence[str] = ("sequential", "vshape"), time_limit: float = 30.0,
-             jobs: int | None = None) -> Frontier:
+             jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> Frontier:
     """Solve every (placement, memory limit) pair, ``jobs`` at a time in spawned processes (default: all
-    cores). ``profile`` has one stage per device, is scalar, or has two chunk stages per device (merged
-    for the sequential placement and for 1F1B's reference peak)."""
+    cores); ``progress(done, total)`` is called as solves finish. ``profile`` has one stage per device, is
+    scalar, or has two chunk stages per device (merged for the sequential placement and for 1F1B's
+    reference peak). Ctrl-C returns the finished solves with ``interrupted`` set."""
     p = num_devices if num_devices is not None else profile.num_stages
     if p is None:
         raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
@@ -166,22 +171,33 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
     peak = reference_peak(merged, p, m)
     tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
              for name in placements for x in limits]
-    with ProcessPoolExecutor(max_workers=min(len(tasks), jobs or os.cpu_count() or 1),
-                             mp_context=get_context("spawn")) as pool:
-        results = list(pool.map(_solve_one, *zip(*tasks)))
+    results: dict[int, tuple[str, Schedule | None, float, str, float]] = {}
+    pool = ProcessPoolExecutor(max_workers=min(len(tasks), jobs or os.cpu_count() or 1), mp_context=get_context("spawn"))
+    interrupted = False
+    try:
+        futures = {pool.submit(_solve_one, *task): k for k, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if progress is not None:
+                progress(len(results), len(tasks))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        shutdown_pool(pool, not interrupted)
     rows = []
     for k, name in enumerate(placements):
         best: Schedule | None = None
         best_span = math.inf
         for j, x in enumerate(limits):
-            _, schedule, bound, status, gap = results[k * len(limits) + j]
+            _, schedule, bound, status, gap = results.get(k * len(limits) + j,
+                                                          (name, None, math.inf, "interrupted", math.nan))
             timeline = simulate(schedule) if schedule is not None else None
             carried = best is not None and (timeline is None or best_span < max(timeline.span))
             if carried:
                 schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
                 timeline, status = simulate(schedule), "carried"
             if schedule is None or timeline is None:
-                rows.append(FrontierRow(name, x, x / peak, None, None, "infeasible", None, None))
+                rows.append(FrontierRow(name, x, x / peak, None, None, status, None, None))
                 continue
             span = max(timeline.span)
             if carried:
@@ -189,7 +205,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
             rows.append(FrontierRow(name, x, x / peak, timeline.paper_bubble, timeline.bubble_rate, status, gap,
                                     schedule))
             best, best_span = schedule, span
-    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak)
+    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)
 
 
 def _family_points(profile: Profile, merged: Profile, p: int, m: int, placements: Sequence[str],

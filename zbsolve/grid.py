@@ -224,7 +224,7 @@ class ResultsFile:
         self._file.close()
 
 
-def _shutdown(pool: cf.ProcessPoolExecutor, finished: bool) -> None:
+def shutdown_pool(pool: cf.ProcessPoolExecutor, finished: bool) -> None:
     """Shut the pool down; when interrupted, stop the jobs still running instead of waiting for them."""
     workers = list((pool._processes or {}).values())  # shutdown() forgets them; Python < 3.14 has no public way
     pool.shutdown(wait=finished, cancel_futures=True)
@@ -240,7 +240,7 @@ def make_executor(spec: Union[str, cf.Executor, None], jobs: int) -> tuple[cf.Ex
         return spec, lambda finished: None
     if spec is None or spec == "local":
         pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        return pool, lambda finished: _shutdown(pool, finished)
+        return pool, lambda finished: shutdown_pool(pool, finished)
     if isinstance(spec, str) and spec.startswith("dask://"):
         try:
             from distributed import Client

@@ -13,11 +13,11 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbsolve.backends import BackendResult
+from zbsolve.backends import BackendResult, Log
 from zbsolve.backends.cpsat import solve_cpsat
 from zbsolve.bound import lower_bound, warmup_bound
 from zbsolve.document import to_document
@@ -191,24 +191,29 @@ def _warm_start(profile: Profile, layout: Placement, families: Sequence[str], m:
 
 
 def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_limit: float, workers: int,
-                 seed: int, lower: int) -> BackendResult:
+                 seed: int, lower: int, report: Callable[[str], None] | None) -> BackendResult:
+    """The backend's result; its log lines go to ``report`` as they come."""
     if solver == "cpsat":
-        return solve_cpsat(form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower)
+        return solve_cpsat(form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
     from zbsolve.backends.cbc import solve_cbc
 
-    return solve_cbc(form, order, time_limit=time_limit, workers=workers, lower=lower)
+    result = solve_cbc(form, order, time_limit=time_limit, workers=workers, lower=lower)
+    if report is not None:
+        report(result.log)
+    return result
 
 
 def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
           num_devices: int | None = None, placement: str = "sequential", solver: str = "cpsat",
           time_limit: float = 60.0, objective: str = "span", workers: int | None = None,
-          seed: int = 0, chunks: int = 2) -> SolveResult:
+          seed: int = 0, chunks: int = 2, progress: Callable[[str], None] | None = None) -> SolveResult:
     """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
     one per device, or None for unlimited). ``placement`` "interleaved" and "vshape" run ``chunks``
     stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    Raises InputError on bad arguments and InfeasibleError (stating the smallest feasible limit) when
-    no schedule fits the limit."""
+    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). Ctrl-C
+    returns the best schedule found so far. Raises InputError on bad arguments and InfeasibleError
+    (stating the smallest feasible limit) when no schedule fits the limit."""
     began = time.monotonic()
     p = _check_inputs(profile, mem_limit, num_microbatches, num_devices, placement, solver, time_limit, objective,
                       workers, chunks)
@@ -221,7 +226,7 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
         profile = profile.per_chunk(p, chunks, f"placement {placement!r}")
         families = WARM_START_FAMILIES.get(placement, ()) if chunks == 2 else ()
     form = formulate(profile, layout, m, mem_limit, objective)
-    log: list[str] = []
+    log = Log(progress)
     if not form.exact_time:
         log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
     warm = _warm_start(form.profile, layout, families, m, mem_limit, objective, log)
@@ -235,10 +240,10 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
             lower = bound = warmup_bound(form, min(BOUND_SHARE * time_limit, BOUND_SECONDS), workers)
             log.append(f"warm-up relaxation bound: {form.to_time(lower):.6g}")
             left = time_limit - (time.monotonic() - began) - min(RESERVE_SHARE * time_limit, RESERVE_SECONDS)
-            result = _run_backend(solver, form, order, left, workers, seed, lower)
+            result = _run_backend(solver, form, order, left, workers, seed, lower, progress)
         except KeyboardInterrupt:
             result = BackendResult(None, False, None, "interrupted before the solver returned", True)
-        log.append(result.log)
+        log.extend([result.log])  # already reported line by line
         if result.interrupted:
             log.append("interrupted: returning the best schedule found so far")
         if result.order is not None:

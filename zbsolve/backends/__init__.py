@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+
+class Log(list[str]):
+    """Solver log lines; each appended line is also passed to ``report`` (when given) as it comes."""
+
+    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+        super().__init__()
+        self.report = report
+
+    def append(self, line: str) -> None:
+        """Add ``line`` and report it."""
+        super().append(line)
+        if self.report is not None:
+            self.report(line)
 
 
 @dataclass(frozen=True)

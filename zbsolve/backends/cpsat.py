@@ -8,12 +8,13 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from zbsolve.backends import BackendResult
+from zbsolve.backends import BackendResult, Log
 from zbsolve.formulation import Formulation
 from zbsolve.schedule import B, F, W
 
@@ -257,11 +258,11 @@ def _solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -
 class _Search:
     """The best order found so far, kept up to date so that Ctrl-C can return it."""
 
-    def __init__(self, form: Formulation, order: list[list[int]]) -> None:
+    def __init__(self, form: Formulation, order: list[list[int]], report: Callable[[str], None] | None) -> None:
         self.form = form
         self.order = order
         self.value, self.total, self.start = self._score(order)
-        self.log: list[str] = []
+        self.log = Log(report)
 
     def _score(self, order: list[list[int]]) -> tuple[int, int, list[int]]:
         start = self.form.asap(order)
@@ -279,10 +280,11 @@ class _Search:
 
 
 def solve_cpsat(form: Formulation, incumbent: list[list[int]], *, time_limit: float, workers: int,
-                seed: int, lower: int) -> BackendResult:
-    """Improve ``incumbent`` (per-device pass orders) within ``time_limit`` seconds; Ctrl-C returns the best so far."""
+                seed: int, lower: int, report: Callable[[str], None] | None = None) -> BackendResult:
+    """Improve ``incumbent`` (per-device pass orders) within ``time_limit`` seconds, passing each log line to
+    ``report`` as it comes; Ctrl-C returns the best so far."""
     deadline = time.monotonic() + time_limit
-    search = _Search(form, incumbent)
+    search = _Search(form, incumbent, report)
     search.log.append(f"warm start objective {search.value}, lower bound {lower}")
     bound: int | None = None
     try:
