@@ -70,6 +70,21 @@ def better_exists(form: Formulation, target: int) -> bool:
     return search()
 
 
+COMM = Profile(t_f=[1.0, 1.0], t_b=[1.0, 1.0], t_w=[0.5, 0.5], t_comm=0.5)
+
+
+@pytest.mark.parametrize("profile, layout, m, limit", [
+    (COMM, vshape(2), 3, 1.0), (COMM, vshape(2), 3, 1.5), (SKEWED, vshape(2), 3, 1.0), (COMM, interleaved(2), 3, 1.0),
+    (SKEWED, vshape(2), 4, 1.5),
+])
+def test_multistage_bound_is_valid_and_above_the_work(profile, layout, m, limit):
+    """No order beats the bound (exhaustive search), and the bound sees idle time beyond the work."""
+    form = formulate(profile.per_chunk(2, 2), layout, m, limit)
+    bound = lower_bound(form)
+    assert bound > max(form.work)
+    assert not better_exists(form, bound)
+
+
 def _check(result: SolveResult, limit: float | None) -> None:
     timeline = simulate(result.schedule)
     assert timeline.end == result.timeline.end and max(timeline.span) == result.objective

@@ -63,13 +63,20 @@ def _device_bounds(form: Formulation) -> list[_DeviceBound | None]:
 
 def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
     """Bound parts of a device running several stages (lowest s1, next s2). Before the earliest start
-    of any pass other than an F of s1 it can only run the F of s1 that fit in memory (head); between
+    of any pass other than an F of s1 it can only run the F of s1 that fit in memory, and before its
+    first B only F of its stages that fit in memory, none longer than its longest F (head); between
     the end of B(m-1, s2) and the start of B(m-1, s1) only pending B of s1 and pending W (tail)."""
     m, stages = form.num_microbatches, sorted({form.passes[i].stage for i in form.device_passes()[d]})
     s1, s2 = stages[0], stages[1]
     tf = form.duration[form.index_of(F, 0, s1)]
+    begin = form.earliest[form.first[d]]
     others = [form.index_of(F, 0, s) for s in stages[1:]] + [form.index_of(B, 0, s) for s in stages]
-    head = max(0, min(form.earliest[i] for i in others) - form.earliest[form.first[d]] - _warmup_room(form, d) * tf)
+    head = max(0, min(form.earliest[i] for i in others) - begin - _warmup_room(form, d) * tf)
+    first_b = min(form.earliest[form.index_of(B, 0, s)] for s in stages)
+    forwards = [form.index_of(F, 0, s) for s in stages]
+    held = [form.mem_delta[i] for i in forwards if form.mem_delta[i] > 0]
+    room = len(stages) * m if form.limit[d] is None or len(held) < len(forwards) else form.limit[d] // min(held)
+    head = max(head, first_b - begin - min(room, len(stages) * m) * max(form.duration[i] for i in forwards))
     path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
     trip = _path_time(form, path)
     tb = form.duration[form.index_of(B, 0, s1)]
