@@ -77,3 +77,16 @@ def test_solve_starts_from_the_greedy():
     assert "v-greedy" in result.solver_log
     assert result.objective <= max(greedy.span) * (1 + 1e-9)
     assert round(result.paper_bubble, 4) <= problem.published["zb-v"]
+
+
+def test_greedy_is_optimal_on_a_small_real_profile():
+    """The 1.5B model's first four stages, m = 8, at 1F1B memory: the whole-model CP-SAT solve proves no
+    V-shape schedule beats the greedy's."""
+    full = Problem.load(Path(__file__).resolve().parent.parent / "problems" / "iclr" / "1.5b-p8-m24.yaml").profile
+    data = full.expand(8).model_dump()
+    profile = Profile(**{k: v[:4] if isinstance(v, list) else v for k, v in data.items()})
+    limit = 4 * profile.stage_value("mem_f", 0)
+    greedy = simulate(v_greedy(profile, 4, 8, limit))
+    result = solve(profile, limit, num_microbatches=8, placement="vshape", time_limit=120, workers=2)
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(max(greedy.span))
