@@ -75,8 +75,10 @@ def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
     first_b = min(form.earliest[form.index_of(B, 0, s)] for s in stages)
     forwards = [form.index_of(F, 0, s) for s in stages]
     held = [form.mem_delta[i] for i in forwards if form.mem_delta[i] > 0]
-    room = len(stages) * m if form.limit[d] is None or len(held) < len(forwards) else form.limit[d] // min(held)
-    head = max(head, first_b - begin - min(room, len(stages) * m) * max(form.duration[i] for i in forwards))
+    room = len(stages) * m
+    if form.limit[d] is not None and len(held) == len(forwards):
+        room = min(room, form.limit[d] // min(held))
+    head = max(head, first_b - begin - room * max(form.duration[i] for i in forwards))
     path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
     trip = _path_time(form, path)
     tb = form.duration[form.index_of(B, 0, s1)]

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from zbsolve.errors import InputError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.formulation import OBJECTIVES, Formulation, formulate
 from zbsolve.heuristic import heuristic
-from zbsolve.placement import PLACEMENTS, Placement, make_placement, sequential
+from zbsolve.placement import PLACEMENTS, Placement, make_placement, sequential, vshape
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import Timeline, simulate
@@ -164,30 +164,33 @@ def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, nu
 
 def _warm_start(profile: Profile, layout: Placement, families: Sequence[str], m: int,
                 mem_limit: float | Sequence[float] | None, kind: str, log: list[str]) -> Timeline:
-    """The best of the heuristic, the V-shape greedy (with the V families) and the handcrafted ``families``
+    """The best of the heuristic, the V-shape greedy (two-chunk V-shape) and the handcrafted ``families``
     that fit the memory limit."""
-    p = layout.num_devices
     best = simulate(heuristic(profile, layout, m, mem_limit))
     log.append(f"heuristic: objective {_objective(best, kind):.6g}")
-    if "zb-v" in families:
+    for name, candidate in _other_starts(profile, layout, families, m, mem_limit):
+        log.append(f"{name}: objective {_objective(candidate, kind):.6g}")
+        if _objective(candidate, kind) < _objective(best, kind):
+            best = candidate
+    return best
+
+
+def _other_starts(profile: Profile, layout: Placement, families: Sequence[str], m: int,
+                  mem_limit: float | Sequence[float] | None) -> Iterator[tuple[str, Timeline]]:
+    """The V-shape greedy's and the ``families``' timelines that exist and fit the memory limit."""
+    p = layout.num_devices
+    if layout == vshape(p):
         greedy = v_greedy(profile, p, m, mem_limit)
         if greedy is not None:
-            candidate = simulate(greedy)
-            log.append(f"v-greedy: objective {_objective(candidate, kind):.6g}")
-            if _objective(candidate, kind) < _objective(best, kind):
-                best = candidate
+            yield "v-greedy", simulate(greedy)
     for name in families:
         if name not in FAMILIES:
             continue
         try:
             family = make_schedule(name, profile, p, m)
-            candidate = simulate(build(name, family.placement, m, family.profile, family.devices, mem_limit))
+            yield name, simulate(build(name, family.placement, m, family.profile, family.devices, mem_limit))
         except ZbsolveError:
             continue
-        log.append(f"{name}: objective {_objective(candidate, kind):.6g}")
-        if _objective(candidate, kind) < _objective(best, kind):
-            best = candidate
-    return best
 
 
 def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_limit: float, workers: int,

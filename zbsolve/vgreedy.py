@@ -237,8 +237,7 @@ def v_greedy(profile: Profile, num_devices: int, num_microbatches: int,
                 if ops is None or run.top_bubble >= top:
                     break
                 allowed, top = run.bubble, run.top_bubble
-                schedule = build("v-greedy", layout, m, prof, ops, mem_limit if not isinstance(mem_limit, list)
-                                 else tuple(mem_limit))
+                schedule = build("v-greedy", layout, m, prof, ops, mem_limit)
                 span = max(simulate(schedule).span)
                 if span < best_span:
                     best, best_span = schedule, span
