@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from zbsolve.dependencies import dependencies, identity, lag
 from zbsolve.errors import InputError
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
-from zbsolve.schedule import BW, B, F, Pair, Pass, Schedule, W, build
+from zbsolve.schedule import B, F, Pair, Pass, Schedule, W, build
+from zbsolve.timing import OBJECTIVES, asap, device_objective
+from zbsolve.transforms import split_bw
 
-OBJECTIVES = ("span", "makespan")
 _MAX_TIME_SCALE = 10**6
 
 
@@ -114,7 +116,7 @@ class Formulation:
             for op in ops:
                 if isinstance(op, Pair):
                     raise InputError(f"warm start op {op} on device {d}: F&B pairs are not supported by the optimizer")
-                for p in ((Pass(B, op.mb, op.stage), Pass(W, op.mb, op.stage)) if op.kind == BW else (op,)):
+                for p in split_bw(op):
                     if p not in index:
                         raise InputError(f"warm start pass {p} on device {d} is not a pass of this problem")
                     idx.append(index[p])
@@ -132,32 +134,12 @@ class Formulation:
     def asap(self, order: Sequence[Sequence[int]]) -> list[int]:
         """Scaled as-soon-as-possible start of every pass for per-device ``order``; raise on deadlock."""
         preds: list[list[tuple[int, int]]] = [[] for _ in self.passes]
-        for a, b, lag in self.edges:
-            preds[b].append((a, lag))
-        start: list[int | None] = [None] * len(self.passes)
-        pos = [0] * len(order)
-        free = [0] * len(order)
-        progress = True
-        while progress:
-            progress = False
-            for d, seq in enumerate(order):
-                while pos[d] < len(seq):
-                    i = seq[pos[d]]
-                    t = free[d]
-                    for a, lag in preds[i]:
-                        if start[a] is None:
-                            break
-                        t = max(t, start[a] + self.duration[a] + lag)  # type: ignore[operator]
-                    else:
-                        start[i] = t
-                        free[d] = t + self.duration[i]
-                        pos[d] += 1
-                        progress = True
-                        continue
-                    break
-        if any(pos[d] < len(seq) for d, seq in enumerate(order)):
+        for a, b, gap in self.edges:
+            preds[b].append((a, gap))
+        timing = asap(order, self.duration, preds)
+        if timing.deadlocked(order):
             raise InputError("order deadlocks: some pass waits for a pass placed after it")
-        return start  # type: ignore[return-value]
+        return timing.start
 
     def value(self, start: Sequence[int]) -> int:
         """Scaled objective of a timing: max over devices of last end minus offset."""
@@ -165,7 +147,8 @@ class Formulation:
 
     def spans(self, start: Sequence[int]) -> list[int]:
         """Per device, scaled last end minus offset."""
-        return [max(start[i] + self.duration[i] for i in last) - o for last, o in zip(self.last, self.offset)]
+        return [device_objective(self.earliest[first], max(start[i] + self.duration[i] for i in last), self.objective)
+                for first, last in zip(self.first, self.last)]
 
     def memory_ok(self, order: Sequence[Sequence[int]]) -> bool:
         """Whether every device's running memory stays within its limit."""
@@ -192,15 +175,15 @@ class Formulation:
     def latest(self, bound: int) -> list[int]:
         """Latest start of every pass if the objective is at most ``bound``."""
         succs: list[list[tuple[int, int]]] = [[] for _ in self.passes]
-        for a, b, lag in self.edges:
-            succs[a].append((b, lag))
+        for a, b, gap in self.edges:
+            succs[a].append((b, gap))
         after = _certain_work(self.passes, self.duration, self.num_microbatches, self.placement.num_stages, False)
         offset = self.offset
         ls = [0] * len(self.passes)
         for i in range(len(self.passes) - 1, -1, -1):
             t = offset[self.device[i]] + bound - after[i] - self.duration[i]
-            for b, lag in succs[i]:
-                t = min(t, ls[b] - lag - self.duration[i])
+            for b, gap in succs[i]:
+                t = min(t, ls[b] - gap - self.duration[i])
             ls[i] = t
         return ls
 
@@ -283,19 +266,17 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     passes = sorted((Pass(kind, mb, s) for kind in (F, B, W) for mb in range(m) for s in range(S)),
                     key=lambda q: _index(q.kind, q.mb, q.stage, m, S))
     device = [route[q.stage] for q in passes]
-    duration = [round(profile.durations(q.stage)[(F, B, W).index(q.kind)] * scale) for q in passes]
-    mem_delta = [int(Fraction(profile.memories(q.stage)[(F, B, W).index(q.kind)]).limit_denominator(10**9) / unit)
-                 for q in passes]
+    duration = [round(profile.time(q.kind, q.stage) * scale) for q in passes]
+    mem_delta = [int(Fraction(profile.delta(q.kind, q.stage)).limit_denominator(10**9) / unit) for q in passes]
     comm = round(profile.t_comm * scale)
     edges = []
     for mb in range(m):
         for s in range(S):
-            pairs = [(_index(B, mb, s, m, S), _index(W, mb, s, m, S))]
-            if s > 0:
-                pairs.append((_index(F, mb, s - 1, m, S), _index(F, mb, s, m, S)))
-            pairs.append((_index(B, mb, s + 1, m, S), _index(B, mb, s, m, S)) if s < S - 1
-                         else (_index(F, mb, s, m, S), _index(B, mb, s, m, S)))
-            edges += [(a, b, comm if device[a] != device[b] else 0) for a, b in pairs]
+            for kind in (W, F, B):
+                b = _index(kind, mb, s, m, S)
+                for dep in dependencies(passes[b], S):
+                    a = _index(identity(dep).kind, dep.mb, dep.stage, m, S)
+                    edges.append((a, b, lag(comm, device[a], device[b])))
     chains = tuple(tuple(_index(k, mb, s, m, S) for mb in range(m)) for k in (F, B, W) for s in range(S))
     preds = predecessors(len(passes), edges, chains)
     es = _longest(preds, duration, [0] * len(passes))
@@ -315,8 +296,8 @@ def predecessors(n: int, edges: Sequence[tuple[int, int, int]],
                  chains: Sequence[Sequence[int]]) -> list[list[tuple[int, int]]]:
     """Per pass of ``n``, its (predecessor, lag) pairs from dependency ``edges`` and ``chains`` (lag 0)."""
     preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for a, b, lag in edges:
-        preds[b].append((a, lag))
+    for a, b, gap in edges:
+        preds[b].append((a, gap))
     for chain in chains:
         for a, b in itertools.pairwise(chain):
             preds[b].append((a, 0))
@@ -327,6 +308,6 @@ def _longest(preds: Sequence[Sequence[tuple[int, int]]], duration: Sequence[int]
     """Earliest starts over a DAG given in topological index order, each at least ``floor``."""
     es = list(floor)
     for i, ps in enumerate(preds):
-        for a, lag in ps:
-            es[i] = max(es[i], es[a] + duration[a] + lag)
+        for a, gap in ps:
+            es[i] = max(es[i], es[a] + duration[a] + gap)
     return es

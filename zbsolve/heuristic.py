@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from zbsolve.checks import check_count, check_limit, device_limits, room
+from zbsolve.dependencies import dependencies, lag
 from zbsolve.errors import InfeasibleError, InputError
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
@@ -26,12 +28,8 @@ from zbsolve.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.simulator import simulate
 
 _EPS = 1e-9
+"""Slack of comparisons of times."""
 _INF = math.inf
-
-
-def _room(limit: float) -> float:
-    """The memory a device may reach under ``limit``: within half the simulator's tolerance."""
-    return limit + 0.5 * _EPS * max(1.0, abs(limit))
 
 
 class Variant(NamedTuple):
@@ -60,7 +58,7 @@ class _Problem:
     m: int
     profile: Profile
     limit: list[float]
-    """Per device, the memory it may reach (``_room`` of its limit)."""
+    """Per device, the memory it may reach (``room`` of its limit)."""
 
     def __post_init__(self) -> None:
         pl, pr = self.placement, self.profile
@@ -73,8 +71,8 @@ class _Problem:
         self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
                                               for n in ("mem_f", "mem_b", "mem_w"))
         c = pr.t_comm
-        self.comm_f = [c if s > 0 and self.dev[s - 1] != self.dev[s] else 0.0 for s in range(self.S)]
-        self.comm_b = [c if s + 1 < self.S and self.dev[s + 1] != self.dev[s] else 0.0 for s in range(self.S)]
+        self.comm_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
+        self.comm_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
         self.first = [st[0] if st else -1 for st in self.stages]
         self.footprint = [0.0] * self.p
         self.after_first = [0.0] * self.p
@@ -150,6 +148,8 @@ class _Run:
         self.f, self.b = [0] * S, [0] * S
         self.end_f: list[list[float]] = [[-1.0] * m for _ in range(S)]
         self.end_b: list[list[float]] = [[-1.0] * m for _ in range(S)]
+        self.ends = {F: self.end_f, B: self.end_b}
+        """End of each placed F and B by kind, stage and microbatch (-1: not placed)."""
         self.first_start = [-1.0] * p
         self.free = [0.0] * p
         self.mem = [0.0] * p
@@ -200,7 +200,7 @@ class _Run:
     def _decide(self, d: int, now: float) -> None:
         """Commit device ``d``'s next pass at time ``now``, or wait for the next arrival."""
         prob, f, b = self.prob, self.f, self.b
-        S, dev, free = prob.S, prob.dev, self.free
+        free = self.free
         t0 = free[d]
         waits = self.waits[d]
         ready = now + _EPS
@@ -212,17 +212,10 @@ class _Run:
         for s in prob.stages[d]:
             mb = b[s]
             if mb < f[s]:
-                if s == S - 1:
-                    arr = self.end_f[s][mb]
-                else:
-                    e = self.end_b[s + 1][mb]
-                    if e < 0:
-                        if dev[s + 1] == d:
-                            continue
-                        lb = max(free[dev[s + 1]], now) + prob.t_b[s + 1] + prob.comm_b[s]
-                        unknown = min(unknown, lb)
-                        continue
-                    arr = e + prob.comm_b[s]
+                arr, lb = self._arrival(Pass(B, mb, s), d, now)
+                if arr is None:
+                    unknown = min(unknown, lb)
+                    continue
                 b_arrivals.append(arr)
                 if arr <= ready:
                     if ready_b is None or mb < ready_b[1]:
@@ -235,17 +228,10 @@ class _Run:
             mb = f[s]
             if mb >= m or mb - b[s] >= caps[s]:
                 continue
-            if s == 0:
-                arr = 0.0
-            else:
-                e = self.end_f[s - 1][mb]
-                if e < 0:
-                    if dev[s - 1] == d:
-                        continue
-                    lb = max(free[dev[s - 1]], now) + prob.t_f[s - 1] + prob.comm_f[s]
-                    unknown = min(unknown, lb)
-                    continue
-                arr = e + prob.comm_f[s]
+            arr, lb = self._arrival(Pass(F, mb, s), d, now)
+            if arr is None:
+                unknown = min(unknown, lb)
+                continue
             if not self._f_fits(d, s):
                 if arr <= ready:
                     need_w = True
@@ -279,6 +265,22 @@ class _Run:
         wake = min(blocked_at, known)
         if wake < _INF:
             heapq.heappush(self.events, (wake, d))
+
+    def _arrival(self, p: Pass, d: int, now: float) -> tuple[float | None, float]:
+        """When the inputs of ``p`` (on device ``d``) arrive, and that time again; while a producer is not
+        placed, None and the earliest it could arrive (infinity when the producer is on ``d`` itself)."""
+        prob = self.prob
+        arrival = 0.0
+        for dep in dependencies(p, prob.S):
+            producer = prob.dev[dep.stage]
+            gap = lag(prob.profile.t_comm, producer, d)
+            end = self.ends[dep.kind][dep.stage][dep.mb]
+            if end < 0:
+                if producer == d:
+                    return None, _INF
+                return None, max(self.free[producer], now) + prob.profile.time(dep.kind, dep.stage) + gap
+            arrival = max(arrival, end + gap)
+        return arrival, arrival
 
     def _hold_f(self, s: int, f_end: float, b_arrivals: list[float]) -> bool:
         """Whether an F ending at ``f_end`` waits for a B that arrives before then (prioritize_b)."""
@@ -356,18 +358,6 @@ def _check_placement(placement: Placement) -> None:
                          "by the heuristic; use sequential, interleaved or vshape")
 
 
-def _limits(mem_limit: float | Sequence[float] | None, p: int) -> list[float]:
-    if mem_limit is None:
-        return [_INF] * p
-    values = list(mem_limit) if isinstance(mem_limit, (list, tuple)) else [mem_limit]
-    if len(values) not in (1, p):
-        raise InputError(f"mem_limit has {len(values)} entries, but num_devices = {p}")
-    for x in values:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
-            raise InputError(f"mem_limit = {mem_limit!r} must be a number or one number per device")
-    return [float(x) for x in values] * (p if len(values) == 1 else 1)
-
-
 def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
               mem_limit: float | Sequence[float] | None = None) -> Schedule:
     """The best schedule the paper's heuristic finds over ``VARIANTS``: smallest max per-device
@@ -376,13 +366,11 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
     the smallest uniform limit that works, when a device's limit is below what one microbatch
     needs there (``min_feasible_limits``)."""
     _check_placement(placement)
-    m = num_microbatches
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise InputError(f"num_microbatches = {m!r} must be an integer >= 1")
+    m = check_count("num_microbatches", num_microbatches)
     profile = profile.expand(placement.num_stages)
-    limits = _limits(mem_limit, placement.num_devices)
+    limits = device_limits(mem_limit, placement.num_devices)
     need = min_feasible_limits(profile, placement)
-    rooms = [_room(lim) for lim in limits]
+    rooms = [room(lim) for lim in limits]
     short = [d for d, (room, n) in enumerate(zip(rooms, need)) if n > room]
     if short:
         d = short[0]
@@ -402,7 +390,6 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
                 best = run
             done.append((caps, variant, run.mattered))
     devices = best.ops if best is not None else _serial(prob)
-    schedule = build("heuristic", placement, m, profile, devices,
-                     tuple(mem_limit) if isinstance(mem_limit, (list, tuple)) else mem_limit)
+    schedule = build("heuristic", placement, m, profile, devices, check_limit(mem_limit))
     simulate(schedule)
     return schedule

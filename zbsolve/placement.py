@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from zbsolve.checks import check_count
 from zbsolve.errors import InputError
 
 PLACEMENTS = ("sequential", "interleaved", "vshape", "bidirectional")
+CHUNKS = 2
+"""Stages per device of the interleaved and V-shape placements unless given."""
 
 
 class Placement(NamedTuple):
@@ -36,44 +39,37 @@ class Placement(NamedTuple):
         return [(r, s) for r, route in enumerate(self.routes) for s, d in enumerate(route) if d == device]
 
 
-def _check_devices(num_devices: int) -> None:
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise InputError(f"num_devices (stages/devices p) = {num_devices!r} must be an integer >= 1")
-
-
 def sequential(num_devices: int) -> Placement:
     """One stage per device: stage s on device s."""
-    _check_devices(num_devices)
+    check_count("num_devices", num_devices)
     return Placement(num_devices, (tuple(range(num_devices)),))
 
 
-def interleaved(num_devices: int, chunks: int = 2) -> Placement:
+def interleaved(num_devices: int, chunks: int = CHUNKS) -> Placement:
     """``chunks`` stages per device, looped as in Megatron: stage s on device s mod p."""
-    _check_devices(num_devices)
-    if chunks < 1:
-        raise InputError(f"chunks = {chunks} must be >= 1")
+    check_count("num_devices", num_devices)
+    check_count("chunks", chunks)
     return Placement(num_devices, (tuple(s % num_devices for s in range(chunks * num_devices)),))
 
 
-def vshape(num_devices: int, chunks: int = 2) -> Placement:
+def vshape(num_devices: int, chunks: int = CHUNKS) -> Placement:
     """V-shape: device r holds stages r and 2p-1-r (zig-zag for more chunks)."""
-    _check_devices(num_devices)
-    if chunks < 1:
-        raise InputError(f"chunks = {chunks} must be >= 1")
+    check_count("num_devices", num_devices)
+    check_count("chunks", chunks)
     p = num_devices
     return Placement(p, (tuple(s % p if (s // p) % 2 == 0 else p - 1 - s % p for s in range(chunks * p)),))
 
 
 def bidirectional(num_devices: int) -> Placement:
     """DualPipe: route 0 runs stages down the devices, route 1 up; p must be even."""
-    _check_devices(num_devices)
+    check_count("num_devices", num_devices)
     if num_devices % 2:
         raise InputError(f"num_devices = {num_devices} must be even for the bidirectional placement")
     p = num_devices
     return Placement(p, (tuple(range(p)), tuple(range(p - 1, -1, -1))))
 
 
-def make_placement(name: str, num_devices: int, chunks: int = 2) -> Placement:
+def make_placement(name: str, num_devices: int, chunks: int = CHUNKS) -> Placement:
     """Placement by name: one of ``PLACEMENTS``."""
     if name == "sequential":
         return sequential(num_devices)

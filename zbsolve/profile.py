@@ -158,6 +158,18 @@ class Profile(BaseModel):
         raise InputError(f"profile has {n} stages; {who} on {p} devices needs {p} (split in {chunks}) "
                          f"or {chunks * p}")
 
+    def time(self, kind: str, stage: int) -> float:
+        """Duration of a pass of ``kind`` (F, B, W, or BW = B + W) on ``stage``."""
+        if kind == "BW":
+            return self.time("B", stage) + self.time("W", stage)
+        return self.stage_value(f"t_{kind.lower()}", stage)
+
+    def delta(self, kind: str, stage: int) -> float:
+        """Memory change of a pass of ``kind`` (F allocates, B and W free; BW = B + W) on ``stage``."""
+        if kind == "BW":
+            return self.delta("B", stage) + self.delta("W", stage)
+        return self.stage_value(f"mem_{kind.lower()}", stage)
+
     def durations(self, stage: int) -> tuple[float, float, float]:
         """(t_f, t_b, t_w) of ``stage``."""
         return tuple(self.stage_value(n, stage) for n in TIME_FIELDS)  # type: ignore[return-value]

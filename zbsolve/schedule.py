@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import NamedTuple, Sequence, Union
 
+from zbsolve.checks import check_count, check_limit
 from zbsolve.errors import InputError
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
 
-F, B, W, BW = "F", "B", "W", "BW"
-KINDS = (F, B, W, BW)
+class Kind(StrEnum):
+    """What a pass computes; each member equals its one- or two-letter name."""
+
+    F = "F"
+    """Forward."""
+    B = "B"
+    """Gradient of the input (the backward's first half)."""
+    W = "W"
+    """Gradient of the weights (the backward's second half)."""
+    BW = "BW"
+    """The whole backward, B and W fused."""
+
+
+F, B, W, BW = Kind.F, Kind.B, Kind.W, Kind.BW
+KINDS = tuple(Kind)
 BACKWARD = (B, BW)
 
 _PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
@@ -25,8 +40,8 @@ _PASS_RE = re.compile(r"^(\d+)(BW|F|B|W)(\d+)$")
 class Pass(NamedTuple):
     """One pass: ``kind`` of microbatch ``mb`` on model stage ``stage``."""
 
-    kind: str
-    """"F", "B", "W" or "BW"."""
+    kind: Kind
+    """F, B, W or BW."""
     mb: int
     """Microbatch index."""
     stage: int
@@ -41,7 +56,7 @@ class Pass(NamedTuple):
         match = _PASS_RE.match(text.strip())
         if match is None:
             raise InputError(f"pass {text!r} is not of the form <stage><F|B|W|BW><microbatch>")
-        return Pass(match[2], int(match[3]), int(match[1]))
+        return Pass(Kind(match[2]), int(match[3]), int(match[1]))
 
 
 class Pair(NamedTuple):
@@ -95,9 +110,7 @@ class Schedule:
     """Route of each microbatch; empty means all on route 0."""
 
     def __post_init__(self) -> None:
-        p, m = self.placement.num_devices, self.num_microbatches
-        if m < 1:
-            raise InputError(f"num_microbatches = {m} must be >= 1")
+        p, m = self.placement.num_devices, check_count("num_microbatches", self.num_microbatches)
         if len(self.devices) != p:
             raise InputError(f"devices has {len(self.devices)} lists, but num_devices = {p}")
         if self.profile.num_stages != self.placement.num_stages:
@@ -109,8 +122,7 @@ class Schedule:
         for i, r in enumerate(self.microbatch_route):
             if not 0 <= r < len(self.placement.routes):
                 raise InputError(f"microbatch_route[{i}] = {r} is not a route index (0..{len(self.placement.routes) - 1})")
-        if isinstance(self.mem_limit, (list, tuple)) and len(self.mem_limit) != p:
-            raise InputError(f"mem_limit has {len(self.mem_limit)} entries, but num_devices = {p}")
+        object.__setattr__(self, "mem_limit", check_limit(self.mem_limit, p))
 
     @property
     def num_devices(self) -> int:
@@ -136,13 +148,11 @@ class Schedule:
         """Duration of an op; an F&B pair is shortened by ``overlap_saving``."""
         if isinstance(op, Pair):
             return (1.0 - self.profile.overlap_saving) * (self.duration(op.f) + self.duration(op.b))
-        t_f, t_b, t_w = self.profile.durations(op.stage)
-        return {F: t_f, B: t_b, W: t_w, BW: t_b + t_w}[op.kind]
+        return self.profile.time(op.kind, op.stage)
 
     def memory_delta(self, p: Pass) -> float:
         """Memory change of a pass (F allocates, B and W free)."""
-        mem_f, mem_b, mem_w = self.profile.memories(p.stage)
-        return {F: mem_f, B: mem_b, W: mem_w, BW: mem_b + mem_w}[p.kind]
+        return self.profile.delta(p.kind, p.stage)
 
     def __str__(self) -> str:
         return "\n".join(f"device {d}: " + " ".join(map(str, ops)) for d, ops in enumerate(self.devices))
@@ -152,6 +162,5 @@ def build(name: str, placement: Placement, num_microbatches: int, profile: Profi
           devices: Sequence[Sequence[Op]], mem_limit: float | Sequence[float] | None = None,
           microbatch_route: Sequence[int] = ()) -> Schedule:
     """Make a Schedule from plain sequences."""
-    limit = tuple(mem_limit) if isinstance(mem_limit, (list, tuple)) else mem_limit
     return Schedule(name, placement, num_microbatches, profile, tuple(tuple(ops) for ops in devices),
-                    limit, tuple(microbatch_route))
+                    check_limit(mem_limit), tuple(microbatch_route))

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zbsolve.errors import MemoryLimitError, ScheduleError
-from zbsolve.schedule import B, BW, F, KINDS, Pair, Pass, Schedule, passes_of
+from zbsolve.dependencies import dependencies, identity, lag
+from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Pass, Schedule, passes_of
+from zbsolve.timing import asap, device_objective
 
 _EPS = 1e-9
 
@@ -43,7 +45,15 @@ class Timeline:
     @property
     def span(self) -> tuple[float, ...]:
         """Per device, time from its first start to its last end."""
-        return tuple(es[-1] - ss[0] if ss else 0.0 for ss, es in zip(self.start, self.end))
+        return self.device_objective("span")
+
+    def device_objective(self, objective: str) -> tuple[float, ...]:
+        """Per device, its share of ``objective``: its span, or its last end for "makespan"."""
+        return tuple(device_objective(ss[0], es[-1], objective) if ss else 0.0 for ss, es in zip(self.start, self.end))
+
+    def objective(self, objective: str) -> float:
+        """The schedule's ``objective``: longest per-device span ("span") or makespan ("makespan")."""
+        return max(self.device_objective(objective))
 
     @property
     def bubble_rate(self) -> float:
@@ -67,24 +77,11 @@ class Timeline:
                 "peak_memory": self.peak, "peak_memory_per_device": list(self.peak_memory)}
 
 
-def _key(p: Pass) -> tuple[str, int, int]:
-    """Dependency identity: B and BW both count as 'the backward' of (mb, stage)."""
-    return ("B" if p.kind in (B, BW) else p.kind, p.mb, p.stage)
-
-
-def _deps(p: Pass, num_stages: int) -> tuple[tuple[str, int, int], ...]:
-    if p.kind == F:
-        return (("F", p.mb, p.stage - 1),) if p.stage > 0 else ()
-    if p.kind in (B, BW):
-        return (("B", p.mb, p.stage + 1),) if p.stage < num_stages - 1 else (("F", p.mb, p.stage),)
-    return (("B", p.mb, p.stage),)
-
-
 def _check_passes(schedule: Schedule) -> dict[tuple[str, int, int], tuple[int, int]]:
     """Every pass valid, on its device, exactly once; return where each pass sits."""
     S, m = schedule.num_stages, schedule.num_microbatches
-    where: dict[tuple[str, int, int], tuple[int, int]] = {}
-    kinds: dict[tuple[str, int, int], str] = {}
+    where: dict[Pass, tuple[int, int]] = {}
+    kinds: dict[Pass, str] = {}
     for d, ops in enumerate(schedule.devices):
         for i, op in enumerate(ops):
             at = f"device {d} position {i} ({op})"
@@ -99,7 +96,7 @@ def _check_passes(schedule: Schedule) -> dict[tuple[str, int, int], tuple[int, i
                     raise ScheduleError(f"{at}: stage {p.stage} out of range 0..{S - 1}")
                 if (want := schedule.device_of(p)) != d:
                     raise ScheduleError(f"{at}: pass {p} belongs on device {want}")
-                k = _key(p)
+                k = identity(p)
                 if k in where:
                     dd, ii = where[k]
                     raise ScheduleError(f"{at}: duplicate of {schedule.devices[dd][ii]} at device {dd} position {ii}")
@@ -107,58 +104,49 @@ def _check_passes(schedule: Schedule) -> dict[tuple[str, int, int], tuple[int, i
     for mb in range(m):
         for s in range(S):
             dev = schedule.device_of(Pass(F, mb, s))
-            for k, name in ((("F", mb, s), f"{s}F{mb}"), (("B", mb, s), f"{s}B{mb} or {s}BW{mb}")):
+            for k, name in ((Pass(F, mb, s), f"{s}F{mb}"), (Pass(B, mb, s), f"{s}B{mb} or {s}BW{mb}")):
                 if k not in where:
                     raise ScheduleError(f"device {dev}: missing pass {name}")
-            has_w = ("W", mb, s) in where
-            if kinds[("B", mb, s)] == B and not has_w:
+            has_w = Pass(W, mb, s) in where
+            if kinds[Pass(B, mb, s)] == B and not has_w:
                 raise ScheduleError(f"device {dev}: missing pass {s}W{mb} (after {s}B{mb})")
-            if kinds[("B", mb, s)] == BW and has_w:
-                d, i = where[("W", mb, s)]
+            if kinds[Pass(B, mb, s)] == BW and has_w:
+                d, i = where[Pass(W, mb, s)]
                 raise ScheduleError(f"device {d} position {i}: {s}W{mb} is extra, {s}BW{mb} already computes it")
     return where
 
 
-def _time(schedule: Schedule, where: dict) -> tuple[list[list[float]], list[list[float]]]:
+def _time(schedule: Schedule, where: dict[Pass, tuple[int, int]]) -> tuple[list[list[float]], list[list[float]]]:
     """As-soon-as-possible start and end of every op; a deadlock names each blocked pass."""
-    S, comm = schedule.num_stages, schedule.profile.t_comm
-    devices = schedule.devices
-    starts: list[list[float]] = [[] for _ in devices]
-    ends: list[list[float]] = [[] for _ in devices]
-    done: dict[tuple[str, int, int], float] = {}
-    progress = True
-    while progress:
-        progress = False
-        for d, ops in enumerate(devices):
-            while len(ends[d]) < len(ops):
-                op = ops[len(ends[d])]
-                ready = ends[d][-1] if ends[d] else 0.0
-                blocked = False
-                for p in passes_of(op):
-                    for dep in _deps(p, S):
-                        if dep not in done:
-                            blocked = True
-                            break
-                        ready = max(ready, done[dep] + (comm if where[dep][0] != d else 0.0))
-                if blocked:
-                    break
-                end = ready + schedule.duration(op)
-                starts[d].append(ready)
-                ends[d].append(end)
-                for p in passes_of(op):
-                    done[_key(p)] = end
-                progress = True
-    if any(len(e) < len(ops) for e, ops in zip(ends, devices)):
+    S, comm, devices = schedule.num_stages, schedule.profile.t_comm, schedule.devices
+    first = [0]
+    for ops in devices:
+        first.append(first[-1] + len(ops))
+    orders = [range(first[d], first[d + 1]) for d in range(len(devices))]
+    duration = [schedule.duration(op) for ops in devices for op in ops]
+    preds = []
+    for d, ops in enumerate(devices):
+        for op in ops:
+            links = []
+            for p in passes_of(op):
+                for dep in dependencies(p, S):
+                    dd, ii = where[dep]
+                    links.append((first[dd] + ii, lag(comm, dd, d)))
+            preds.append(links)
+    timing = asap(orders, duration, preds, 0.0)
+    if timing.deadlocked(orders):
         lines = []
         for d, ops in enumerate(devices):
-            i = len(ends[d])
+            i = timing.reached[d]
             if i < len(ops):
-                waits = [dep for p in passes_of(ops[i]) for dep in _deps(p, S) if dep not in done]
+                waits = [dep for p in passes_of(ops[i]) for dep in dependencies(p, S)
+                         if timing.end[first[where[dep][0]] + where[dep][1]] is None]
                 dd, ii = where[waits[0]]
                 lines.append(f"device {d} position {i} ({ops[i]}) waits for {devices[dd][ii]} "
                              f"(device {dd} position {ii})")
         raise ScheduleError("deadlock: " + "; ".join(lines))
-    return starts, ends
+    return ([timing.start[first[d]:first[d + 1]] for d in range(len(devices))],
+            [timing.end[first[d]:first[d + 1]] for d in range(len(devices))])
 
 
 def _memory(schedule: Schedule, starts: list[list[float]], ends: list[list[float]]):

@@ -22,8 +22,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from zbsolve.errors import InputError
-from zbsolve.heuristic import _limits, _room
+from zbsolve.checks import check_count, device_limits, room
+from zbsolve.dependencies import dependencies, lag
 from zbsolve.placement import vshape
 from zbsolve.profile import Profile
 from zbsolve.schedule import B, F, Pass, Schedule, W, build
@@ -44,8 +44,8 @@ class _Run:
                  allowed: list[float] | None) -> None:
         self.p, self.m, self.S = p, m, 2 * p
         self.rooms, self.fill_f, self.fill_b = rooms, fill_f, fill_b
-        self.time = {k: [profile.stage_value(f"t_{k.lower()}", s) for s in range(self.S)] for k in (F, B, W)}
-        self.delta = {k: [profile.stage_value(f"mem_{k.lower()}", s) for s in range(self.S)] for k in (F, B, W)}
+        self.time = {k: [profile.time(k, s) for s in range(self.S)] for k in (F, B, W)}
+        self.delta = {k: [profile.delta(k, s) for s in range(self.S)] for k in (F, B, W)}
         self.comm = profile.t_comm
         self.allowed = allowed or [0.0] * p
         self.most_allowed = max(self.allowed)
@@ -77,11 +77,11 @@ class _Run:
     def arrival(self, kind: str, s: int, mb: int) -> float | None:
         """When pass (kind, mb, s)'s input from another device arrives; None if it has no such input
         or it is not placed yet."""
-        src = s - 1 if kind == F else s + 1
-        if not 0 <= src < self.S or self.dev(src) == self.dev(s):
-            return None
-        end = self.done(kind, src, mb)
-        return None if end is None else end + self.comm
+        for dep in dependencies(Pass(kind, mb, s), self.S):
+            if self.dev(dep.stage) != self.dev(s):
+                end = self.done(dep.kind, dep.stage, mb)
+                return None if end is None else end + lag(self.comm, self.dev(dep.stage), self.dev(s))
+        return None
 
     def max_bubble(self, d: int) -> float:
         """The bubble a device may reach before a gap counts as the largest."""
@@ -93,18 +93,12 @@ class _Run:
             raise _Stuck
         if self.mem[d] + self.delta[kind][s] > self.rooms[d]:
             raise _Stuck
-        if kind == F:
-            preds = [(F, s - 1)] if s > 0 else []
-        elif kind == B:
-            preds = [(F, s)] + ([(B, s + 1)] if s + 1 < self.S else [])
-        else:
-            preds = [(B, s)]
         begin = self.cur[d]
-        for pk, ps in preds:
-            end = self.done(pk, ps, mb)
+        for dep in dependencies(Pass(kind, mb, s), self.S):
+            end = self.done(dep.kind, dep.stage, mb)
             if end is None:
                 raise _Stuck
-            begin = max(begin, end + (self.comm if self.dev(ps) != d else 0.0))
+            begin = max(begin, end + lag(self.comm, self.dev(dep.stage), d))
         if self.ops[d]:
             self.bubble[d] += begin - self.cur[d]
             self.top_bubble = max(self.top_bubble, self.bubble[d])
@@ -220,13 +214,10 @@ def v_greedy(profile: Profile, num_devices: int, num_microbatches: int,
     """The best V-shape order the greedy finds under ``mem_limit`` (one number, one per device, or None),
     validated by the simulator; None when every variant gets stuck (e.g. a limit too tight for its warm-up).
     ``profile`` has 2p stages (chunks) or p stages / scalars, split in two."""
-    p, m = num_devices, num_microbatches
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise InputError(f"num_microbatches = {m!r} must be an integer >= 1")
+    p, m = num_devices, check_count("num_microbatches", num_microbatches)
     layout = vshape(p)
     prof = profile.per_chunk(p, 2, "the V-shape greedy").expand(2 * p)
-    limits = _limits(mem_limit, p)
-    rooms = [_room(x) for x in limits]
+    rooms = [room(x) for x in device_limits(mem_limit, p)]
     best, best_span = None, math.inf
     for fill_b in (True, False):
         for fill_f in (True, False):
@@ -238,7 +229,7 @@ def v_greedy(profile: Profile, num_devices: int, num_microbatches: int,
                     break
                 allowed, top = run.bubble, run.top_bubble
                 schedule = build("v-greedy", layout, m, prof, ops, mem_limit)
-                span = max(simulate(schedule).span)
+                span = simulate(schedule).objective("span")
                 if span < best_span:
                     best, best_span = schedule, span
     return best

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from zbsolve.checks import check_count
 from zbsolve.errors import InputError
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule
@@ -26,10 +27,8 @@ def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatche
     """Run the family ``name``; unknown names and bad p/m give a clear ``InputError``."""
     if name not in FAMILIES:
         raise InputError(f"family = {name!r} is unknown; choose one of {', '.join(FAMILIES)}")
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise InputError(f"stages (num_devices) = {num_devices!r} must be an integer >= 1")
-    if not isinstance(num_microbatches, int) or num_microbatches < 1:
-        raise InputError(f"microbatches = {num_microbatches!r} must be an integer >= 1")
+    check_count("num_devices", num_devices)
+    check_count("num_microbatches", num_microbatches)
     return FAMILIES[name](profile, num_devices, num_microbatches)
 
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from zbsolve.dependencies import dependencies
 from zbsolve.families import register
 from zbsolve.placement import vshape
 from zbsolve.profile import Profile
 from zbsolve.schedule import B, F, W, Pass, Schedule, build
+from zbsolve.timing import asap
 
 Slots = list[list[int]]
 """One device's slot times: slots[kind][mb] for the kinds below."""
@@ -150,19 +152,33 @@ def _events(times: list[Slots]) -> list[tuple[int, int, int, int]]:
                   for mb, t in enumerate(lst))
 
 
+_KIND = {(F, True): F0, (F, False): F1, (B, True): B0, (B, False): B1}
+"""Building-block kind of a pass by its kind and whether its stage is the device's chunk 0."""
+
+
+def _pass(p: int, d: int, kind: int, mb: int) -> Pass | None:
+    """The pass of building-block ``kind`` on device ``d`` (None for a W, which names no stage)."""
+    if kind == WS:
+        return None
+    return Pass(F if kind in (F0, F1) else B, mb, d if kind in (F0, B0) else 2 * p - 1 - d)
+
+
 def _compact(times: list[Slots]) -> list[Slots]:
-    """Unit-time as-soon-as-possible slots of the order the slots give, with no communication."""
+    """Unit-time as-soon-as-possible slots of the order the slots give, with no communication: each pass
+    waits for its device's previous one and its dependencies on other devices."""
     p = len(times)
-    end: dict[tuple[int, int, int], int] = {}
-    free = [0] * p
-    for _, d, kind, mb in _events(times):
-        ready = free[d]
-        if kind in (F0, B1) and d > 0:
-            ready = max(ready, end[d - 1, kind, mb])
-        if kind in (F1, B0) and d < p - 1:
-            ready = max(ready, end[d + 1, kind, mb])
-        end[d, kind, mb] = free[d] = ready + 1
-    return [[[end[d, kind, mb] - 1 for mb in range(len(lst))] for kind, lst in enumerate(ts)]
+    events = _events(times)
+    node = {(d, kind, mb): i for i, (_, d, kind, mb) in enumerate(events)}
+    orders: list[list[int]] = [[] for _ in range(p)]
+    preds: list[list[tuple[int, int]]] = []
+    for i, (_, d, kind, mb) in enumerate(events):
+        orders[d].append(i)
+        q = _pass(p, d, kind, mb)
+        deps = dependencies(q, 2 * p) if q is not None else ()
+        sources = [(min(dep.stage, 2 * p - 1 - dep.stage), dep) for dep in deps]
+        preds.append([(node[src, _KIND[dep.kind, dep.stage == src], mb], 0) for src, dep in sources if src != d])
+    end = asap(orders, [1] * len(events), preds).end
+    return [[[end[node[d, kind, mb]] - 1 for mb in range(len(lst))] for kind, lst in enumerate(ts)]
             for d, ts in enumerate(times)]
 
 

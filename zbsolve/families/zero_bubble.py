@@ -9,6 +9,7 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 
 from __future__ import annotations
 
+from zbsolve.dependencies import dependencies
 from zbsolve.families import register
 from zbsolve.placement import sequential
 from zbsolve.profile import Profile
@@ -53,24 +54,15 @@ def _unit_greedy(p: int, m: int, in_flight: int) -> list[list[Pass]]:
     """Per-stage orders of the unit-time greedy schedule with priority B > F (at most ``in_flight``
     microbatches between F and W) > W; stages decide in index order at each time step."""
     count = {kind: [0] * p for kind in (F, B, W)}
-    end: dict[tuple[str, int, int], int] = {}
+    end: dict[Pass, int] = {}
     orders: list[list[Pass]] = [[] for _ in range(p)]
-
-    def dep(kind: str, j: int, s: int) -> tuple[str, int, int] | None:
-        """The pass that stage s's next ``kind`` pass (microbatch j) waits for; None if it waits for none."""
-        if kind == F:
-            return (F, j, s - 1) if s > 0 else None
-        if kind == B:
-            return (B, j, s + 1) if s < p - 1 else (F, j, s)
-        return (B, j, s)
 
     def ready(kind: str, s: int, now: int) -> bool:
         """Whether stage s's next ``kind`` pass may start at time ``now``."""
         j = count[kind][s]
         if kind == F and (j == m or j - count[W][s] >= in_flight):
             return False
-        d = dep(kind, j, s)
-        return d is None or (d in end and end[d] <= now)
+        return all(dep in end and end[dep] <= now for dep in dependencies(Pass(kind, j, s), p))
 
     now, left = 0, 3 * p * m
     while left:
@@ -79,7 +71,7 @@ def _unit_greedy(p: int, m: int, in_flight: int) -> list[list[Pass]]:
             if kind is not None:
                 j = count[kind][s]
                 count[kind][s] += 1
-                end[(kind, j, s)] = now + 1
+                end[Pass(kind, j, s)] = now + 1
                 orders[s].append(Pass(kind, j, s))
                 left -= 1
         now += 1

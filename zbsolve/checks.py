@@ -1,0 +1,55 @@
+"""One validation rule per field, and the memory tolerance: the leaf every entry point imports."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from zbsolve.errors import InputError
+
+TOLERANCE = 1e-9
+"""Relative slack of every comparison of memory with its limit (against floating-point rounding)."""
+
+Limit = float | tuple[float, ...] | None
+"""A memory limit: one number, one per device, or None for none."""
+
+
+def check_count(name: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an integer >= ``minimum``; a bool, a float or a smaller number is an ``InputError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name} = {value!r} must be an integer >= {minimum}")
+    return value
+
+
+def check_limit(mem_limit: object, num_devices: int | None = None) -> Limit:
+    """A memory limit as one number, a tuple of one number per device, or None; anything else (a bool,
+    NaN, infinity, a list of the wrong length or with a None) is an ``InputError``."""
+    if mem_limit is None:
+        return None
+    values = list(mem_limit) if isinstance(mem_limit, (list, tuple)) else [mem_limit]
+    if not values or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                             for x in values):
+        raise InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
+    if not isinstance(mem_limit, (list, tuple)):
+        return float(mem_limit)  # type: ignore[arg-type]
+    if num_devices is not None and len(values) != num_devices:
+        raise InputError(f"mem_limit has {len(values)} entries, but num_devices = {num_devices}")
+    return tuple(float(x) for x in values)
+
+
+def device_limits(mem_limit: Limit | Sequence[float], num_devices: int) -> tuple[float, ...]:
+    """Per device, its memory limit (infinity for none)."""
+    limit = check_limit(mem_limit, num_devices)
+    if limit is None:
+        return (math.inf,) * num_devices
+    return limit if isinstance(limit, tuple) else (limit,) * num_devices
+
+
+def exceeds(memory: float, limit: float) -> bool:
+    """Whether ``memory`` is over ``limit`` by more than the tolerance."""
+    return memory > limit + TOLERANCE * max(1.0, abs(limit))
+
+
+def room(limit: float) -> float:
+    """The memory a generator may plan up to under ``limit``: within half the tolerance."""
+    return limit + 0.5 * TOLERANCE * max(1.0, abs(limit))
