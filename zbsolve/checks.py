@@ -17,7 +17,7 @@ Limit = float | tuple[float, ...] | None
 def check_count(name: str, value: object, minimum: int = 1) -> int:
     """``value`` as an integer >= ``minimum``; a bool, a float or a smaller number is an ``InputError``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{name} = {value!r} must be an integer >= {minimum}")
+        raise InputError(f"{name} = {value!r} must be an integer >= {minimum} (smallest valid: {minimum})")
     return value
 
 

@@ -9,9 +9,8 @@ from typing import Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from zbsolve.errors import InputError
-from zbsolve.families import make_schedule
+from zbsolve.limits import reference_peak, resolve_limit  # noqa: F401  (moved; importers updated below)
 from zbsolve.profile import Profile, load_mapping, pydantic_message
-from zbsolve.simulator import simulate
 
 
 class Problem(BaseModel):
@@ -53,20 +52,3 @@ class Problem(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise InputError(pydantic_message(str(path), exc)) from None
-
-
-def reference_peak(profile: Profile, num_devices: int, num_microbatches: int) -> float:
-    """1F1B's peak activation memory for this problem: the unit of a memory factor."""
-    return simulate(make_schedule("1f1b", profile, num_devices, num_microbatches)).peak
-
-
-def resolve_limit(profile: Profile, num_devices: int, num_microbatches: int,
-                  mem_limit: float | list[float] | None, mem_factor: float | None) -> float | list[float] | None:
-    """The memory limit in profile units: ``mem_limit`` as given, or ``mem_factor`` x 1F1B's peak."""
-    if mem_limit is not None and mem_factor is not None:
-        raise InputError("give mem_limit or mem_factor, not both")
-    if mem_factor is not None:
-        if not mem_factor > 0:
-            raise InputError(f"mem_factor = {mem_factor} must be > 0")
-        return mem_factor * reference_peak(profile, num_devices, num_microbatches)
-    return mem_limit

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from zbsolve.checks import Limit, check_count, check_limit, device_limits
 from zbsolve.errors import InputError
-from zbsolve.placement import CHUNKS, Placement, make_placement
+from zbsolve.placement import CHUNKS, PLACEMENTS, Placement, make_placement
 from zbsolve.profile import Profile
 
 PlacementName = Literal["sequential", "interleaved", "vshape"]
@@ -55,8 +55,10 @@ def make_spec(profile: Profile, mem_limit: object, *, num_microbatches: object, 
     ``chunks * num_devices`` stages is taken as the chunks'. ``num_devices`` defaults to the profile's stages."""
     if not isinstance(profile, Profile):
         raise InputError(f"profile = {profile!r} must be a Profile")
+    if placement not in PLACEMENTS:
+        raise InputError(f"placement = {placement!r} is unknown; choose one of {', '.join(PLACEMENTS)}")
     if placement not in SUPPORTED_PLACEMENTS:
-        raise InputError(f"placement = {placement!r} is not supported by the optimizer "
+        raise InputError(f"placement = {placement!r} is not supported by the optimizer yet "
                          f"(supported: {', '.join(SUPPORTED_PLACEMENTS)})")
     chunks = check_count("chunks", chunks)
     if placement == "vshape" and chunks % 2:
