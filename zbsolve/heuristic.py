@@ -26,6 +26,7 @@ from zbsolve.placement import Placement
 from zbsolve.profile import Profile
 from zbsolve.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.simulator import simulate
+from zbsolve.timing import device_objective
 
 _EPS = 1e-9
 """Slack of comparisons of times."""
@@ -175,7 +176,8 @@ class _Run:
     def objective(self) -> tuple[float, float, float]:
         """(max per-device span, makespan, peak memory) of this run."""
         busy = [d for d in range(self.prob.p) if self.ops[d]]
-        return (max(self.free[d] - self.first_start[d] for d in busy), max(self.free[d] for d in busy), self.peak)
+        return (max(device_objective(self.first_start[d], self.free[d], "span") for d in busy),
+                max(device_objective(self.first_start[d], self.free[d], "makespan") for d in busy), self.peak)
 
     def _reserved(self, d: int) -> float:
         """Memory the microbatches in flight on device ``d`` may still need on top of what they hold."""
