@@ -23,9 +23,9 @@ from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.heuristic import heuristic
 from zbsolve.placement import sequential
 from zbsolve.problem import Problem
-from zbsolve.schedule import build
 from zbsolve.simulator import simulate
 from zbsolve.solve import solve
+from zbsolve.transforms import with_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,8 +36,7 @@ def _family(name: str, problem: Problem, limit: float) -> float | None:
         return None
     p, m = problem.num_devices, problem.num_microbatches
     try:
-        s = make_schedule(name, problem.profile.expand(p), p, m)
-        return simulate(build(name, s.placement, m, s.profile, s.devices, limit)).paper_bubble
+        return simulate(with_limit(make_schedule(name, problem.profile.expand(p), p, m), limit)).paper_bubble
     except ZbsolveError:
         return None
 

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from zbsolve.families import make_schedule
 from zbsolve.frontier import stage_profile
-from zbsolve.problem import Problem, reference_peak
+from zbsolve.limits import reference_peak
+from zbsolve.problem import Problem
 from zbsolve.simulator import simulate
 from zbsolve.solve import solve
 

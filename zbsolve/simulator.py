@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zbsolve.errors import MemoryLimitError, ScheduleError
+from zbsolve.checks import exceeds
 from zbsolve.dependencies import dependencies, identity, lag
 from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Pass, Schedule, passes_of
 from zbsolve.timing import asap, device_objective
-
-_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,8 @@ def _time(schedule: Schedule, where: dict[Pass, tuple[int, int]]) -> tuple[list[
             [timing.end[first[d]:first[d + 1]] for d in range(len(devices))])
 
 
-def _memory(schedule: Schedule, starts: list[list[float]], ends: list[list[float]]):
+def _memory(schedule: Schedule, starts: list[list[float]], ends: list[list[float]]
+            ) -> tuple[tuple[tuple[tuple[float, float], ...], ...], tuple[float, ...]]:
     """Running activation memory per device; raise where it exceeds the limit."""
     traces, peaks = [], []
     for d, ops in enumerate(schedule.devices):
@@ -160,7 +160,7 @@ def _memory(schedule: Schedule, starts: list[list[float]], ends: list[list[float
                 cur += schedule.memory_delta(p)
                 trace.append((starts[d][i] if p.kind == F else ends[d][i], cur))
                 peak = max(peak, cur)
-                if limit is not None and cur > limit + _EPS * max(1.0, abs(limit)):
+                if limit is not None and exceeds(cur, limit):
                     raise MemoryLimitError(f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
         traces.append(tuple(trace))
         peaks.append(peak)
