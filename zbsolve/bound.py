@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.backends.cpsat import run_interruptible
 from zbsolve.formulation import Formulation
+from zbsolve.interrupt import run_interruptible
 from zbsolve.schedule import B, F, W
 
 
@@ -41,11 +41,11 @@ class _DeviceBound:
         return max(self.critical, self.base + idle)
 
 
-def _device_bounds(form: Formulation) -> list[_DeviceBound | None]:
+def _device_bounds(form: Formulation) -> list[_DeviceBound]:
     """Per device, its bound's parts."""
     m, offset, work = form.num_microbatches, form.offset, form.work
     counts = form.stage_counts()
-    out: list[_DeviceBound | None] = []
+    out: list[_DeviceBound] = []
     for d in range(form.num_devices):
         if counts[d] != 1:
             out.append(_multi_stage_bound(form, d))
@@ -115,47 +115,56 @@ def warmup_bound(form: Formulation, time_limit: float, workers: int) -> int:
     cheap = lower_bound(form)
     if any(c != 1 for c in form.stage_counts()) or time_limit <= 0:
         return cheap
-    model = cp_model.CpModel()
-    start: dict[int, cp_model.IntVar] = {}
     horizon = max(form.earliest) + sum(form.work)
 
-    def var(i: int) -> cp_model.IntVar:
-        if i not in start:
-            start[i] = model.NewIntVar(form.earliest[i], horizon, f"s{i}")
-        return start[i]
-
-    z = model.NewIntVar(cheap, horizon, "z")
+    model = cp_model.CpModel()
+    objective = model.new_int_var(cheap, horizon, "objective")
+    start: dict[int, cp_model.IntVar] = {}
     for d, part in enumerate(parts):
-        s = form.passes[form.first[d]].stage
-        room = _warmup_room(form, d)
-        forwards = [form.index_of(F, k, s) for k in range(min(form.num_microbatches, room + 1))]
-        b0 = form.index_of(B, 0, s)
-        tf, tb = form.duration[forwards[0]], form.duration[b0]
-        model.AddNoOverlap([model.NewFixedSizeIntervalVar(var(i), form.duration[i], f"x{i}") for i in forwards + [b0]])
-        before = []
-        for k, i in enumerate(forwards):
-            y = model.NewBoolVar(f"y{i}")
-            model.Add(var(b0) >= var(i) + tf).OnlyEnforceIf(y)
-            model.Add(var(i) >= var(b0) + tb).OnlyEnforceIf(y.Not())
-            if before:
-                model.Add(var(i) >= var(forwards[k - 1]) + tf)
-                model.AddImplication(y, before[-1])
-            if k >= room:
-                model.Add(y == 0)
-            before.append(y)
-        head = model.NewIntVar(part.head, horizon, f"h{d}")
-        model.Add(head == var(b0) - form.earliest[form.first[d]] - tf * sum(before))
-        model.Add(z >= part.base + head + (part.tail if part.disjoint else 0))
+        start.update(_add_warmup(model, form, d, part, horizon, objective))
     for a, b, lag in form.edges:
         if a in start and b in start:
-            model.Add(start[b] >= start[a] + form.duration[a] + lag)
-    model.Minimize(z)
+            model.add(start[b] >= start[a] + form.duration[a] + lag)
+    model.minimize(objective)
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
     if run_interruptible(solver, model).interrupted:
         raise KeyboardInterrupt
-    return max(cheap, math.ceil(solver.BestObjectiveBound() - 1e-6))
+    return max(cheap, math.ceil(solver.best_objective_bound - 1e-6))
+
+
+def _add_warmup(model: cp_model.CpModel, form: Formulation, d: int, part: _DeviceBound, horizon: int,
+                objective: cp_model.IntVar) -> dict[int, cp_model.IntVar]:
+    """One-stage device ``d``'s relaxation: the F that fit in memory before its first B, that B, and the
+    idle before it, which with ``part``'s other idle is at most ``objective``; return their start variables."""
+    stage = form.passes[form.first[d]].stage
+    room = _warmup_room(form, d)
+    forwards = [form.index_of(F, k, stage) for k in range(min(form.num_microbatches, room + 1))]
+    first_b = form.index_of(B, 0, stage)
+    tf, tb = form.duration[forwards[0]], form.duration[first_b]
+    start: dict[int, cp_model.IntVar] = {}
+    intervals = []
+    for i in forwards + [first_b]:
+        start[i] = model.new_int_var(form.earliest[i], horizon, f"start{i}")
+        intervals.append(model.new_fixed_size_interval_var(start[i], form.duration[i], f"pass{i}"))
+    model.add_no_overlap(intervals)
+    before: list[cp_model.IntVar] = []
+    for k, i in enumerate(forwards):
+        early = model.new_bool_var(f"before{i}")
+        model.add(start[first_b] >= start[i] + tf).only_enforce_if(early)
+        model.add(start[i] >= start[first_b] + tb).only_enforce_if(~early)
+        if before:
+            model.add(start[i] >= start[forwards[k - 1]] + tf)
+            model.add_implication(early, before[-1])
+        if k >= room:
+            model.add(early == 0)
+        before.append(early)
+    head = model.new_int_var(part.head, horizon, f"head{d}")
+    model.add(head == start[first_b] - form.earliest[form.first[d]] - tf * sum(before))
+    model.add(objective >= part.base + head + (part.tail if part.disjoint else 0))
+    return start
 
 
 def _round_trip(form: Formulation, stage: int) -> int:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from zbsolve.formulation import Formulation
 
 
 class Log(list[str]):
@@ -34,3 +38,18 @@ class BackendResult:
     """Human-readable solver log."""
     interrupted: bool = False
     """Whether Ctrl-C stopped the search."""
+
+
+class Backend(Protocol):
+    """Improve ``incumbent`` (per-device pass orders) within ``time_limit`` seconds; ``lower`` is a proven
+    bound on the scaled objective; each log line goes to ``report`` as it comes; Ctrl-C returns the best so far."""
+
+    def __call__(self, form: Formulation, incumbent: list[list[int]], *, time_limit: float, workers: int, seed: int,
+                 lower: int, report: Callable[[str], None] | None = None) -> BackendResult: ...
+
+
+from zbsolve.backends.cbc import solve_cbc  # noqa: E402  (the backends import BackendResult and Log from above)
+from zbsolve.backends.cpsat import solve_cpsat  # noqa: E402
+
+BACKENDS: dict[str, Backend] = {"cpsat": solve_cpsat, "cbc": solve_cbc}
+"""Every backend by the name ``solve(solver=...)`` takes."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from collections.abc import Callable
 
 import pulp
 
@@ -24,9 +25,19 @@ def _ancestors(form: Formulation) -> list[int]:
     return anc
 
 
-def solve_cbc(form: Formulation, incumbent: list[list[int]], *, time_limit: float, workers: int,
-              lower: int) -> BackendResult:
-    """Solve the MILP warm-started from ``incumbent`` (per-device pass orders); ``lower`` bounds the objective."""
+def solve_cbc(form: Formulation, incumbent: list[list[int]], *, time_limit: float, workers: int, seed: int = 0,
+              lower: int, report: Callable[[str], None] | None = None) -> BackendResult:
+    """Solve the MILP warm-started from ``incumbent`` (per-device pass orders); ``lower`` bounds the objective.
+    The log line goes to ``report`` when CBC returns; ``seed`` is unused (CBC runs with its own)."""
+    result = _solve_milp(form, incumbent, time_limit, workers, lower)
+    if report is not None:
+        report(result.log)
+    return result
+
+
+def _solve_milp(form: Formulation, incumbent: list[list[int]], time_limit: float, workers: int,
+                lower: int) -> BackendResult:
+    """Build the MILP and solve it with CBC."""
     start0 = form.asap(incumbent)
     upper = form.value(start0)
     es, ls, dur = form.earliest, form.latest(upper), form.duration

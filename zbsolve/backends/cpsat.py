@@ -1,12 +1,15 @@
 """CP-SAT backend: the exact model, solved whole on small problems, and a large-neighbourhood
 search that re-optimises every device's order inside a time window while the order outside it
-stays fixed (passes after the window are timed exactly by max-plus propagation)."""
+stays fixed (passes after the window are timed exactly by max-plus propagation).
+
+A window's model is built in four steps: its data (``_window_data``), variables (``_add_starts``),
+constraints (``_add_dependencies``, ``_add_no_overlap``, ``_add_memory_limit``) and objective
+(``_add_objective``); ``_whole`` solves the whole incumbent as one window, ``_lns`` many windows in turn."""
 
 from __future__ import annotations
 
 import math
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +19,7 @@ from ortools.sat.python import cp_model
 
 from zbsolve.backends import BackendResult, Log
 from zbsolve.formulation import Formulation
+from zbsolve.interrupt import run_interruptible
 from zbsolve.schedule import B, F, W
 
 WHOLE_MODEL_PASSES = 400
@@ -25,225 +29,314 @@ LNS_WINDOW_PASSES = 300
 LNS_SECONDS = 1.5
 """Time limit of one window's solve, per LNS_WINDOW_PASSES passes beyond the first."""
 _NEG = -(1 << 60)
-_PRE, _WIN, _POST = -1, 0, 1
+"""Minus infinity of the max-plus lags."""
+_BEFORE, _INSIDE, _AFTER = -1, 0, 1
+"""Where a pass's incumbent start lies with respect to a window."""
 
 
-@dataclass
-class _Outcome:
-    status: int
-    interrupted: bool
+# -- data --------------------------------------------------------------------------------------
 
 
-def run_interruptible(solver: cp_model.CpSolver, model: cp_model.CpModel) -> _Outcome:
-    """Solve in a worker thread; Ctrl-C in the main thread stops the search and keeps its best solution."""
-    solver.parameters.catch_sigint_signal = False
-    done = threading.Event()
-    result: dict[str, int] = {}
+@dataclass(frozen=True)
+class _After:
+    """Max-plus timing of the passes after a window: pass ``i`` starts at the largest of ``const[i]`` and,
+    over every source ``k`` with ``lag[i][k] > _NEG``, source ``k``'s end plus ``lag[i][k]``. A source is
+    ("pass", a): the end of window pass ``a``, which has a dependant after the window, or ("device", d):
+    the end of device ``d``'s window passes."""
 
-    def work() -> None:
-        try:
-            result["status"] = solver.Solve(model)
-        finally:
-            done.set()
-
-    threading.Thread(target=work, daemon=True).start()
-    interrupted = False
-    while not done.is_set():
-        try:
-            done.wait(0.05)
-        except KeyboardInterrupt:
-            interrupted = True
-            solver.StopSearch()
-    return _Outcome(result.get("status", cp_model.UNKNOWN), interrupted)
+    sources: list[tuple[str, int]]
+    lag: dict[int, np.ndarray]
+    const: dict[int, int]
 
 
+@dataclass(frozen=True)
+class _WindowData:
+    """A window of the incumbent: passes whose start lies in it may be reordered; passes before it keep
+    their times, passes after it their order."""
+
+    order: list[list[int]]
+    """The incumbent's pass order per device."""
+    start: list[int]
+    """The incumbent's start of every pass."""
+    upper: int
+    """The incumbent's objective, which no solution of the window exceeds."""
+    where: list[int]
+    """Per pass: _BEFORE, _INSIDE or _AFTER the window."""
+    inside: list[int]
+    """The window's passes, by index."""
+    inside_order: list[list[int]]
+    """Per device, its window passes in incumbent order."""
+    links: dict[int, list[tuple[int, int]]]
+    """Per window pass, its (predecessor, lag) pairs inside the window."""
+    least_start: dict[int, int]
+    """Least start of each window pass."""
+    latest_end: dict[int, int]
+    """Largest end of each window pass."""
+    after: _After
+    """How the passes after the window are timed."""
+
+
+def _window_data(form: Formulation, order: list[list[int]], start: list[int], t0: float, t1: float,
+                 upper: int) -> _WindowData:
+    """The window [t0, t1) of the incumbent ``order`` (timed by ``start``, of objective ``upper``)."""
+    n = len(form.passes)
+    where = [_BEFORE if start[i] < t0 else _INSIDE if start[i] < t1 else _AFTER for i in range(n)]
+    preds = form.predecessors()
+    inside = sorted(i for i in range(n) if where[i] == _INSIDE)
+    links = {i: [(a, lag) for a, lag in preds[i] if where[a] == _INSIDE] for i in inside}
+    after = _after_window(form, order, start, where, preds)
+    return _WindowData(order, start, upper, where, inside, [[i for i in seq if where[i] == _INSIDE] for seq in order],
+                       links, _least_starts(form, order, start, where, preds, links),
+                       _latest_ends(form, order, where, links, after, upper), after)
+
+
+def _least_starts(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
+                  preds: list[list[tuple[int, int]]], links: dict[int, list[tuple[int, int]]]) -> dict[int, int]:
+    """Least start of each window pass: after its device's passes before the window and its predecessors."""
+    dur = form.duration
+    least: dict[int, int] = {}
+    for seq in order:
+        before_end = max((start[i] + dur[i] for i in seq if where[i] == _BEFORE), default=0)
+        for i in seq:
+            if where[i] == _INSIDE:
+                least[i] = max([form.earliest[i], before_end] + [start[a] + dur[a] + lag for a, lag in preds[i]
+                                                                 if where[a] == _BEFORE])
+    for b in sorted(links):
+        for a, lag in links[b]:
+            least[b] = max(least[b], least[a] + dur[a] + lag)
+    return least
+
+
+def _latest_ends(form: Formulation, order: list[list[int]], where: list[int], links: dict[int, list[tuple[int, int]]],
+                 after: _After, upper: int) -> dict[int, int]:
+    """Largest end of each window pass that keeps every device's span within ``upper``."""
+    dur, latest = form.duration, form.latest(upper)
+    inside = sorted(links)
+    end = {i: latest[i] + dur[i] for i in inside}
+    for d, lasts in enumerate(form.last):
+        for last in lasts:
+            room = upper + form.offset[d] - dur[last]
+            if where[last] == _INSIDE:
+                end[last] = min(end[last], room + dur[last])
+            elif where[last] == _AFTER:
+                for k in np.nonzero(after.lag[last] > _NEG // 2)[0]:
+                    kind, x = after.sources[k]
+                    for i in ([x] if kind == "pass" else [i for i in order[x] if where[i] == _INSIDE]):
+                        end[i] = min(end[i], room - int(after.lag[last][k]))
+    successors: dict[int, list[tuple[int, int]]] = {}
+    for b in inside:
+        for a, lag in links[b]:
+            successors.setdefault(a, []).append((b, lag))
+    for a in reversed(inside):
+        for b, lag in successors.get(a, ()):
+            end[a] = min(end[a], end[b] - dur[b] - lag)
+    return end
+
+
+def _after_window(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
+                  preds: list[list[tuple[int, int]]]) -> _After:
+    """The max-plus timing of the passes after the window, from their dependencies and device order."""
+    dur = form.duration
+    previous: dict[int, int | None] = {}
+    for seq in order:
+        for a, b in zip([None] + seq[:-1], seq):
+            previous[b] = a
+    later = sorted((i for i in range(len(form.passes)) if where[i] == _AFTER), key=lambda i: start[i])
+
+    def inputs(i: int) -> list[tuple[int, int]]:
+        return list(preds[i]) + ([(previous[i], 0)] if previous[i] is not None else [])
+
+    def source(i: int, a: int) -> tuple[str, int]:
+        return ("device", form.device[i]) if a == previous[i] else ("pass", a)
+
+    sources: list[tuple[str, int]] = []
+    index: dict[tuple[str, int], int] = {}
+    for i in later:
+        for a, _ in inputs(i):
+            if where[a] == _INSIDE and source(i, a) not in index:
+                index[source(i, a)] = len(sources)
+                sources.append(source(i, a))
+    lag: dict[int, np.ndarray] = {}
+    const: dict[int, int] = {}
+    for i in later:
+        row = np.full(len(sources), _NEG, dtype=np.int64)
+        floor = 0
+        for a, gap in inputs(i):
+            if where[a] == _AFTER:
+                np.maximum(row, lag[a] + (dur[a] + gap), out=row)
+                floor = max(floor, const[a] + dur[a] + gap)
+            elif where[a] == _BEFORE:
+                floor = max(floor, start[a] + dur[a] + gap)
+            else:
+                k = index[source(i, a)]
+                row[k] = max(row[k], gap)
+        lag[i], const[i] = row, floor
+    return _After(sources, lag, const)
+
+
+# -- model -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
 class _Window:
-    """The model of one window: passes whose incumbent start lies in [t0, t1) are free to reorder;
-    passes before it keep their times, passes after it their order (and are timed by max-plus
-    propagation from the window's ends)."""
+    """One window's CP-SAT model and the variables its solution is read from."""
 
-    def __init__(self, form: Formulation, order: list[list[int]], start: list[int], t0: float, t1: float,
-                 upper: int, latest: list[int], lower: int, secondary: bool) -> None:
-        self.form, self.order = form, order
-        dur, n = form.duration, len(form.passes)
-        where = self.where = [_PRE if start[i] < t0 else _WIN if start[i] < t1 else _POST for i in range(n)]
-        self.position = {i: k for seq in order for k, i in enumerate(seq)}
-        end_const = [start[i] + dur[i] for i in range(n)]
-        preds = form.predecessors()
-        win = sorted(i for i in range(n) if where[i] == _WIN)
-        self.size = len(win)
-        sources, vec, const = self._propagate(start, end_const, preds)
-        self.lo: dict[int, int] = {}
-        """Least start of each window pass."""
-        self.hi: dict[int, int] = {i: latest[i] + dur[i] for i in win}
-        """Largest end of each window pass."""
-        for d, seq in enumerate(order):
-            pre_end = max((end_const[i] for i in seq if where[i] == _PRE), default=0)
-            for i in seq:
-                if where[i] == _WIN:
-                    self.lo[i] = max([form.earliest[i], pre_end] + [end_const[a] + lag for a, lag in preds[i]
-                                                                     if where[a] == _PRE])
-        for d, lasts in enumerate(form.last):
-            for last in lasts:
-                room = upper + form.offset[d] - dur[last]
-                if where[last] == _WIN:
-                    self.hi[last] = min(self.hi[last], room + dur[last])
-                elif where[last] == _POST:
-                    for k in np.nonzero(vec[last] > _NEG // 2)[0]:
-                        kind, x = sources[k]
-                        for i in ([x] if kind == "pass" else [i for i in order[x] if where[i] == _WIN]):
-                            self.hi[i] = min(self.hi[i], room - int(vec[last][k]))
-        for b in win:
-            for a, lag in preds[b]:
-                if where[a] == _WIN:
-                    self.lo[b] = max(self.lo[b], self.lo[a] + dur[a] + lag)
-        succs: dict[int, list[tuple[int, int]]] = {}
-        for b in win:
-            for a, lag in preds[b]:
-                if where[a] == _WIN:
-                    succs.setdefault(a, []).append((b, lag))
-        for a in reversed(win):
-            for b, lag in succs.get(a, ()):
-                self.hi[a] = min(self.hi[a], self.hi[b] - dur[b] - lag)
-        model = self.model = cp_model.CpModel()
-        s = self.var = {i: model.NewIntVar(self.lo[i], max(self.lo[i], self.hi[i] - dur[i]), f"s{i}") for i in win}
-        for i in win:
-            model.AddHint(s[i], start[i])
-            for a, lag in preds[i]:
-                if where[a] == _WIN:
-                    model.Add(s[i] >= s[a] + dur[a] + lag)
-        counts = form.stage_counts()
-        for d, seq in enumerate(order):
-            mine = [i for i in seq if where[i] == _WIN]
-            if len(mine) > 1:
-                model.AddNoOverlap([model.NewFixedSizeIntervalVar(s[i], dur[i], f"x{i}") for i in mine])
-            if form.limit[d] is not None and mine:
-                base = sum(form.mem_delta[i] for i in seq if where[i] == _PRE)
-                if counts[d] == 1:
-                    self._memory_counts(mine, base, form.limit[d])
-                else:
-                    self._memory_reservoir(mine, base, form.limit[d])
-        self.z = model.NewIntVar(lower, upper, "z")
-        self.span = [model.NewIntVar(0, upper, f"span{d}") for d in range(form.num_devices)]
-        spans = form.spans(start)
-        model.AddHint(self.z, max(spans))
-        for d, (var, value) in enumerate(zip(self.span, spans)):
-            model.AddHint(var, value)
-            model.Add(self.z >= var)
-        self._objective_terms(start, end_const, sources, vec, const)
-        model.Minimize(self.z * 4 * form.num_devices + sum(self.span) if secondary else self.z)
-
-    def _propagate(self, start: list[int], end_const: list[int], preds: list[list[tuple[int, int]]]
-                   ) -> tuple[list[tuple[str, int]], dict[int, np.ndarray], dict[int, int]]:
-        """Each pass after the window starts at max(const, max over sources (source + vec)); a source
-        is the end of a window pass with a dependant after the window, or the end of a device's window."""
-        form, where, dur = self.form, self.where, self.form.duration
-        prev: dict[int, int | None] = {}
-        for seq in self.order:
-            for a, b in zip([None] + seq[:-1], seq):
-                prev[b] = a
-        post = sorted((i for i in range(len(form.passes)) if where[i] == _POST), key=lambda i: start[i])
-        sources: list[tuple[str, int]] = []
-        index: dict[tuple[str, int], int] = {}
-        for i in post:
-            links = list(preds[i]) + ([(prev[i], 0)] if prev[i] is not None else [])
-            for a, lag in links:
-                if where[a] == _WIN:
-                    key = ("device", form.device[i]) if a == prev[i] else ("pass", a)
-                    if key not in index:
-                        index[key] = len(sources)
-                        sources.append(key)
-        vec: dict[int, np.ndarray] = {}
-        const: dict[int, int] = {}
-        for i in post:
-            v = np.full(len(sources), _NEG, dtype=np.int64)
-            c = 0
-            for a, lag in list(preds[i]) + ([(prev[i], 0)] if prev[i] is not None else []):
-                if where[a] == _POST:
-                    np.maximum(v, vec[a] + (dur[a] + lag), out=v)
-                    c = max(c, const[a] + dur[a] + lag)
-                elif where[a] == _PRE:
-                    c = max(c, end_const[a] + lag)
-                else:
-                    k = index[("device", form.device[i]) if a == prev[i] else ("pass", a)]
-                    v[k] = max(v[k], lag)
-            vec[i], const[i] = v, c
-        return sources, vec, const
-
-    def _objective_terms(self, start: list[int], end_const: list[int], sources: list[tuple[str, int]],
-                         vec: dict[int, np.ndarray], const: dict[int, int]) -> None:
-        """Bound each device's span by its last pass's end (a max-plus function when after the window)."""
-        form, s, model, dur, where = self.form, self.var, self.model, self.form.duration, self.where
-        exprs: list[cp_model.LinearExprT] = []
-        for kind, x in sources:
-            if kind == "pass":
-                exprs.append(s[x] + dur[x])
-                continue
-            mine = [i for i in self.order[x] if where[i] == _WIN]
-            end = model.NewIntVar(0, max(self.hi[i] for i in mine), f"end{x}")
-            model.AddHint(end, max(start[i] + dur[i] for i in mine))
-            for i in mine:
-                model.Add(end >= s[i] + dur[i])
-            exprs.append(end)
-        for d, lasts in enumerate(form.last):
-            off = form.offset[d]
-            for last in lasts:
-                if where[last] == _WIN:
-                    model.Add(self.span[d] >= s[last] + dur[last] - off)
-                elif where[last] == _PRE:
-                    model.Add(self.span[d] >= end_const[last] - off)
-                else:
-                    model.Add(self.span[d] >= const[last] + dur[last] - off)
-                    for k in np.nonzero(vec[last] > _NEG // 2)[0]:
-                        model.Add(self.span[d] >= exprs[k] + int(vec[last][k]) + dur[last] - off)
-
-    def _memory_counts(self, win: list[int], base: int, limit: int) -> None:
-        """Memory at each window F's start from order literals (each B, W before or after it);
-        pairs whose order the time bounds already fix get no literal."""
-        form, s, model, dur, lo, hi = self.form, self.var, self.model, self.form.duration, self.lo, self.hi
-        by_kind = {k: sorted((i for i in win if form.passes[i].kind == k), key=lambda i: form.passes[i].mb)
-                   for k in (F, B, W)}
-        prev_lits: dict[int, cp_model.IntVar] = {}
-        level = base
-        for f in by_kind[F]:
-            level += form.mem_delta[f]
-            k = form.passes[f].mb
-            open_pairs = [x for kind in (B, W) for x in by_kind[kind] if form.passes[x].mb < k and hi[f] > lo[x]]
-            fixed = sum(form.mem_delta[x] for x in open_pairs if hi[x] <= lo[f])
-            open_pairs = [x for x in open_pairs if hi[x] > lo[f]]
-            if level + fixed <= limit:
-                prev_lits = {}
-                continue
-            lits: dict[int, cp_model.IntVar] = {}
-            for x in open_pairs:
-                y = lits[x] = model.NewBoolVar(f"o{x}_{f}")
-                model.Add(s[f] >= s[x] + dur[x]).OnlyEnforceIf(y)
-                model.Add(s[x] >= s[f] + dur[f]).OnlyEnforceIf(y.Not())
-                model.AddHint(y, self.position[x] < self.position[f])
-                if x in prev_lits:
-                    model.AddImplication(prev_lits[x], y)
-                q = form.passes[x]
-                for twin in (form.index_of(q.kind, q.mb - 1, q.stage) if q.mb else -1,
-                             form.index_of(B, q.mb, q.stage) if q.kind == W else -1):
-                    if twin in lits:
-                        model.AddImplication(y, lits[twin])
-            model.Add(level + fixed + sum(form.mem_delta[x] * y for x, y in lits.items()) <= limit)
-            prev_lits = lits
-
-    def _memory_reservoir(self, win: list[int], base: int, limit: int) -> None:
-        """Memory of a device with several stages as a reservoir of F starts and B, W ends."""
-        form, s = self.form, self.var
-        times = [0] + [s[i] if form.passes[i].kind == F else s[i] + form.duration[i] for i in win]
-        changes = [base] + [form.mem_delta[i] for i in win]
-        self.model.AddReservoirConstraint(times, changes, -sum(abs(c) for c in changes), limit)
+    data: _WindowData
+    model: cp_model.CpModel
+    start: dict[int, cp_model.IntVar]
+    """Start of each window pass."""
+    objective: cp_model.IntVar
+    """The objective: the largest span."""
 
     def order_from(self, solver: cp_model.CpSolver) -> list[list[int]]:
         """The full order with the window's passes sorted by the solver's starts."""
-        out = []
-        for seq in self.order:
-            win = sorted((i for i in seq if i in self.var), key=lambda i: (solver.Value(self.var[i]), i))
-            out.append([i for i in seq if self.where[i] == _PRE] + win + [i for i in seq if self.where[i] == _POST])
+        where, out = self.data.where, []
+        for seq in self.data.order:
+            inside = sorted((i for i in seq if i in self.start), key=lambda i: (solver.value(self.start[i]), i))
+            out.append([i for i in seq if where[i] == _BEFORE] + inside + [i for i in seq if where[i] == _AFTER])
         return out
+
+
+def _window_model(form: Formulation, data: _WindowData, lower: int, secondary: bool) -> _Window:
+    """The model of one window; with ``secondary``, ties of the objective are broken by the sum of spans."""
+    model = cp_model.CpModel()
+    start = _add_starts(model, form, data)
+    _add_dependencies(model, form, data, start)
+    for d in range(form.num_devices):
+        _add_no_overlap(model, form, data, start, d)
+        _add_memory_limit(model, form, data, start, d)
+    objective = _add_objective(model, form, data, start, lower, secondary)
+    return _Window(data, model, start, objective)
+
+
+def _add_starts(model: cp_model.CpModel, form: Formulation, data: _WindowData) -> dict[int, cp_model.IntVar]:
+    """A start variable per window pass, hinted with the incumbent's start."""
+    start = {i: model.new_int_var(data.least_start[i], max(data.least_start[i], data.latest_end[i] - form.duration[i]),
+                                  f"start{i}") for i in data.inside}
+    for i in data.inside:
+        model.add_hint(start[i], data.start[i])
+    return start
+
+
+def _add_dependencies(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+                      start: dict[int, cp_model.IntVar]) -> None:
+    """Each window pass starts after its window predecessors end, plus their lags."""
+    for i in data.inside:
+        for a, lag in data.links[i]:
+            model.add(start[i] >= start[a] + form.duration[a] + lag)
+
+
+def _add_no_overlap(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+                    d: int) -> None:
+    """Device ``d`` runs one window pass at a time."""
+    mine = data.inside_order[d]
+    if len(mine) > 1:
+        model.add_no_overlap([model.new_fixed_size_interval_var(start[i], form.duration[i], f"pass{i}") for i in mine])
+
+
+def _add_memory_limit(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+                      start: dict[int, cp_model.IntVar], d: int) -> None:
+    """Device ``d``'s memory stays within its limit."""
+    limit, mine = form.limit[d], data.inside_order[d]
+    if limit is None or not mine:
+        return
+    held = sum(form.mem_delta[i] for i in data.order[d] if data.where[i] == _BEFORE)
+    if form.stage_counts()[d] == 1:
+        _add_memory_by_order(model, form, data, start, d, held, limit)
+    else:
+        _add_memory_reservoir(model, form, data, start, d, held, limit)
+
+
+def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+                         start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
+    """Memory at each window F's start from order literals (each B, W before or after it); pairs whose
+    order the time bounds already fix get no literal."""
+    dur, least, latest = form.duration, data.least_start, data.latest_end
+    mine, position = data.inside_order[d], {i: k for k, i in enumerate(data.order[d])}
+    by_kind = {k: sorted((i for i in mine if form.passes[i].kind == k), key=lambda i: form.passes[i].mb)
+               for k in (F, B, W)}
+    previous: dict[int, cp_model.IntVar] = {}
+    level = held
+    for f in by_kind[F]:
+        level += form.mem_delta[f]
+        mb = form.passes[f].mb
+        open_pairs = [x for kind in (B, W) for x in by_kind[kind] if form.passes[x].mb < mb and latest[f] > least[x]]
+        fixed = sum(form.mem_delta[x] for x in open_pairs if latest[x] <= least[f])
+        open_pairs = [x for x in open_pairs if latest[x] > least[f]]
+        if level + fixed <= limit:
+            previous = {}
+            continue
+        before: dict[int, cp_model.IntVar] = {}
+        for x in open_pairs:
+            lit = before[x] = model.new_bool_var(f"before{x}_{f}")
+            model.add(start[f] >= start[x] + dur[x]).only_enforce_if(lit)
+            model.add(start[x] >= start[f] + dur[f]).only_enforce_if(~lit)
+            model.add_hint(lit, position[x] < position[f])
+            if x in previous:
+                model.add_implication(previous[x], lit)
+            q = form.passes[x]
+            for twin in (form.index_of(q.kind, q.mb - 1, q.stage) if q.mb else -1,
+                         form.index_of(B, q.mb, q.stage) if q.kind == W else -1):
+                if twin in before:
+                    model.add_implication(lit, before[twin])
+        model.add(level + fixed + sum(form.mem_delta[x] * lit for x, lit in before.items()) <= limit)
+        previous = before
+
+
+def _add_memory_reservoir(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+                          start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
+    """Memory of a device with several stages as a reservoir of F starts and B, W ends."""
+    mine = data.inside_order[d]
+    times = [0] + [start[i] if form.passes[i].kind == F else start[i] + form.duration[i] for i in mine]
+    changes = [held] + [form.mem_delta[i] for i in mine]
+    model.add_reservoir_constraint(times, changes, -sum(abs(c) for c in changes), limit)
+
+
+def _add_objective(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+                   lower: int, secondary: bool) -> cp_model.IntVar:
+    """Minimise the largest span (then, with ``secondary``, the sum of spans); return the objective variable."""
+    objective = model.new_int_var(lower, data.upper, "objective")
+    span = [model.new_int_var(0, data.upper, f"span{d}") for d in range(form.num_devices)]
+    incumbent = form.spans(data.start)
+    model.add_hint(objective, max(incumbent))
+    for var, value in zip(span, incumbent):
+        model.add_hint(var, value)
+        model.add(objective >= var)
+    _add_span_bounds(model, form, data, start, span)
+    model.minimize(objective * 4 * form.num_devices + sum(span) if secondary else objective)
+    return objective
+
+
+def _add_span_bounds(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+                     span: list[cp_model.IntVar]) -> None:
+    """Each device's span is at least its last passes' ends (a max-plus function of the window's ends for
+    passes after the window)."""
+    dur, where, after = form.duration, data.where, data.after
+    source_end: list[cp_model.LinearExprT] = []
+    for kind, x in after.sources:
+        if kind == "pass":
+            source_end.append(start[x] + dur[x])
+            continue
+        mine = data.inside_order[x]
+        end = model.new_int_var(0, max(data.latest_end[i] for i in mine), f"end{x}")
+        model.add_hint(end, max(data.start[i] + dur[i] for i in mine))
+        for i in mine:
+            model.add(end >= start[i] + dur[i])
+        source_end.append(end)
+    for d, lasts in enumerate(form.last):
+        offset = form.offset[d]
+        for last in lasts:
+            if where[last] == _INSIDE:
+                model.add(span[d] >= start[last] + dur[last] - offset)
+            elif where[last] == _BEFORE:
+                model.add(span[d] >= data.start[last] + dur[last] - offset)
+            else:
+                model.add(span[d] >= after.const[last] + dur[last] - offset)
+                for k in np.nonzero(after.lag[last] > _NEG // 2)[0]:
+                    model.add(span[d] >= source_end[k] + int(after.lag[last][k]) + dur[last] - offset)
+
+
+# -- solve -------------------------------------------------------------------------------------
 
 
 def _solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -> cp_model.CpSolver:
@@ -300,18 +393,19 @@ def solve_cpsat(form: Formulation, incumbent: list[list[int]], *, time_limit: fl
 
 def _whole(search: _Search, deadline: float, workers: int, seed: int, lower: int) -> tuple[bool, int, bool]:
     """Solve the whole model; return (proven optimal, lower bound, interrupted)."""
-    form, value = search.form, search.value
-    window = _Window(form, search.order, search.start, -1, float("inf"), value, form.latest(value), lower, False)
+    form = search.form
+    data = _window_data(form, search.order, search.start, -1, math.inf, search.value)
+    window = _window_model(form, data, lower, secondary=False)
     solver = _solver(deadline - time.monotonic(), workers, seed)
     outcome = run_interruptible(solver, window.model)
     found = outcome.status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    search.log.append(f"whole model: {solver.StatusName(outcome.status)} in {solver.WallTime():.2f}s, "
-                      f"objective {solver.Value(window.z) if found else '-'}")
+    search.log.append(f"whole model: {solver.status_name(outcome.status)} in {solver.wall_time:.2f}s, "
+                      f"objective {solver.value(window.objective) if found else '-'}")
     if found:
         search.offer(window.order_from(solver), allow_equal=True)
     if outcome.status == cp_model.OPTIMAL:
         return True, search.value, outcome.interrupted
-    return False, max(lower, math.ceil(solver.BestObjectiveBound())), outcome.interrupted
+    return False, max(lower, math.ceil(solver.best_objective_bound)), outcome.interrupted
 
 
 def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) -> bool:
@@ -329,17 +423,18 @@ def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) 
         width = target[kind] / per_time
         t0 = {"head": -1.0, "tail": horizon - width, "any": rng.uniform(0, max(1.0, horizon - width))}[kind]
         began = time.monotonic()
-        window = _Window(form, search.order, search.start, t0, t0 + width, search.value,
-                         form.latest(search.value), lower, True)
+        data = _window_data(form, search.order, search.start, t0, t0 + width, search.value)
+        window = _window_model(form, data, lower, secondary=True)
         build = time.monotonic() - began
-        if window.size == 0:
+        size = len(data.inside)
+        if size == 0:
             continue
-        seconds = min(deadline - time.monotonic(), LNS_SECONDS * (1 + window.size / LNS_WINDOW_PASSES))
+        seconds = min(deadline - time.monotonic(), LNS_SECONDS * (1 + size / LNS_WINDOW_PASSES))
         solver = _solver(seconds, workers, seed + iteration, presolve=False)
         outcome = run_interruptible(solver, window.model)
         before = search.value, search.total
         if outcome.status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and search.offer(window.order_from(solver), False):
-            search.log.append(f"lns {iteration}: {kind} window [{t0:.0f}, {t0 + width:.0f}) of {window.size} passes: "
+            search.log.append(f"lns {iteration}: {kind} window [{t0:.0f}, {t0 + width:.0f}) of {size} passes: "
                               f"{before[0]} -> {search.value} (sum of spans {before[1]} -> {search.total})")
             horizon = max(search.start[i] + form.duration[i] for lasts in form.last for i in lasts)
         if outcome.interrupted:
