@@ -16,7 +16,6 @@ from rich.console import Console
 from rich.table import Table
 
 from zbsolve.families import make_schedule
-from zbsolve.frontier import stage_profile
 from zbsolve.limits import reference_peak
 from zbsolve.problem import Problem
 from zbsolve.simulator import simulate
@@ -31,7 +30,7 @@ def run_row(problem: Problem, name: str, time_limit: float, workers: int | None)
     """zbsolve's V-shape schedule of one setting under the peak memory of family ``name``."""
     p, m = problem.num_devices, problem.num_microbatches
     limit = simulate(make_schedule(name, problem.profile, p, m)).peak
-    share = limit / reference_peak(stage_profile(problem.profile, p), p, m)
+    share = limit / reference_peak(problem.profile.merge_chunks(p, 2), p, m)
     began = time.perf_counter()
     result = solve(problem.profile, limit, num_microbatches=m, num_devices=p, placement="vshape",
                    time_limit=time_limit, workers=workers)

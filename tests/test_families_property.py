@@ -28,6 +28,5 @@ def test_every_family_validates(name, p, m, data):
     except InputError as exc:
         assert any(word in str(exc) for word in ("microbatches", "stages", "devices")), exc
         return
-    timeline = simulate(schedule)
-    assert timeline.makespan > 0
-    assert len(schedule.devices) == p and schedule.num_microbatches == m
+    simulate(schedule)
+    assert schedule.name == name and schedule.num_devices == p and schedule.num_microbatches == m

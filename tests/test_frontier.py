@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from zbsolve import UNIT, InputError, Profile, simulate
 from zbsolve.cli import app
-from zbsolve.frontier import frontier, stage_profile
-from zbsolve.problem import reference_peak
+from zbsolve.frontier import frontier
+from zbsolve.limits import reference_peak
 
 SKEWED_3 = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2)
 
@@ -41,16 +41,33 @@ def test_frontier_is_non_increasing_and_every_schedule_is_valid():
 
 def test_stage_profile_merges_chunk_stages():
     chunked = SKEWED_3.per_chunk(3, 2)
-    merged = stage_profile(chunked, 3)
+    merged = chunked.merge_chunks(3, 2)
     assert merged.num_stages == 3
     for s in range(3):
         assert merged.durations(s) == pytest.approx(SKEWED_3.durations(s))
-    assert stage_profile(SKEWED_3, 3) is SKEWED_3
+    assert SKEWED_3.merge_chunks(3, 2) is SKEWED_3
+
+
+def test_factors_equal_the_corresponding_limits():
+    """factors=[k] solves at k x 1F1B's peak and reports k itself; the rows match those of mem_limits."""
+    peak = reference_peak(UNIT, 2, 4)
+    args = {"num_microbatches": 4, "num_devices": 2, "placements": ("sequential",), "time_limit": 2, "jobs": 1}
+    by_factor = frontier(UNIT, factors=[1.5, 0.75], **args)
+    by_limit = frontier(UNIT, [0.75 * peak, 1.5 * peak], **args)
+    assert by_factor.reference_peak == by_limit.reference_peak == peak
+    assert [r.factor for r in by_factor.rows] == [0.75, 1.5]
+    for a, b in zip(by_factor.rows, by_limit.rows, strict=True):
+        assert a.mem_limit == pytest.approx(b.mem_limit) and a.factor == pytest.approx(b.factor)
+        assert (a.placement, a.paper_bubble, a.bubble_rate, a.status) == (b.placement, b.paper_bubble, b.bubble_rate,
+                                                                          b.status)
+        assert simulate(a.schedule).peak <= a.mem_limit + 1e-9
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"mem_limits": [0.0]}, "mem_limit = 0.0"), ({"mem_limits": []}, "mem_limits"),
+    ({"mem_limits": [0.0]}, "mem_limit = 0.0"), ({"mem_limits": []}, "mem_limits is empty"),
     ({"placements": ("bidirectional",)}, "placement"), ({"jobs": 0}, "jobs = 0"),
+    ({"mem_limits": None, "factors": [0.0]}, "factor = 0.0"), ({"mem_limits": None, "factors": []}, "factors is empty"),
+    ({"factors": [1.0]}, "exactly one"), ({"mem_limits": None}, "exactly one"),
 ])
 def test_bad_input(kwargs, message):
     args = {"mem_limits": [2.0], "num_microbatches": 4, "num_devices": 2, **kwargs}
@@ -67,10 +84,12 @@ def test_cli_writes_json_and_chart(tmp_path):
     assert run.exit_code == 0, run.output
     doc = json.loads(out.read_text())
     assert json.loads(run.stdout) == doc and len(doc["rows"]) == 4
-    assert [r["factor"] for r in doc["rows"]] == pytest.approx([0.5, 1.0, 0.5, 1.0])
+    assert [r["factor"] for r in doc["rows"]] == [0.5, 1.0, 0.5, 1.0]
     assert chart.read_bytes()[:4] == b"\x89PNG"
     bad = CliRunner().invoke(app, ["frontier", str(problem), "--factors", "0,1"])
-    assert bad.exit_code == 2 and "0" in bad.output
+    assert bad.exit_code == 2 and "factor = 0.0 must be a positive number" in bad.output
+    bad = CliRunner().invoke(app, ["frontier", str(problem), "--factors", "1,x"])
+    assert bad.exit_code == 2 and "--factors = '1,x' must be comma-separated numbers" in bad.output
 
 
 def test_progress_counts_every_solve():

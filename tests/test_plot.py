@@ -10,6 +10,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from conftest import one_f_one_b as hand_1f1b
 from zbsolve.errors import InputError
 from zbsolve.placement import sequential, vshape
 from zbsolve.plot import COLORS, plot_timeline, save_chart
@@ -19,18 +20,8 @@ from zbsolve.simulator import Timeline, simulate
 
 
 def one_f_one_b(p: int, m: int, *, split: bool = False, mem_limit: float | None = None) -> Timeline:
-    """1F1B: warm-up F's, then F and backward alternating, then cool-down; ``split`` runs B then W."""
-    devices = []
-    for s in range(p):
-        warm = min(p - 1 - s, m)
-        back = [[Pass(B, k, s), Pass(W, k, s)] if split else [Pass(BW, k, s)] for k in range(m)]
-        ops = [Pass(F, k, s) for k in range(warm)]
-        for k in range(m - warm):
-            ops += [Pass(F, warm + k, s), *back[k]]
-        for k in range(m - warm, m):
-            ops += back[k]
-        devices.append(ops)
-    return simulate(build("1f1b", sequential(p), m, UNIT, devices, mem_limit))
+    """1F1B (conftest's, simulated); ``split`` runs B then W."""
+    return simulate(hand_1f1b(p, m, mem_limit=mem_limit, split=split))
 
 
 def with_pairs(p: int, m: int) -> Timeline:
@@ -85,7 +76,7 @@ def test_one_box_per_pass_at_its_time():
     timeline = one_f_one_b(4, 6, split=True)
     fig = plot_timeline(timeline)
     paths = boxes(fig).get_paths()
-    assert len(paths) == sum(len(ops) for ops in timeline.schedule.devices)
+    assert len(paths) == 4 * 6 * 3, "one box per F, B and W of each microbatch on each stage"
     spans = sorted((round(v[:, 1].mean()), v[:, 0].min(), v[:, 0].max()) for v in (q.vertices for q in paths))
     want = sorted((d, s, e) for d in range(4) for s, e in zip(timeline.start[d], timeline.end[d]))
     assert np.allclose(spans, want)
@@ -166,7 +157,7 @@ def test_memory_panel():
     dashed = [line for line in panel.get_lines() if line.get_linestyle() == "--"]
     assert [tuple(line.get_ydata()) for line in dashed] == [(4.0, 4.0)]
     steps = [line for line in panel.get_lines() if line.get_linestyle() != "--"]
-    assert [max(line.get_ydata()) for line in steps] == list(timeline.peak_memory)
+    assert [max(line.get_ydata()) for line in steps] == [4.0, 3.0, 2.0, 1.0], "1F1B's peak: p - d microbatches"
     assert panel.get_xlim() == (0.0, timeline.makespan)
 
 

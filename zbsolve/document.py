@@ -19,7 +19,7 @@ FORMAT, VERSION = "zbsolve-schedule", 1
 
 
 class _Ref(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     mb: NonNegativeInt
     stage: NonNegativeInt
 
@@ -123,6 +123,15 @@ def read_document(path: str | Path) -> tuple[Schedule, list[list[tuple[float | N
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not valid JSON: {exc}") from None
     return from_document(data)
+
+
+DRIFT_SHARE = 1e-6
+"""Planned times that differ from the simulated ones by less than this share of the makespan agree."""
+
+
+def drift_matters(drift: float, timeline: Timeline) -> bool:
+    """Whether planned times ``drift`` far enough from the simulated ones to mention."""
+    return drift > DRIFT_SHARE * max(1.0, timeline.makespan)
 
 
 def planned_drift(timeline: Timeline, planned: list[list[tuple[float | None, float | None]]]) -> float:

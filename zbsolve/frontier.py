@@ -12,29 +12,29 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
-from zbsolve.families import make_schedule
-from zbsolve.grid import shutdown_pool
-from zbsolve.problem import reference_peak
-from zbsolve.profile import STAGE_FIELDS, Profile
+from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.grid.executors import ProcessPool, shutdown_pool
+from zbsolve.limits import reference_peak
+from zbsolve.placement import CHUNKS
+from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import simulate
-from zbsolve.solve import SUPPORTED_PLACEMENTS, solve
+from zbsolve.solve import solve
+from zbsolve.spec import SUPPORTED_PLACEMENTS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-FAMILY_POINTS = {"sequential": ("1f1b", "zb-h1", "zb-h2"), "interleaved": ("1f1b-i",),
-                 "vshape": ("zb-v", "v-half", "v-min")}
-"""Handcrafted families shown beside each placement's frontier."""
-CHUNKS = 2
-"""Stages per device of the interleaved and V-shape placements."""
+DEFAULT_PLACEMENTS = ("sequential", "vshape")
+"""Placements solved when none are given."""
+DEFAULT_TIME_LIMIT = 30.0
+"""Time limit of each solve, in seconds, when none is given."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class FrontierRow:
     mem_limit: float
     """Memory limit in profile units."""
     factor: float
-    """mem_limit / 1F1B's peak."""
+    """The limit as a multiple of 1F1B's peak (mem_limit / Frontier.reference_peak)."""
     paper_bubble: float | None
     """(max span - max work) / max span; None when no schedule fits."""
     bubble_rate: float | None
@@ -122,18 +122,6 @@ class Frontier:
         self.figure(title).savefig(Path(path))
 
 
-def stage_profile(profile: Profile, num_devices: int, chunks: int = CHUNKS) -> Profile:
-    """One stage per device: a ``chunks * num_devices``-stage profile with each run of ``chunks`` consecutive
-    stages merged (times and memory summed); any other profile as given."""
-    if profile.num_stages != chunks * num_devices or chunks == 1:
-        return profile
-    data = profile.model_dump()
-    for name in STAGE_FIELDS:
-        data[name] = [sum(profile.stage_value(name, s * chunks + c) for c in range(chunks))
-                      for s in range(num_devices)]
-    return Profile(**data)
-
-
 def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
                time_limit: float) -> tuple[str, Schedule | None, float, str, float]:
     """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap)."""
@@ -145,13 +133,15 @@ def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
     return placement, result.schedule, result.lower_bound, result.status, result.gap
 
 
-def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches: int, num_devices: int | None = None,
-             placements: Sequence[str] = ("sequential", "vshape"), time_limit: float = 30.0,
+def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, factors: Sequence[float] | None = None,
+             num_microbatches: int, num_devices: int | None = None,
+             placements: Sequence[str] = DEFAULT_PLACEMENTS, time_limit: float = DEFAULT_TIME_LIMIT,
              jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> Frontier:
     """Solve every (placement, memory limit) pair, ``jobs`` at a time in spawned processes (default: all
-    cores); ``progress(done, total)`` is called as solves finish. ``profile`` has one stage per device, is
-    scalar, or has two chunk stages per device (merged for the sequential placement and for 1F1B's
-    reference peak). Ctrl-C returns the finished solves with ``interrupted`` set."""
+    cores); ``progress(done, total)`` is called as solves finish. The limits are ``mem_limits`` in profile
+    units or ``factors`` (multiples of 1F1B's peak activation memory): give exactly one. ``profile`` has one
+    stage per device, is scalar, or has two chunk stages per device (merged for the sequential placement
+    and for 1F1B's reference peak). Ctrl-C returns the finished solves with ``interrupted`` set."""
     p = num_devices if num_devices is not None else profile.num_stages
     if p is None:
         raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
@@ -160,19 +150,23 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
     for name in placements:
         if name not in SUPPORTED_PLACEMENTS:
             raise InputError(f"placement = {name!r} is not supported; choose from {', '.join(SUPPORTED_PLACEMENTS)}")
-    limits = sorted(set(mem_limits))
-    if not limits:
-        raise InputError("mem_limits is empty: give at least one memory limit")
-    for x in limits:
+    if (mem_limits is None) == (factors is None):
+        raise InputError("give mem_limits or factors, exactly one")
+    kind = "mem_limit" if mem_limits is not None else "factor"
+    values = sorted(set(mem_limits if mem_limits is not None else factors))
+    if not values:
+        raise InputError(f"{kind}s is empty: give at least one memory limit")
+    for x in values:
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or not math.isfinite(x):
-            raise InputError(f"mem_limit = {x!r} must be a positive number")
+            raise InputError(f"{kind} = {x!r} must be a positive number")
     m = num_microbatches
-    merged = stage_profile(profile, p)
+    merged = profile.merge_chunks(p, CHUNKS)
     peak = reference_peak(merged, p, m)
+    limits = [(x, x / peak) if mem_limits is not None else (x * peak, x) for x in values]
     tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
-             for name in placements for x in limits]
+             for name in placements for x, _ in limits]
     results: dict[int, tuple[str, Schedule | None, float, str, float]] = {}
-    pool = ProcessPoolExecutor(max_workers=min(len(tasks), jobs or os.cpu_count() or 1), mp_context=get_context("spawn"))
+    pool = ProcessPool(min(len(tasks), jobs or os.cpu_count() or 1))
     interrupted = False
     try:
         futures = {pool.submit(_solve_one, *task): k for k, task in enumerate(tasks)}
@@ -188,7 +182,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
     for k, name in enumerate(placements):
         best: Schedule | None = None
         best_span = math.inf
-        for j, x in enumerate(limits):
+        for j, (x, factor) in enumerate(limits):
             _, schedule, bound, status, gap = results.get(k * len(limits) + j,
                                                           (name, None, math.inf, "interrupted", math.nan))
             timeline = simulate(schedule) if schedule is not None else None
@@ -197,12 +191,12 @@ def frontier(profile: Profile, mem_limits: Sequence[float], *, num_microbatches:
                 schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
                 timeline, status = simulate(schedule), "carried"
             if schedule is None or timeline is None:
-                rows.append(FrontierRow(name, x, x / peak, None, None, status, None, None))
+                rows.append(FrontierRow(name, x, factor, None, None, status, None, None))
                 continue
             span = max(timeline.span)
             if carried:
                 gap = max(0.0, (span - bound) / span) if math.isfinite(bound) else None
-            rows.append(FrontierRow(name, x, x / peak, timeline.paper_bubble, timeline.bubble_rate, status, gap,
+            rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, gap,
                                     schedule))
             best, best_span = schedule, span
     return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)
@@ -212,7 +206,7 @@ def _family_points(profile: Profile, merged: Profile, p: int, m: int, placements
                    peak: float) -> list[FamilyPoint]:
     points = []
     for placement in placements:
-        for name in FAMILY_POINTS.get(placement, ()):
+        for name in PLACEMENT_FAMILIES.get(placement, ()):
             try:
                 timeline = simulate(make_schedule(name, merged if placement == "sequential" else profile, p, m))
             except ZbsolveError:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from zbsolve.errors import InputError
 from zbsolve.families import make_schedule
+from zbsolve.placement import CHUNKS
+from zbsolve.problem import Problem
 from zbsolve.profile import Profile
 from zbsolve.simulator import simulate
 
@@ -25,3 +27,13 @@ def resolve_limit(profile: Profile, num_devices: int, num_microbatches: int,
             raise InputError(f"mem_factor = {mem_factor} must be > 0")
         return mem_factor * reference_peak(profile, num_devices, num_microbatches)
     return mem_limit
+
+
+def problem_limit(problem: Problem, mem_limit: float | Sequence[float] | None = None,
+                  mem_factor: float | None = None, chunks: int = CHUNKS) -> float | Sequence[float] | None:
+    """A problem's memory limit: ``mem_limit`` or ``mem_factor`` when either is given, else the problem's own; a
+    factor counts 1F1B's peak on the profile with one stage per device (chunk stages merged)."""
+    given = (mem_limit, mem_factor) if mem_limit is not None or mem_factor is not None else \
+        (problem.mem_limit, problem.mem_factor)
+    profile = problem.profile.merge_chunks(problem.num_devices, chunks)
+    return resolve_limit(profile, problem.num_devices, problem.num_microbatches, *given)

@@ -9,7 +9,6 @@ from typing import Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from zbsolve.errors import InputError
-from zbsolve.limits import reference_peak, resolve_limit  # noqa: F401  (moved; importers updated below)
 from zbsolve.profile import Profile, load_mapping, pydantic_message
 
 

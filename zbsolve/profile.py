@@ -147,6 +147,16 @@ class Profile(BaseModel):
             data[name] = [self.stage_value(name, s) / chunks for s in range(n) for _ in range(chunks)]
         return Profile(**data)
 
+    def merge_chunks(self, num_devices: int, chunks: int) -> "Profile":
+        """One stage per device: a ``chunks * num_devices``-stage profile with each run of ``chunks`` consecutive
+        stages merged (times and memory summed); any other profile as given. The inverse of ``per_chunk``."""
+        if self.num_stages != chunks * num_devices or chunks == 1:
+            return self
+        data = self.model_dump()
+        for name in STAGE_FIELDS:
+            data[name] = [sum(self.stage_value(name, s * chunks + c) for c in range(chunks)) for s in range(num_devices)]
+        return Profile(**data)
+
     def per_chunk(self, num_devices: int, chunks: int, who: str = "this placement") -> "Profile":
         """Stages for ``chunks`` stages per device: a p-stage (or scalar) profile split, a ``chunks * p``-stage
         profile kept as is."""

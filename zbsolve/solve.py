@@ -8,7 +8,6 @@ Ctrl-C during a solve stops the backend and returns the best schedule found so f
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
@@ -16,27 +15,31 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
-from zbsolve.backends import BackendResult, Log
-from zbsolve.backends.cpsat import solve_cpsat
+from zbsolve.backends import BACKENDS, BackendResult, Log
 from zbsolve.bound import lower_bound, warmup_bound
 from zbsolve.document import to_document
+from zbsolve.checks import TOLERANCE, check_count
 from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.formulation import OBJECTIVES, Formulation, formulate
+from zbsolve.families import FAMILIES, PLACEMENT_FAMILIES, make_schedule
+from zbsolve.formulation import Formulation, formulate
 from zbsolve.heuristic import heuristic
-from zbsolve.placement import PLACEMENTS, Placement, make_placement, sequential, vshape
+from zbsolve.placement import CHUNKS, vshape
 from zbsolve.profile import Profile
-from zbsolve.schedule import Schedule, build
+from zbsolve.render import figures_html, figures_table
+from zbsolve.schedule import Schedule
 from zbsolve.simulator import Timeline, simulate
+from zbsolve.spec import Spec, make_spec
+from zbsolve.timing import OBJECTIVES
+from zbsolve.transforms import with_limit
 from zbsolve.vgreedy import v_greedy
 
-SOLVERS = ("cpsat", "cbc", "heuristic")
-SUPPORTED_PLACEMENTS = ("sequential", "interleaved", "vshape")
-WARM_START_FAMILIES = {"sequential": ("zb-h1", "zb-h2", "1f1b"), "interleaved": ("1f1b-i",),
-                       "vshape": ("zb-v", "v-half", "v-min")}
-"""Handcrafted families tried beside the heuristic as warm starts (when they fit the memory limit), by
-placement (the V families for two chunks only)."""
+SolverName = Literal["cpsat", "cbc", "heuristic"]
+"""A backend by name, or "heuristic" for the warm start alone."""
+SOLVERS: tuple[str, ...] = get_args(SolverName)
+TIME_LIMIT = 60.0
+"""Seconds a solve may take unless told."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time limit, at most this many seconds."""
 RESERVE_SHARE, RESERVE_SECONDS = 0.03, 3.0
@@ -67,12 +70,21 @@ class SolveResult:
     """Wall time of the whole solve, in seconds."""
     solver_log: str
     """What the warm start and the backend did, line by line."""
-    bubble_rate: float
-    """1 - total work / (devices x makespan)."""
-    paper_bubble: float
-    """The paper's bubble rate: (max span - max work) / max span."""
-    peak_memory: tuple[float, ...]
-    """Peak activation memory per device."""
+
+    @property
+    def bubble_rate(self) -> float:
+        """1 - total work / (devices x makespan)."""
+        return self.timeline.bubble_rate
+
+    @property
+    def paper_bubble(self) -> float:
+        """The paper's bubble rate: (max span - max work) / max span."""
+        return self.timeline.paper_bubble
+
+    @property
+    def peak_memory(self) -> tuple[float, ...]:
+        """Peak activation memory per device."""
+        return self.timeline.peak_memory
 
     def summary(self) -> dict[str, object]:
         """The headline figures as plain values."""
@@ -90,105 +102,50 @@ class SolveResult:
         return doc
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(_fmt(v))}</td></tr>"
-                       for k, v in self.summary().items())
-        return f"<table>{rows}</table>"
+        return figures_html(self.summary())
 
     def __rich__(self) -> object:
-        from rich.table import Table
-
-        table = Table("figure", "value", title=f"zbsolve {self.solver}")
-        for k, v in self.summary().items():
-            table.add_row(k, _fmt(v))
-        return table
+        return figures_table(self.summary(), f"zbsolve {self.solver}")
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list):
-        return ", ".join(_fmt(v) for v in value)
-    return str(value)
-
-
-def _objective(timeline: Timeline, kind: str) -> float:
-    return max(timeline.span) if kind == "span" else timeline.makespan
-
-
-def _check_inputs(profile: Profile, mem_limit: object, num_microbatches: int, num_devices: int | None,
-                  placement: str, solver: str, time_limit: float, objective: str, workers: int | None,
-                  chunks: int) -> int:
-    """Validate the arguments; return the number of devices."""
-    if not isinstance(profile, Profile):
-        raise InputError(f"profile = {profile!r} must be a Profile")
+def _check_search(solver: str, time_limit: object, objective: str, workers: object) -> None:
+    """Validate the search options (the problem itself is validated by ``make_spec``)."""
     if solver not in SOLVERS:
         raise InputError(f"solver = {solver!r} is unknown; choose one of {', '.join(SOLVERS)}")
     if objective not in OBJECTIVES:
         raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
-    if placement not in PLACEMENTS:
-        raise InputError(f"placement = {placement!r} is unknown; choose one of {', '.join(PLACEMENTS)}")
-    if placement not in SUPPORTED_PLACEMENTS:
-        raise InputError(f"placement = {placement!r} is not supported by the optimizer yet "
-                         f"(supported: {', '.join(SUPPORTED_PLACEMENTS)})")
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise InputError(f"chunks = {chunks!r} must be an integer >= 1 (smallest valid: 1)")
-    if placement == "vshape" and chunks % 2:
-        raise InputError(f"chunks = {chunks} must be even for the vshape placement (smallest valid: 2)")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
             or not math.isfinite(time_limit):
         raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InputError(f"workers = {workers!r} must be an integer >= 1 or None")
-    limits = mem_limit if isinstance(mem_limit, (list, tuple)) else [mem_limit]
-    if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x))
-               for x in limits) or (isinstance(mem_limit, (list, tuple)) and None in limits):
-        raise InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
-    if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
-        raise InputError(f"num_microbatches = {num_microbatches!r} must be an integer >= 1")
-    if num_devices is None:
-        if profile.num_stages is None:
-            raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
-        return profile.num_stages
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise InputError(f"num_devices = {num_devices!r} must be an integer >= 1")
-    stages = (None, num_devices) if placement == "sequential" else (None, num_devices, chunks * num_devices)
-    if profile.num_stages not in stages:
-        n = profile.num_stages
-        hint = (f"; a {n}-stage profile over {num_devices} devices is one of {n // num_devices} chunks: "
-                f"placement='vshape' or 'interleaved' with chunks={n // num_devices}"
-                if placement == "sequential" and n % num_devices == 0 and n > num_devices else "")
-        raise InputError(f"num_devices = {num_devices}, but the profile has {n} stages"
-                         + (hint if placement == "sequential" else f" (give {num_devices} or {chunks * num_devices})"))
-    return num_devices
+    if workers is not None:
+        check_count("workers", workers)
 
 
-def _warm_start(profile: Profile, layout: Placement, families: Sequence[str], m: int,
-                mem_limit: float | Sequence[float] | None, kind: str, log: list[str]) -> Timeline:
-    """The best of the heuristic, the V-shape greedy (two-chunk V-shape) and the handcrafted ``families``
+def _warm_start(spec: Spec, kind: str, log: list[str]) -> Timeline:
+    """The best of the heuristic, the V-shape greedy (two-chunk V-shape) and the handcrafted families
     that fit the memory limit."""
-    best = simulate(heuristic(profile, layout, m, mem_limit))
-    log.append(f"heuristic: objective {_objective(best, kind):.6g}")
-    for name, candidate in _other_starts(profile, layout, families, m, mem_limit):
-        log.append(f"{name}: objective {_objective(candidate, kind):.6g}")
-        if _objective(candidate, kind) < _objective(best, kind):
+    best = simulate(heuristic(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit))
+    log.append(f"heuristic: objective {best.objective(kind):.6g}")
+    for name, candidate in _other_starts(spec):
+        log.append(f"{name}: objective {candidate.objective(kind):.6g}")
+        if candidate.objective(kind) < best.objective(kind):
             best = candidate
     return best
 
 
-def _other_starts(profile: Profile, layout: Placement, families: Sequence[str], m: int,
-                  mem_limit: float | Sequence[float] | None) -> Iterator[tuple[str, Timeline]]:
-    """The V-shape greedy's and the ``families``' timelines that exist and fit the memory limit."""
-    p = layout.num_devices
-    if layout == vshape(p):
-        greedy = v_greedy(profile, p, m, mem_limit)
+def _other_starts(spec: Spec) -> Iterator[tuple[str, Timeline]]:
+    """The V-shape greedy's and the warm-start families' timelines that exist and fit the memory limit."""
+    p, m = spec.num_devices, spec.num_microbatches
+    if spec.placement == vshape(p):
+        greedy = v_greedy(spec.profile, p, m, spec.mem_limit)
         if greedy is not None:
             yield "v-greedy", simulate(greedy)
+    families = PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ()
     for name in families:
         if name not in FAMILIES:
             continue
         try:
-            family = make_schedule(name, profile, p, m)
-            yield name, simulate(build(name, family.placement, m, family.profile, family.devices, mem_limit))
+            yield name, simulate(with_limit(make_schedule(name, spec.profile, p, m), spec.mem_limit))
         except ZbsolveError:
             continue
 
@@ -196,20 +153,13 @@ def _other_starts(profile: Profile, layout: Placement, families: Sequence[str], 
 def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_limit: float, workers: int,
                  seed: int, lower: int, report: Callable[[str], None] | None) -> BackendResult:
     """The backend's result; its log lines go to ``report`` as they come."""
-    if solver == "cpsat":
-        return solve_cpsat(form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
-    from zbsolve.backends.cbc import solve_cbc
-
-    result = solve_cbc(form, order, time_limit=time_limit, workers=workers, lower=lower)
-    if report is not None:
-        report(result.log)
-    return result
+    return BACKENDS[solver](form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
 
 
 def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
           num_devices: int | None = None, placement: str = "sequential", solver: str = "cpsat",
-          time_limit: float = 60.0, objective: str = "span", workers: int | None = None,
-          seed: int = 0, chunks: int = 2, progress: Callable[[str], None] | None = None) -> SolveResult:
+          time_limit: float = TIME_LIMIT, objective: str = "span", workers: int | None = None,
+          seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None) -> SolveResult:
     """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
     one per device, or None for unlimited). ``placement`` "interleaved" and "vshape" run ``chunks``
     stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
@@ -218,21 +168,15 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
     returns the best schedule found so far. Raises InputError on bad arguments and InfeasibleError
     (stating the smallest feasible limit) when no schedule fits the limit."""
     began = time.monotonic()
-    p = _check_inputs(profile, mem_limit, num_microbatches, num_devices, placement, solver, time_limit, objective,
-                      workers, chunks)
-    m = num_microbatches
+    spec = make_spec(profile, mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
+                     placement=placement, chunks=chunks)
+    _check_search(solver, time_limit, objective, workers)
     workers = workers or os.cpu_count() or 1
-    if placement == "sequential":
-        layout, families = sequential(p), WARM_START_FAMILIES["sequential"]
-    else:
-        layout = make_placement(placement, p, chunks)
-        profile = profile.per_chunk(p, chunks, f"placement {placement!r}")
-        families = WARM_START_FAMILIES.get(placement, ()) if chunks == 2 else ()
-    form = formulate(profile, layout, m, mem_limit, objective)
+    form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, objective)
     log = Log(progress)
     if not form.exact_time:
         log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
-    warm = _warm_start(form.profile, layout, families, m, mem_limit, objective, log)
+    warm = _warm_start(spec, objective, log)
     lower = lower_bound(form)
     timeline, status, bound = warm, "heuristic", lower
     order = form.order_of(warm.schedule)
@@ -251,20 +195,19 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
             log.append("interrupted: returning the best schedule found so far")
         if result.order is not None:
             candidate = simulate(form.schedule(result.order, solver))
-            if _objective(candidate, objective) <= _objective(warm, objective):
+            if candidate.objective(objective) <= warm.objective(objective):
                 timeline = candidate
                 status = "optimal" if result.optimal and form.exact_time else "feasible"
             else:
                 log.append("the solver's schedule is worse than the warm start: keeping the warm start")
         if result.bound is not None:
             bound = max(bound, result.bound)
-    value = _objective(timeline, objective)
+    value = timeline.objective(objective)
     bound_time = min(form.to_time(bound), value)
     if status == "optimal":
         bound_time = value
-    elif value - bound_time <= 1e-9 * max(1.0, value) and form.exact_time:
+    elif value - bound_time <= TOLERANCE * max(1.0, value) and form.exact_time:
         status = "optimal"
     gap = (value - bound_time) / value if value > 0 else 0.0
     return SolveResult(timeline.schedule, timeline, value, objective, bound_time, gap, status, solver,
-                       time.monotonic() - began, "\n".join(log), timeline.bubble_rate, timeline.paper_bubble,
-                       timeline.peak_memory)
+                       time.monotonic() - began, "\n".join(log))

@@ -13,6 +13,10 @@ Family = Callable[[Profile, int, int], Schedule]
 
 FAMILIES: dict[str, Family] = {}
 """CLI name -> generator, filled in by the family modules below."""
+PLACEMENT_FAMILIES = {"sequential": ("zb-h1", "zb-h2", "1f1b"), "interleaved": ("1f1b-i",),
+                      "vshape": ("zb-v", "v-half", "v-min")}
+"""The families that run on each placement the optimizer solves (the multi-chunk ones with two chunks):
+the warm starts of a solve and the points beside a frontier."""
 
 
 def register(name: str) -> Callable[[Family], Family]:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from zbsolve.errors import InputError
 from zbsolve.families import register
-from zbsolve.placement import interleaved, sequential
+from zbsolve.placement import CHUNKS, interleaved, sequential
 from zbsolve.profile import Profile
 from zbsolve.schedule import BW, F, Pass, Schedule, build
 
-CHUNKS = 2
-"""Model chunks per device in 1f1b-i."""
 
 
 @register("gpipe")

@@ -1,0 +1,147 @@
+"""Helpers shared by the tests: paths built from the repository root (so the tests run from any working
+directory), problem files, 1F1B written out by hand, checks of a solve result, and exhaustive search on
+tiny formulations.
+
+Test modules import them by name: ``from conftest import ROOT, problem, one_f_one_b``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from zbsolve.errors import InputError
+from zbsolve.heuristic import heuristic
+from zbsolve.placement import sequential
+from zbsolve.problem import Problem
+from zbsolve.profile import UNIT, Profile
+from zbsolve.schedule import B, BW, F, W, Pass, Schedule, build
+from zbsolve.simulator import Timeline, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository root: every path in the tests is built from it."""
+PROBLEMS = ROOT / "problems"
+ICLR = sorted((PROBLEMS / "iclr").glob("*.yaml"))
+"""The Zero Bubble paper's twelve settings."""
+VSHAPE = sorted((PROBLEMS / "vshape").glob("*.yaml"))
+"""The paper's nine V-shape settings (per-chunk times)."""
+assert ICLR and VSHAPE, f"no problem files under {PROBLEMS}"
+
+
+def problem(name: str) -> Problem:
+    """The problem file ``problems/<name>.yaml``, e.g. ``problem("iclr/1.5b-p8-m24")``."""
+    return Problem.load(PROBLEMS / (name if name.endswith((".yaml", ".json")) else f"{name}.yaml"))
+
+
+def stem(path: Path) -> str:
+    """Test id of a problem file: its name without ``.yaml``."""
+    return path.stem
+
+
+# -- schedules -----------------------------------------------------------------------------------------
+
+def one_f_one_b(p: int, m: int, profile: Profile = UNIT, mem_limit: float | Sequence[float] | None = None, *,
+                split: bool = False) -> Schedule:
+    """1F1B written out by hand: device i runs min(p-1-i, m) warm-up F, then F and backward alternating,
+    then the cool-down backwards; the backward is one BW, or B then W when ``split``."""
+    devices = []
+    for s in range(p):
+        warm = min(p - 1 - s, m)
+        back = [[Pass(B, k, s), Pass(W, k, s)] if split else [Pass(BW, k, s)] for k in range(m)]
+        ops = [Pass(F, k, s) for k in range(warm)]
+        for k in range(m - warm):
+            ops += [Pass(F, warm + k, s), *back[k]]
+        for k in range(m - warm, m):
+            ops += back[k]
+        devices.append(ops)
+    return build("1f1b", sequential(p), m, profile, devices, mem_limit)
+
+
+def span_bubble(timeline: Timeline) -> float:
+    """The paper's bubble as a time: max span - max work."""
+    return max(timeline.span) - max(timeline.work)
+
+
+def objective_of(timeline: Timeline, kind: str = "span") -> float:
+    """A solve objective of a timeline: the longest span ("span") or the makespan."""
+    return max(timeline.span) if kind == "span" else timeline.makespan
+
+
+def limits_of(limit: float | Sequence[float] | None, p: int) -> list[float | None]:
+    """A memory limit as one value per device."""
+    return list(limit) if isinstance(limit, (list, tuple)) else [limit] * p
+
+
+# -- solve results -------------------------------------------------------------------------------------
+
+def heuristic_objective(result) -> float:
+    """The objective of the paper's heuristic on ``result``'s own problem: a warm start ``solve`` always
+    tries, so no result may be worse."""
+    s = result.schedule
+    limit = list(s.mem_limit) if isinstance(s.mem_limit, tuple) else s.mem_limit
+    return objective_of(simulate(heuristic(s.profile, s.placement, s.num_microbatches, limit)), result.objective_kind)
+
+
+def check_result(result, limit: float | Sequence[float] | None = None) -> Timeline:
+    """What holds for every solve result whatever the time limit: its schedule re-simulates to its own
+    figures, within ``limit``, its gap matches its bound, and it is never worse than the heuristic."""
+    timeline = simulate(result.schedule)
+    assert timeline.start == result.timeline.start and timeline.end == result.timeline.end
+    assert result.objective == objective_of(timeline, result.objective_kind)
+    assert result.paper_bubble == timeline.paper_bubble and result.peak_memory == timeline.peak_memory
+    assert result.gap == pytest.approx((result.objective - result.lower_bound) / result.objective)
+    assert result.status in ("optimal", "feasible", "heuristic")
+    if limit is not None:
+        for peak, lim in zip(timeline.peak_memory, limits_of(limit, timeline.schedule.num_devices)):
+            assert peak <= lim * (1 + 1e-9)
+    assert result.objective <= heuristic_objective(result) * (1 + 1e-9)
+    return timeline
+
+
+# -- formulations --------------------------------------------------------------------------------------
+
+def serial_order(form) -> list[list[int]]:
+    """Per device, each microbatch's F, B, W together in microbatch order: a valid, poor order."""
+    return [sorted(ps, key=lambda i: (form.passes[i].mb, "FBW".index(form.passes[i].kind)))
+            for ps in form.device_passes()]
+
+
+def interleavings(form, d: int) -> Iterator[list[int]]:
+    """Every order of one-stage device d's passes that keeps each kind in microbatch order and runs each
+    microbatch's F, B, W in that order (the only orders without a deadlock)."""
+    stage = form.placement.routes[0].index(d)
+    m = form.num_microbatches
+
+    def extend(order: list[int], seen: dict[str, int]) -> Iterator[list[int]]:
+        if len(order) == 3 * m:
+            yield list(order)
+        for k, before in ((F, None), (B, F), (W, B)):
+            if seen[k] < m and (before is None or seen[k] < seen[before]):
+                order.append(form.index_of(k, seen[k], stage))
+                seen[k] += 1
+                yield from extend(order, seen)
+                seen[k] -= 1
+                order.pop()
+
+    yield from extend([], {F: 0, B: 0, W: 0})
+
+
+def brute_force(form) -> tuple[int, list[list[int]]]:
+    """The smallest scaled objective over all orders of a sequential formulation (same-kind passes in
+    microbatch order, memory within the limit) and an order that reaches it."""
+    p = form.num_devices
+    per_device = [[o for o in interleavings(form, d) if form.memory_ok([o if e == d else [] for e in range(p)])]
+                  for d in range(p)]
+    best = None
+    for combo in itertools.product(*per_device):
+        try:
+            value = form.value(form.asap(combo))
+        except InputError:
+            continue
+        if best is None or value < best[0]:
+            best = (value, [list(o) for o in combo])
+    assert best is not None, "no order fits the memory limit"
+    return best
