@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from zbsolve.checks import check_count, check_limit
 from zbsolve.dependencies import dependencies, identity, lag
 from zbsolve.errors import InputError
 from zbsolve.placement import Placement
@@ -244,9 +245,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
         raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     if len(placement.routes) != 1:
         raise InputError(f"placement with {len(placement.routes)} routes is not supported by the optimizer")
-    m, S, p = num_microbatches, placement.num_stages, placement.num_devices
-    if not isinstance(m, int) or m < 1:
-        raise InputError(f"num_microbatches = {m!r} must be an integer >= 1")
+    m, S, p = check_count("num_microbatches", num_microbatches), placement.num_stages, placement.num_devices
     profile = profile.expand(S)
     route = placement.routes[0]
     for s in range(S):
@@ -254,12 +253,8 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
         if mf < 0 or mb > 0 or mw > 0:
             raise InputError(f"memory deltas of stage {s} = ({mf:g}, {mb:g}, {mw:g}): the optimizer needs "
                              "mem_f >= 0 and mem_b, mem_w <= 0")
-    if isinstance(mem_limit, (list, tuple)):
-        if len(mem_limit) != p:
-            raise InputError(f"mem_limit has {len(mem_limit)} entries, but num_devices = {p}")
-        limits = list(mem_limit)
-    else:
-        limits = [mem_limit] * p
+    limit = check_limit(mem_limit, p)
+    limits = limit if isinstance(limit, tuple) else (limit,) * p
     times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm]
     scale, exact = _time_scale(times)
     unit = _mem_unit([x for s in range(S) for x in profile.memories(s)])
@@ -286,7 +281,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     last = [tuple(_index(W, m - 1, s, m, S) for s in range(S) if route[s] == d) for d in range(p)]
     if -1 in first:
         raise InputError(f"device {first.index(-1)} runs no stage in this placement")
-    return Formulation(placement, profile, m, tuple(limits) if isinstance(mem_limit, (list, tuple)) else mem_limit,
+    return Formulation(placement, profile, m, limit,
                        objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta),
                        tuple(_scaled_limit(x, unit) for x in limits), scale, exact, unit,
                        tuple(edges), chains, tuple(es), tuple(first), tuple(last))
