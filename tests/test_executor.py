@@ -14,18 +14,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from zbsolve.document import write_document
 from zbsolve.errors import InputError
-from zbsolve.export import _op_cell
 from zbsolve.families import make_schedule
 from zbsolve.placement import sequential
 from zbsolve.profile import UNIT, Profile
 from zbsolve.runtime import executor
-from zbsolve.runtime.executor import REPORT_COLUMNS, report_table, run_command
+from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
 from zbsolve.runtime.launch import LaunchError
-from zbsolve.runtime.model import build_stages, load_user_stages
+from zbsolve.runtime.model import ModelSpec, build_stages, load_model
 from zbsolve.schedule import BW, F, Pass, build, passes_of
 from zbsolve.simulator import simulate
+from zbsolve.transforms import torch_actions
 
 USER_MODEL = "zbsolve_test_usermodel"
 USER_SOURCE = textwrap.dedent("""
@@ -76,12 +75,6 @@ def user_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return USER_MODEL
 
 
-def _document(tmp_path: Path, schedule) -> Path:
-    path = tmp_path / f"{schedule.name}-{schedule.num_devices}-{schedule.num_microbatches}.json"
-    write_document(simulate(schedule), path)
-    return path
-
-
 def _reversed_last_stage() -> object:
     """GPipe on 2 devices with the last stage's forwards in reverse microbatch order."""
     devices = [[Pass(F, 0, 0), Pass(F, 1, 0), Pass(BW, 0, 0), Pass(BW, 1, 0)],
@@ -89,7 +82,7 @@ def _reversed_last_stage() -> object:
     return build("reversed", sequential(2), 2, UNIT, devices)
 
 
-def _check_rows(schedule, rows: list[dict]) -> None:
+def _check_rows(schedule, rows: list[dict], steps: int) -> None:
     """Every rank ran its passes, the gradients matched, and the report agrees with the simulator."""
     planned = simulate(schedule)
     assert [r["rank"] for r in rows] == list(range(schedule.num_devices))
@@ -99,88 +92,91 @@ def _check_rows(schedule, rows: list[dict]) -> None:
         assert row["grad_check"] == "passed"
         assert set(row["pass_ms"]) == {p.kind for op in schedule.devices[d] for p in passes_of(op)}
         assert all(ms > 0 for ms in row["pass_ms"].values())
-        assert row["sim_bubble"] == pytest.approx(1 - planned.work[d] / planned.makespan)
+        work = sum(schedule.duration(op) for op in schedule.devices[d])
+        assert row["sim_bubble"] == pytest.approx(1 - work / planned.makespan)
         assert row["makespan_ms"] >= row["busy_ms"] > 0
-        assert 0 <= row["bubble"] < 1
+        assert row["makespan_ms"] == rows[0]["makespan_ms"]
+        assert row["timed_steps"] == len(row["step_ms_each"]) == max(1, steps - 1)
         assert row["peak_saved_mib"] > 0
         assert row["peak_saved_mib"] == pytest.approx(row["sim_peak_mib"], rel=0.1)
         if schedule.num_stages - 1 in row["stages"]:
             assert math.isfinite(row["loss"])
-    assert len(report_table(rows)) == len(rows)
-    assert all(len(line) == len(REPORT_COLUMNS) for line in report_table(rows))
+    table = report_table(rows)
+    assert [line[:2] for line in table] == [[str(r["rank"]), ",".join(map(str, r["stages"]))] for r in rows]
+    assert all(len(line) == len(REPORT_COLUMNS) and line[-1] == "passed" for line in table)
 
 
 @pytest.mark.parametrize("family,p,m", [("1f1b", 2, 4), ("zb-h1", 4, 4), ("zb-v", 2, 4)])
-def test_family_runs_with_exact_gradients(tmp_path: Path, family: str, p: int, m: int) -> None:
+def test_family_runs_with_exact_gradients(family: str, p: int, m: int) -> None:
     schedule = make_schedule(family, UNIT, p, m)
-    rows = run_command(_document(tmp_path, schedule), "gpt", steps=2, check=True, batch_size=2 * m, hidden=16,
-                       seq_len=8, timeout_s=30)
-    _check_rows(schedule, rows)
+    rows = run_schedule(schedule, RunOptions(ModelSpec(hidden=16, seq_len=8), steps=2, check=True, batch_size=2 * m,
+                                             timeout_s=30))
+    _check_rows(schedule, rows, 2)
 
 
-def test_optimizer_schedule_runs_with_exact_gradients(tmp_path: Path) -> None:
+def test_optimizer_schedule_runs_with_exact_gradients() -> None:
     from zbsolve.solve import solve
 
     profile = Profile(t_f=1.0, t_b=1.0, t_w=1.0)
     schedule = solve(profile, 2.0, num_microbatches=4, num_devices=2, solver="heuristic").schedule
-    rows = run_command(_document(tmp_path, schedule), "gpt", steps=2, check=True, hidden=16, seq_len=8,
-                       timeout_s=30)
-    _check_rows(schedule, rows)
+    rows = run_schedule(schedule, RunOptions(ModelSpec(hidden=16, seq_len=8), steps=2, check=True, timeout_s=30))
+    _check_rows(schedule, rows, 2)
 
 
-def test_user_model_and_last_stage_order_repair(tmp_path: Path, user_model: str) -> None:
+def test_user_model_and_last_stage_order_repair(user_model: str) -> None:
     schedule = _reversed_last_stage()
-    rows = run_command(_document(tmp_path, schedule), f"{user_model}:stages", steps=1, check=True, timeout_s=30)
-    _check_rows(schedule, rows)
+    rows = run_schedule(schedule, RunOptions(ModelSpec(f"{user_model}:stages"), steps=1, check=True, timeout_s=30))
+    _check_rows(schedule, rows, 1)
 
 
-def test_check_catches_wrong_gradients(tmp_path: Path, user_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_catches_wrong_gradients(user_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     def unrepaired(schedule) -> str:
-        same = {mb: mb for mb in range(schedule.num_microbatches)}
-        return "".join(",".join(_op_cell(op, same) for op in ops) + "\n" for ops in schedule.devices)
+        return "".join(",".join(row) + "\n" for row in torch_actions(schedule))
 
     monkeypatch.setattr(executor, "torch_csv", unrepaired)
     with pytest.raises(LaunchError, match="GradientCheckError: rank [01] step 0: stage [01] parameter"):
-        run_command(_document(tmp_path, _reversed_last_stage()), f"{user_model}:stages", steps=1, check=True,
-                    timeout_s=30)
+        run_schedule(_reversed_last_stage(), RunOptions(ModelSpec(f"{user_model}:stages"), steps=1, check=True,
+                                                        timeout_s=30))
 
 
-def test_dead_rank_stops_the_run(tmp_path: Path, user_model: str) -> None:
-    doc = _document(tmp_path, make_schedule("1f1b", UNIT, 2, 2))
+def test_dead_rank_stops_the_run(user_model: str) -> None:
     with pytest.raises(LaunchError, match=r"rank 1 died \(exit code 7\)"):
-        run_command(doc, f"{user_model}:dies", steps=1, timeout_s=30)
+        run_schedule(make_schedule("1f1b", UNIT, 2, 2), RunOptions(ModelSpec(f"{user_model}:dies"), steps=1,
+                                                                   timeout_s=30))
 
 
-def test_silent_peer_times_out(tmp_path: Path, user_model: str) -> None:
-    doc = _document(tmp_path, make_schedule("1f1b", UNIT, 2, 2))
+def test_silent_peer_times_out(user_model: str) -> None:
     with pytest.raises(LaunchError, match="rank 0: PeerTimeoutError: no answer from a peer within the process-group "
                                           "timeout of 2 s"):
-        run_command(doc, f"{user_model}:hangs", steps=1, timeout_s=2)
+        run_schedule(make_schedule("1f1b", UNIT, 2, 2), RunOptions(ModelSpec(f"{user_model}:hangs"), steps=1,
+                                                                   timeout_s=2))
 
 
-def test_bad_runs_are_input_errors(tmp_path: Path, user_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = _document(tmp_path, make_schedule("zb-h1", UNIT, 2, 4))
+def test_bad_runs_are_input_errors(user_model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    schedule = make_schedule("zb-h1", UNIT, 2, 4)
     with pytest.raises(InputError, match="returned 3 stages, but the schedule's placement has 2"):
-        run_command(doc, f"{user_model}:three")
+        run_schedule(schedule, RunOptions(ModelSpec(f"{user_model}:three")))
     with pytest.raises(InputError, match="layers = 1 must be >= num_stages = 2"):
-        run_command(doc, "gpt", layers=1)
+        run_schedule(schedule, RunOptions(ModelSpec(layers=1)))
     with pytest.raises(InputError, match="cannot import 'no_such_module'"):
-        run_command(doc, "no_such_module:stages")
+        run_schedule(schedule, RunOptions(ModelSpec("no_such_module:stages")))
     with pytest.raises(InputError, match="batch_size = 6 must be a positive multiple of num_microbatches = 4"):
-        run_command(doc, "gpt", batch_size=6)
+        run_schedule(schedule, RunOptions(batch_size=6))
     with pytest.raises(InputError, match="steps = 0 must be >= 1"):
-        run_command(doc, "gpt", steps=0)
+        RunOptions(steps=0)
     with pytest.raises(InputError, match="device = 'tpu' is unknown"):
-        run_command(doc, "gpt", device="tpu")
+        RunOptions(device="tpu")
+    with pytest.raises(InputError, match="timeout = 0 must be > 0 seconds"):
+        RunOptions(timeout_s=0)
     with pytest.raises(InputError, match="is bidirectional"):
-        run_command(_document(tmp_path, make_schedule("dualpipe", UNIT, 2, 4)), "gpt")
+        run_schedule(make_schedule("dualpipe", UNIT, 2, 4))
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match=r"device = 'cuda' but torch.cuda.is_available\(\) is False"):
-            run_command(doc, "gpt", device="cuda")
+            run_schedule(schedule, RunOptions(device="cuda"))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(InputError, match="torchrun started 3 ranks, but the schedule has 2 devices"):
-        run_command(doc, "gpt")
+        run_schedule(schedule)
 
 
 def test_build_stages_is_deterministic_and_complete() -> None:
@@ -198,9 +194,21 @@ def test_build_stages_is_deterministic_and_complete() -> None:
         build_stages(2, layers=2, hidden=15, heads=2, vocab=32, seq_len=8, seed=0)
 
 
-def test_load_user_stages(user_model: str) -> None:
-    assert len(load_user_stages(f"{user_model}:stages", 4)) == 4
+def test_load_user_model(user_model: str) -> None:
+    model = load_model(ModelSpec(f"{user_model}:stages"), 4)
+    assert len(model.stages) == 4
+    x, y = model.make_batch(3, 0)
+    assert model.loss_fn(model.stages[0](x), y).ndim == 0
     with pytest.raises(InputError, match="must be 'gpt' or 'module:function'"):
-        load_user_stages("stages", 2)
+        load_model(ModelSpec("stages"), 2)
     with pytest.raises(InputError, match="has no function 'nothing'"):
-        load_user_stages(f"{user_model}:nothing", 2)
+        load_model(ModelSpec(f"{user_model}:nothing"), 2)
+
+
+def test_gpt_model_defaults_to_one_block_per_stage() -> None:
+    model = load_model(ModelSpec(hidden=16, seq_len=8, vocab=32), 3)
+    assert [len(s.blocks) for s in model.stages] == [1, 1, 1]
+    x, y = model.make_batch(2, 5)
+    assert x.shape == y.shape == (2, 8) and torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(model.make_batch(2, 5)[0], x)
+

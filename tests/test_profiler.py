@@ -10,23 +10,34 @@ from zbsolve.errors import InputError
 from zbsolve.families import make_schedule
 from zbsolve.problem import Problem
 from zbsolve.profile import Profile
+from zbsolve.runtime.memory import SavedBytes
+from zbsolve.runtime.model import ModelSpec, load_model
 from zbsolve.runtime.profiler import (
+    NOISE_COLUMNS,
     Measurement,
-    SavedBytes,
-    load_model,
+    ProfileOptions,
+    latency_line,
     measure,
     measure_latency,
-    profile_command,
+    noise_table,
+    profile_header,
     relative_iqr,
     run_passes,
     stage_inputs,
+    write_profile,
 )
 from zbsolve.simulator import simulate
 
 
-def test_profile_command_writes_a_usable_profile(tmp_path):
+def test_measured_profile_is_usable(tmp_path):
     path = tmp_path / "profile.yaml"
-    profile = profile_command("gpt", 2, 2, path, repeats=2, warmup=1, quiet=True)
+    options = ProfileOptions(microbatch_size=2, repeats=2, warmup=1)
+    measurement = measure(load_model(ModelSpec(), 2), options)
+    header = profile_header(ModelSpec(), 2, options)
+    assert header.startswith("zbsolve profile of gpt: 2 stages, microbatch size 2, 2 repeats after 1 warm-up, "
+                             "device cpu, 1 threads, torch ")
+    profile = write_profile(measurement, path, header)
+    assert profile == measurement.profile
     assert Profile.load(path) == profile
     assert profile.num_stages == 2
     assert profile.t_comm > 0
@@ -35,15 +46,19 @@ def test_profile_command_writes_a_usable_profile(tmp_path):
         mem_f, mem_b, mem_w = profile.memories(s)
         assert mem_f > 0 and mem_f + mem_b + mem_w == 0
     text = path.read_text()
-    assert "# noise" in text and "#   t_comm:" in text
+    assert text.startswith(f"# {header}\n") and "# noise" in text and "#   t_comm:" in text
+    table = noise_table(measurement)
+    assert [row[0] for row in table] == ["0", "1"] and all(len(row) == len(NOISE_COLUMNS) for row in table)
+    assert latency_line(measurement).startswith(f"t_comm (one-way) = {profile.t_comm:,.1f} µs ±")
     problem = Problem(num_devices=2, num_microbatches=4, profile=Profile.load(path))
     timeline = simulate(make_schedule("zb-h1", problem.profile, 2, 4))
-    assert timeline.makespan >= 4 * sum(profile.durations(0))
+    assert timeline.work[0] == pytest.approx(4 * sum(profile.durations(0)))
 
 
 def test_forward_memory_grows_with_microbatch_size():
-    model = load_model("gpt", 3)
-    small, large = (measure(model, b, repeats=1, warmup=0, latency=False).profile for b in (1, 3))
+    model = load_model(ModelSpec(), 3)
+    small, large = (measure(model, ProfileOptions(microbatch_size=b, repeats=1, warmup=0, latency=False)).profile
+                    for b in (1, 3))
     for s in range(3):
         assert large.memories(s)[0] > small.memories(s)[0] > 0
 
@@ -70,7 +85,7 @@ def assert_split_matches_full_backward(stage, x, tail, loss_fn):
 
 
 def test_split_backward_gives_the_full_backward_gradients():
-    model = load_model("gpt", 2)
+    model = load_model(ModelSpec(), 2)
     xs, tails = stage_inputs(model, 2, torch.device("cpu"))
     assert_split_matches_full_backward(model.stages[0], xs[0], tails[0], None)
     assert_split_matches_full_backward(model.stages[1], xs[1], tails[1], model.loss_fn)
@@ -81,12 +96,16 @@ def test_split_backward_gives_the_full_backward_gradients():
 def test_saved_bytes_counts_activations_until_backward_frees_them():
     linear = nn.Linear(7, 3)
     x = torch.randn(5, 7, requires_grad=True)
-    saved = SavedBytes({p.untyped_storage().data_ptr() for p in linear.parameters()})
+    saved = SavedBytes(linear.parameters())
     with saved.hooks():
         y = torch.tanh(linear(x))
-    assert saved.live() == x.nbytes + y.nbytes
+        z = y * y
+    assert saved.current == saved.peak == x.nbytes + y.nbytes
+    del z
     y.sum().backward()
-    assert saved.live() == 0
+    assert saved.current == 0 and saved.peak == x.nbytes + y.nbytes
+    saved.reset_peak()
+    assert saved.peak == 0
 
 
 def test_medians_noise_and_exact_memory_balance():
@@ -101,16 +120,19 @@ def test_medians_noise_and_exact_memory_balance():
 
 
 def test_bad_input():
-    model = load_model("gpt", 1)
+    model = load_model(ModelSpec(), 1)
     with pytest.raises(InputError, match="microbatch_size = 0"):
-        measure(model, 0)
+        ProfileOptions(microbatch_size=0)
     with pytest.raises(InputError, match="threads = 0"):
-        measure(model, 1, threads=0)
+        ProfileOptions(threads=0)
     with pytest.raises(InputError, match="device = 'tpu'"):
-        measure(model, 1, device="tpu")
+        ProfileOptions(device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="device = 'cuda' but CUDA is not available"):
+            measure(model, ProfileOptions(device="cuda"))
     with pytest.raises(InputError, match="layers = 2"):
-        load_model("gpt", 3, layers=2)
+        load_model(ModelSpec(layers=2), 3)
     with pytest.raises(InputError, match="no_such_module"):
-        load_model("no_such_module:stages", 2)
+        load_model(ModelSpec("no_such_module:stages"), 2)
     with pytest.raises(InputError, match="numel = 0"):
         measure_latency(0)

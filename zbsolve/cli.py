@@ -5,20 +5,23 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from zbsolve.document import planned_drift, read_document, write_document
+from zbsolve.document import drift_matters, planned_drift, read_document, write_document
 from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
+from zbsolve.frontier import DEFAULT_PLACEMENTS, DEFAULT_TIME_LIMIT
+from zbsolve.placement import CHUNKS
 from zbsolve.profile import UNIT, Profile
-from zbsolve.simulator import Timeline, simulate
-
-if TYPE_CHECKING:
-    from zbsolve.frontier import Frontier
+from zbsolve.render import figures_table, fmt, frontier_table, records_table
+from zbsolve.simulator import simulate
+from zbsolve.solve import SOLVERS, TIME_LIMIT
+from zbsolve.spec import SUPPORTED_PLACEMENTS
+from zbsolve.timing import OBJECTIVES
 
 app = typer.Typer(help="Find and check pipeline-parallel training schedules (zero bubble).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -27,7 +30,10 @@ err = Console(stderr=True)
 wide = Console(width=max(out.width, 180))
 """For tables with many columns, which a narrow or non-terminal output would squeeze."""
 
-STAGES = typer.Option(..., "--stages", "-p", min=1, help="Number of pipeline devices p.")
+DEVICES = typer.Option(None, "--devices", "-p", min=1, show_default=False,
+                       help="Number of pipeline devices p (required).")
+DEVICES_ALIAS = typer.Option(None, "--stages", min=1, hidden=True, help="Another name of --devices.")
+STAGES = typer.Option(..., "--stages", "-p", min=1, help="Number of pipeline stages, one per device.")
 MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
 PROFILE = typer.Option(None, "--profile", help="Profile YAML/JSON (default: unit times, no communication, M_B=1).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
@@ -56,35 +62,38 @@ def _profile(path: Optional[Path]) -> Profile:
     return UNIT if path is None else Profile.load(path)
 
 
-def _figures_table(rows: list[tuple[str, Timeline]], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("schedule")
-    for col in ("makespan", "bubble_rate", "paper_bubble", "peak memory"):
-        table.add_column(col, justify="right")
-    for name, t in rows:
-        table.add_row(name, f"{t.makespan:g}", f"{t.bubble_rate:.4f}", f"{t.paper_bubble:.4f}", f"{t.peak:g}")
-    return table
+def _devices(devices: Optional[int], stages: Optional[int]) -> int:
+    """The device count from ``--devices`` or its hidden other name ``--stages``."""
+    if devices is None and stages is None:
+        raise InputError("missing option --devices / -p: give the number of pipeline devices")
+    if devices is not None and stages is not None and devices != stages:
+        raise InputError(f"--devices {devices} and --stages {stages} differ: give --devices only")
+    return devices if devices is not None else stages
 
 
-def _print_timeline(name: str, timeline: Timeline, title: str) -> None:
-    out.print(_figures_table([(name, timeline)], title))
-    out.print("peak memory per device: " + " ".join(f"{x:g}" for x in timeline.peak_memory), highlight=False)
+def _numbers(text: str, option: str) -> list[float]:
+    """A comma-separated list of numbers."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{option} = {text!r} must be comma-separated numbers") from None
 
 
 @app.command()
 @cli_errors
 def schedule(
     family: str = typer.Argument(..., help=f"Family: {', '.join(FAMILIES)}."),
-    stages: int = STAGES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
+    devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
-    as_json: bool = JSON, quiet: bool = QUIET,
+    as_json: bool = JSON, quiet: bool = QUIET, stages: Optional[int] = DEVICES_ALIAS,
 ) -> None:
     """Build a handcrafted schedule and print its figures.
 
-    Example: zbsolve schedule zb-h1 --stages 8 --microbatches 24 -o zb-h1.json
+    Example: zbsolve schedule zb-h1 --devices 8 --microbatches 24 -o zb-h1.json
     """
-    timeline = simulate(make_schedule(family, _profile(profile), stages, microbatches))
+    p = _devices(devices, stages)
+    timeline = simulate(make_schedule(family, _profile(profile), p, microbatches))
     if output:
         write_document(timeline, output)
     if chart:
@@ -93,7 +102,7 @@ def schedule(
     if as_json and not quiet:
         print(json.dumps({family: timeline.figures()}, indent=1))
     elif not quiet:
-        _print_timeline(family, timeline, f"{family}: p={stages}, m={microbatches}")
+        out.print(figures_table(timeline.figures(), f"{family}: p={p}, m={microbatches}"))
 
 
 @app.command()
@@ -112,31 +121,34 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **timeline.figures(), "planned_drift": drift}, indent=1))
         return
-    _print_timeline(sched.name, timeline, f"{file}: valid")
-    if drift > 1e-6 * max(1.0, timeline.makespan):
+    out.print(figures_table({"name": sched.name, **timeline.figures()}, f"{file}: valid"))
+    if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
 
 @app.command()
 @cli_errors
-def compare(stages: int = STAGES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
-            as_json: bool = JSON, quiet: bool = QUIET) -> None:
+def compare(devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
+            as_json: bool = JSON, quiet: bool = QUIET, stages: Optional[int] = DEVICES_ALIAS) -> None:
     """Print one row of figures per handcrafted family (families that cannot run say why).
 
-    Example: zbsolve compare --stages 8 --microbatches 24
+    Example: zbsolve compare --devices 8 --microbatches 24
     """
+    p = _devices(devices, stages)
     prof = _profile(profile)
-    rows, skipped = [], {}
+    figures, skipped = {}, {}
     for name in FAMILIES:
         try:
-            rows.append((name, simulate(make_schedule(name, prof, stages, microbatches))))
+            figures[name] = simulate(make_schedule(name, prof, p, microbatches)).figures()
         except InputError as exc:
             skipped[name] = str(exc)
     if as_json and not quiet:
-        print(json.dumps({"figures": {n: t.figures() for n, t in rows}, "skipped": skipped}, indent=1))
+        print(json.dumps({"figures": figures, "skipped": skipped}, indent=1))
         return
     if not quiet:
-        out.print(_figures_table(rows, f"families: p={stages}, m={microbatches}"))
+        out.print(records_table([{"schedule": name, **f} for name, f in figures.items()],
+                                f"families: p={p}, m={microbatches}",
+                                ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak_memory")))
         for name, why in skipped.items():
             out.print(f"{name}: skipped ({why})", highlight=False)
 
@@ -169,17 +181,18 @@ def solve(
     problem: Path = typer.Argument(..., help="Problem YAML (e.g. problems/iclr/1.5b-p8-m24.yaml)."),
     mem_limit: Optional[float] = typer.Option(None, "--mem-limit", help="Memory limit in the profile's unit."),
     mem_factor: Optional[float] = typer.Option(None, "--mem-factor", help="Memory limit as K x 1F1B's peak."),
-    solver: str = typer.Option("cpsat", "--solver", help="cpsat, cbc or heuristic."),
-    time_limit: float = typer.Option(60.0, "--time-limit", help="Solver time limit in seconds."),
-    objective: str = typer.Option("span", "--objective", help="span (the paper's) or makespan."),
+    solver: str = typer.Option(SOLVERS[0], "--solver", help=f"One of {', '.join(SOLVERS)}."),
+    time_limit: float = typer.Option(TIME_LIMIT, "--time-limit", help="Solver time limit in seconds."),
+    objective: str = typer.Option(OBJECTIVES[0], "--objective",
+                                  help=f"One of {', '.join(OBJECTIVES)} ({OBJECTIVES[0]} is the paper's)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Solver threads (default: all cores)."),
     seed: int = typer.Option(0, "--seed", help="Solver random seed."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
     as_json: bool = JSON, quiet: bool = QUIET,
-    placement: Optional[str] = typer.Option(None, "--placement", help="sequential, interleaved or vshape "
+    placement: Optional[str] = typer.Option(None, "--placement", help=f"One of {', '.join(SUPPORTED_PLACEMENTS)} "
                                             "(default: the problem's)."),
-    chunks: int = typer.Option(2, "--chunks", help="Stages per device of interleaved and vshape."),
+    chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
 ) -> None:
     """Solve a problem for the best schedule under its memory limit.
 
@@ -187,15 +200,12 @@ def solve(
     """
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from zbsolve.frontier import stage_profile
-    from zbsolve.problem import Problem, resolve_limit
+    from zbsolve.limits import problem_limit
+    from zbsolve.problem import Problem
     from zbsolve.solve import solve as run_solve
 
     prob = Problem.load(problem)
-    reference = stage_profile(prob.profile, prob.num_devices, chunks)
-    given = (mem_limit, mem_factor) if mem_limit is not None or mem_factor is not None else \
-        (prob.mem_limit, prob.mem_factor)
-    limit = resolve_limit(reference, prob.num_devices, prob.num_microbatches, *given)
+    limit = problem_limit(prob, mem_limit, mem_factor, chunks)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
     with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
         task = bar.add_task(f"{prob.name}: {solver}, limit {time_limit:g}s", total=None, line="")
@@ -214,14 +224,8 @@ def solve(
     if as_json:
         print(json.dumps(summary, indent=1, default=str))
         return
-    table = Table(title=f"{prob.name}: {solver}, mem_limit={limit:g}" if limit is not None else prob.name)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in summary.items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    for key, value in prob.published.items():
-        table.add_row(f"published {key}", f"{value:.4f}")
-    out.print(table)
+    published = {f"published {key}": value for key, value in prob.published.items()}
+    out.print(figures_table({**summary, **published}, f"{prob.name}: {solver}"))
 
 
 @app.command()
@@ -236,9 +240,9 @@ def export(
 
     Example: zbsolve export zb-h1.json --format torch-csv -o zb-h1.csv
     """
-    from zbsolve.export import export_command
+    from zbsolve.export import export_schedule
 
-    export_command(file, fmt, output)
+    export_schedule(read_document(file)[0], output, fmt)
     if not quiet:
         out.print(f"wrote {output}")
 
@@ -271,11 +275,14 @@ def run(
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.runtime.executor import REPORT_COLUMNS, report_table, run_command
+    from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
     from zbsolve.runtime.launch import torchrun_rank
+    from zbsolve.runtime.model import ModelSpec
 
-    rows = run_command(file, model, steps, device, check, batch_size=batch_size, layers=layers, hidden=hidden,
-                       heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, timeout_s=timeout)
+    spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
+    options = RunOptions(model=spec, steps=steps, device=device, check=check, batch_size=batch_size,
+                         timeout_s=timeout, seed=seed)
+    rows = run_schedule(read_document(file)[0], options)
     place = torchrun_rank()
     if quiet or (place is not None and place.rank != 0):
         return
@@ -310,11 +317,31 @@ def profile(
 
     Example: zbsolve profile --model gpt --stages 4 --microbatch-size 4 -o profile.yaml
     """
-    from zbsolve.runtime.profiler import profile_command
+    from zbsolve.runtime.model import ModelSpec, load_model
+    from zbsolve.runtime.profiler import (
+        NOISE_COLUMNS,
+        ProfileOptions,
+        latency_line,
+        measure,
+        noise_table,
+        profile_header,
+        write_profile,
+    )
 
-    profile_command(model, stages, microbatch_size, output, repeats=repeats, warmup=warmup, latency=latency,
-                    device=device, threads=threads, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
-                    seq_len=seq_len, seed=seed, quiet=quiet)
+    spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
+    options = ProfileOptions(microbatch_size=microbatch_size, repeats=repeats, warmup=warmup, latency=latency,
+                             device=device, threads=threads, seed=seed)
+    measurement = measure(load_model(spec, stages), options)
+    header = profile_header(spec, stages, options)
+    write_profile(measurement, output, header)
+    if quiet:
+        return
+    table = Table(title=header, caption=latency_line(measurement))
+    for col in NOISE_COLUMNS:
+        table.add_column(col, justify="right")
+    for row in noise_table(measurement):
+        table.add_row(*row)
+    out.print(table)
 
 
 @app.command()
@@ -389,8 +416,9 @@ def summarize(
 def frontier(
     problem: Path = typer.Argument(..., help="Problem YAML (profile, num_devices, num_microbatches)."),
     factors: str = typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors", help="Memory limits as K x 1F1B's peak."),
-    placements: str = typer.Option("sequential,vshape", "--placements", help="Comma-separated placements."),
-    time_limit: float = typer.Option(30.0, "--time-limit", help="Time limit of each solve in seconds."),
+    placements: str = typer.Option(",".join(DEFAULT_PLACEMENTS), "--placements",
+                                   help=f"Comma-separated placements from {', '.join(SUPPORTED_PLACEMENTS)}."),
+    time_limit: float = typer.Option(DEFAULT_TIME_LIMIT, "--time-limit", help="Time limit of each solve in seconds."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png or .svg)."),
@@ -405,24 +433,16 @@ def frontier(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from zbsolve.frontier import frontier as run_frontier
-    from zbsolve.frontier import stage_profile
-    from zbsolve.problem import Problem, reference_peak
+    from zbsolve.problem import Problem
 
     prob = Problem.load(problem)
-    try:
-        values = [float(x) for x in factors.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--factors = {factors!r} must be comma-separated numbers") from None
-    for x in values:
-        if not x > 0:
-            raise InputError(f"--factors: memory factor {x:g} must be > 0")
-    peak = reference_peak(stage_profile(prob.profile, prob.num_devices), prob.num_devices, prob.num_microbatches)
+    values = _numbers(factors, "--factors")
+    names = tuple(x.strip() for x in placements.split(",") if x.strip())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=quiet or as_json) as bar:
         task = bar.add_task(f"{prob.name}: solves", total=None)
-        result = run_frontier(prob.profile, [x * peak for x in values], num_microbatches=prob.num_microbatches,
-                              num_devices=prob.num_devices, placements=tuple(x.strip() for x in placements.split(",")),
-                              time_limit=time_limit, jobs=jobs,
+        result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
+                              num_devices=prob.num_devices, placements=names, time_limit=time_limit, jobs=jobs,
                               progress=lambda done, total: bar.update(task, completed=done, total=total))
     doc = {"problem": prob.name, **result.to_json()}
     if output:
@@ -434,24 +454,7 @@ def frontier(
     if as_json:
         print(json.dumps(doc, indent=1))
     elif not quiet:
-        _frontier_table(prob.name, peak, result)
+        wide.print(frontier_table(result, f"{prob.name}: memory-bubble frontier "
+                                          f"(1F1B peak {fmt(result.reference_peak)})"))
     if result.interrupted:
         raise typer.Exit(130)
-
-
-def _frontier_table(name: str, peak: float, result: Frontier) -> None:
-    """Print the frontier's rows and family points."""
-    table = Table(title=f"{name}: memory-bubble frontier (1F1B peak {peak:g})")
-    for col in ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap"):
-        table.add_column(col, justify="left" if col in ("placement", "status") else "right")
-    for r in result.rows:
-        table.add_row(r.placement, f"{r.factor:.3g}", f"{r.mem_limit:g}", _opt(r.paper_bubble), _opt(r.bubble_rate),
-                      r.status, _opt(r.gap))
-    for f in result.families:
-        table.add_row(f"{f.name} ({f.placement})", f"{f.factor:.3g}", f"{f.peak_memory:g}", _opt(f.paper_bubble),
-                      "", "family", "")
-    wide.print(table)
-
-
-def _opt(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.4f}"

@@ -1,4 +1,4 @@
-"""Running zbsolve schedules on torch.distributed: a small GPT split into stages, the executor, the launcher.
+"""Running zbsolve schedules on torch.distributed: models split into stages, the executor, the launcher, the profiler.
 
 Everything under ``zbsolve.runtime`` needs torch (``pip install zbsolve[torch]``).
 """

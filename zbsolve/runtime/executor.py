@@ -1,33 +1,39 @@
 """Run a zbsolve schedule for real on torch.distributed and compare it with the simulator.
 
-Each rank builds ``PipelineStage``s for its stages (ascending), loads the exported CSV into torch's
-``_PipelineScheduleRuntime`` and runs ``steps`` training steps (forward and backward, no optimizer).
+Each rank builds torch pipeline stages for its stages (ascending), loads the exported CSV into torch's pipeline
+runtime (``zbsolve.torch_compat``) and runs ``steps`` training steps (forward and backward, no optimizer).
 Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation memory counted
 through saved-tensor hooks; the first step is a warm-up and is not timed when there are more.
-``--check`` compares every gradient with a single-process run of the whole model on the same batch.
+``check`` compares every gradient with a single-process run of the whole model on the same batch.
 """
 
 from __future__ import annotations
 
-import tempfile
+import functools
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from zbsolve.document import from_document, read_document, to_document
+import torch
+import torch.distributed as dist
+
+from zbsolve import torch_compat
+from zbsolve.document import from_document, to_document
 from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.export import check_with_torch, torch_csv
+from zbsolve.export import torch_csv
 from zbsolve.profile import Profile
 from zbsolve.runtime.launch import launch, torchrun_rank
+from zbsolve.runtime.memory import SavedBytes
+from zbsolve.runtime.model import ModelSpec, load_model
 from zbsolve.schedule import BW, B, F, Schedule, W, build
 from zbsolve.simulator import simulate
 
 DEVICES = ("cpu", "cuda")
+"""Where ``run_schedule`` runs: "cpu" (gloo) or "cuda" (NCCL)."""
 _MIB = 2.0 ** 20
 _RTOL, _ATOL = 1e-4, 1e-6
 
@@ -41,94 +47,54 @@ class PeerTimeoutError(ZbsolveError):
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunOptions:
+    """How ``run_schedule`` runs a schedule."""
+
+    model: ModelSpec = ModelSpec()
+    """The model, cut into as many stages as the schedule's placement has."""
+    steps: int = 2
+    """Training steps (the first is a warm-up and is not timed when there are more)."""
+    device: str = "cpu"
+    """"cpu" (gloo) or "cuda" (NCCL, one GPU per rank)."""
+    check: bool = False
+    """Compare every gradient with a single-process run of the whole model on the same batch."""
+    batch_size: int | None = None
+    """Full batch size, a multiple of the number of microbatches (None: the number of microbatches)."""
+    timeout_s: float = 60.0
+    """Process-group timeout: seconds before a silent peer is an error."""
+    seed: int = 0
+    """Seed of the batches: step i runs the batch of seed + i."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise InputError(f"steps = {self.steps} must be >= 1")
+        if self.device not in DEVICES:
+            raise InputError(f"device = {self.device!r} is unknown; choose one of {', '.join(DEVICES)}")
+        if not self.timeout_s > 0:
+            raise InputError(f"timeout = {self.timeout_s} must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class _RankJob:
     """Everything a rank needs; pickled to every spawned rank."""
 
     document: dict
     """The schedule document."""
     csv_text: str
     """The schedule as torch's compute-only CSV."""
-    model: str
-    """"gpt" or a user's "module:function"."""
-    gpt: dict
-    """Size of the GPT (layers, hidden, heads, vocab, seq_len)."""
-    steps: int
-    """Training steps to run."""
-    device: str
-    """"cpu" (gloo) or "cuda" (NCCL)."""
-    check: bool
-    """Compare every gradient with the single-process reference."""
+    options: RunOptions
+    """How to run it."""
     batch_size: int
-    """Full batch size (a multiple of the number of microbatches)."""
-    seed: int
-    """Seed of the weights and of the batches."""
-    timeout_s: float
-    """Process-group timeout."""
-
-
-def _model(spec: RunSpec, num_stages: int):
-    from zbsolve.runtime.model import gpt_model, user_model
-
-    if spec.model == "gpt":
-        return gpt_model(num_stages, seed=spec.seed, **spec.gpt)
-    return user_model(spec.model, num_stages)
-
-
-class _Saved:
-    """Bytes of activation storages held by autograd (parameters excluded): current and peak."""
-
-    def __init__(self, params: set[int]) -> None:
-        self.params = params
-        self.live: dict[int, list[int]] = {}
-        self.current = 0
-        self.peak = 0
-
-    def pack(self, tensor: Any) -> Any:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key in self.params or tensor.device.type == "meta":
-            return tensor
-        entry = self.live.setdefault(key, [0, storage.nbytes()])
-        if entry[0] == 0:
-            self.current += entry[1]
-            self.peak = max(self.peak, self.current)
-        entry[0] += 1
-        return _Held(self, key, tensor.detach())
-
-    @staticmethod
-    def unpack(held: Any) -> Any:
-        return held.tensor if isinstance(held, _Held) else held
-
-    def release(self, key: int) -> None:
-        entry = self.live[key]
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.current -= entry[1]
-            del self.live[key]
-
-
-class _Held:
-    """A saved tensor; frees its bytes in the account when autograd lets go of it."""
-
-    __slots__ = ("account", "key", "tensor")
-
-    def __init__(self, account: _Saved, key: int, tensor: Any) -> None:
-        self.account, self.key, self.tensor = account, key, tensor
-
-    def __del__(self) -> None:
-        self.account.release(self.key)
+    """Full batch size."""
 
 
 class _Probe:
     """Times every pass of this rank's stages and tracks their activation memory."""
 
-    def __init__(self, stages: list, device: Any) -> None:
-        import torch
-
-        self.torch = torch
+    def __init__(self, stages: list, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
-        self.saved = _Saved({p.untyped_storage().data_ptr() for st in stages for p in st.submod.parameters()})
+        self.saved = SavedBytes([t for st in stages for t in (*st.submod.parameters(), *st.submod.buffers())])
         self.events: list[tuple[int, str, Any, Any, int]] = []
         self.records: list[list[tuple[int, str, float, int]]] = []
         self.cuda_peaks: list[int] = []
@@ -138,48 +104,39 @@ class _Probe:
         self.started = 0.0
         self.cuda_base = 0
         for stage in stages:
-            self._wrap(stage, "forward_one_chunk", lambda kw: F)
-            self._wrap(stage, "backward_one_chunk", lambda kw: BW if kw.get("full_backward", True) else B)
-            self._wrap(stage, "backward_weight_one_chunk", lambda kw: W)
+            torch_compat.intercept_passes(stage, functools.partial(self._timed, stage.stage_index))
 
     def _clock(self) -> Any:
         if self.cuda:
-            event = self.torch.cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return time.perf_counter()
 
-    def _wrap(self, stage: Any, name: str, kind_of: Any) -> None:
-        inner = getattr(stage, name)
-        hooks = self.torch.autograd.graph.saved_tensors_hooks
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            kind = kind_of(kwargs)
-            before = self.saved.current
-            start = self._clock()
-            if kind == F:
-                with hooks(self.saved.pack, self.saved.unpack):
-                    out = inner(*args, **kwargs)
-            else:
-                out = inner(*args, **kwargs)
-            self.events.append((stage.stage_index, kind, start, self._clock(), self.saved.current - before))
-            return out
-
-        setattr(stage, name, timed)
+    def _timed(self, stage_index: int, kind: str, run: Callable[[], Any]) -> Any:
+        before = self.saved.current
+        start = self._clock()
+        if kind == F:
+            with self.saved.hooks():
+                out = run()
+        else:
+            out = run()
+        self.events.append((stage_index, kind, start, self._clock(), self.saved.current - before))
+        return out
 
     def begin_step(self) -> None:
         self.events = []
-        self.saved.peak = self.saved.current
+        self.saved.reset_peak()
         if self.cuda:
-            self.torch.cuda.synchronize(self.device)
-            self.torch.cuda.reset_peak_memory_stats(self.device)
-            self.cuda_base = self.torch.cuda.memory_allocated(self.device)
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.cuda_base = torch.cuda.memory_allocated(self.device)
         self.started = time.perf_counter()
 
     def end_step(self) -> None:
         if self.cuda:
-            self.torch.cuda.synchronize(self.device)
-            self.cuda_peaks.append(self.torch.cuda.max_memory_allocated(self.device) - self.cuda_base)
+            torch.cuda.synchronize(self.device)
+            self.cuda_peaks.append(torch.cuda.max_memory_allocated(self.device) - self.cuda_base)
         self.step_ms.append(1e3 * (time.perf_counter() - self.started))
         ms = [(s, k, a.elapsed_time(b) if self.cuda else 1e3 * (b - a), mem) for s, k, a, b, mem in self.events]
         self.records.append(ms)
@@ -201,8 +158,6 @@ def _peer_timeout(timeout_s: float) -> Iterator[None]:
 
 def _check_grads(stages: list, reference: list, own: list[int], x: Any, y: Any, loss_fn: Any, step: int,
                  rank: int) -> None:
-    import torch
-
     for module in reference:
         module.zero_grad(set_to_none=True)
     out = x
@@ -220,7 +175,7 @@ def _check_grads(stages: list, reference: list, own: list[int], x: Any, y: Any, 
                                          f"from the single-process reference by up to {diff:.3g}")
 
 
-def _to(value: Any, device: Any) -> Any:
+def _to(value: Any, device: torch.device) -> Any:
     return tuple(v.to(device) for v in value) if isinstance(value, (tuple, list)) else value.to(device)
 
 
@@ -248,65 +203,52 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _run_rank(rank: int, schedule: Schedule, spec: RunSpec, device: Any) -> dict:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage
-    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
-
+def _run_rank(rank: int, schedule: Schedule, job: _RankJob, device: torch.device) -> dict:
+    options = job.options
     S, m = schedule.num_stages, schedule.num_microbatches
-    model = _model(spec, S)
+    model = load_model(options.model, S)
     own = sorted(s for _, s in schedule.placement.stages_of(rank))
-    stages = [PipelineStage(model.stages[s].to(device), s, S, device) for s in own]
-    runtime = _PipelineScheduleRuntime(stages, n_microbatches=m, loss_fn=model.loss_fn)
-    with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as tmp:
-        path = Path(tmp) / "schedule.csv"
-        path.write_text(spec.csv_text)
-        try:
-            runtime._load_csv(str(path), format="compute_only")
-        except (AssertionError, RuntimeError, ValueError) as exc:
-            raise InputError(f"torch rejects the exported schedule: {str(exc).splitlines()[0]}") from None
-    reference = [module.to(device) for module in _model(spec, S).stages] if spec.check else []
+    stages = [torch_compat.pipeline_stage(model.stages[s].to(device), s, S, device) for s in own]
+    runtime = torch_compat.pipeline_runtime(stages, m, model.loss_fn, job.csv_text)
+    reference = [module.to(device) for module in load_model(options.model, S).stages] if options.check else []
     probe = _Probe(stages, device)
     losses: list = []
-    for step in range(spec.steps):
+    for step in range(options.steps):
         for stage in stages:
             stage.submod.zero_grad(set_to_none=True)
-        x, y = (_to(v, device) for v in model.make_batch(spec.batch_size, spec.seed + step))
+        x, y = (_to(v, device) for v in model.make_batch(job.batch_size, options.seed + step))
         args = (x if isinstance(x, tuple) else (x,)) if 0 in own else ()
         dist.barrier()
         probe.begin_step()
         runtime.step(*args, target=y if S - 1 in own else None, losses=losses if S - 1 in own else None,
                      return_outputs=False)
         probe.end_step()
-        if spec.check:
+        if options.check:
             _check_grads(stages, reference, own, x, y, model.loss_fn, step, rank)
     dist.barrier()
     loss = torch.stack([v.detach() for v in losses]).mean().item() if losses else None
     rows: list = [None] * dist.get_world_size()
-    dist.all_gather_object(rows, _rank_row(rank, own, probe, loss, spec.check))
+    dist.all_gather_object(rows, _rank_row(rank, own, probe, loss, options.check))
     return {"rows": rows}
 
 
-def _rank_main(rank: int, world_size: int, init_method: str, spec: RunSpec) -> dict:
+def _rank_main(rank: int, world_size: int, init_method: str, job: _RankJob) -> dict:
     """One rank: join the process group, run the schedule, return every rank's report row."""
-    import torch
-    import torch.distributed as dist
-
-    schedule, _ = from_document(spec.document)
+    schedule, _ = from_document(job.document)
+    options = job.options
     place = torchrun_rank()
     local = place.local_rank if place is not None else rank
-    if spec.device == "cuda":
+    if options.device == "cuda":
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)
-    with _peer_timeout(spec.timeout_s):
-        dist.init_process_group("nccl" if spec.device == "cuda" else "gloo", init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=spec.timeout_s))
+    with _peer_timeout(options.timeout_s):
+        dist.init_process_group("nccl" if options.device == "cuda" else "gloo", init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=options.timeout_s))
         try:
-            return _run_rank(rank, schedule, spec, device)
+            return _run_rank(rank, schedule, job, device)
         finally:
             dist.destroy_process_group()
 
@@ -354,49 +296,31 @@ def _with_predictions(schedule: Schedule, rows: list[dict]) -> list[dict]:
     return out
 
 
-def run_command(schedule_path: Path, model: str = "gpt", steps: int = 2, device: str = "cpu", check: bool = False,
-                *, batch_size: int | None = None, layers: int | None = None, hidden: int = 32, heads: int = 2,
-                vocab: int = 64, seq_len: int = 16, seed: int = 0, timeout_s: float = 60.0) -> list[dict]:
-    """``zbsolve run``: run the schedule document at ``schedule_path`` on one process per device (the
-    built-in launcher, or the current torchrun job) and return one report row per rank, each with the
-    simulator's prediction beside the measurement. ``batch_size`` defaults to the number of microbatches;
-    ``layers`` (GPT only) to the number of stages."""
-    import torch
-
-    if steps < 1:
-        raise InputError(f"steps = {steps} must be >= 1")
-    if device not in DEVICES:
-        raise InputError(f"device = {device!r} is unknown; choose one of {', '.join(DEVICES)}")
-    if not timeout_s > 0:
-        raise InputError(f"timeout = {timeout_s} must be > 0 seconds")
-    schedule, _ = read_document(schedule_path)
+def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list[dict]:
+    """Run ``schedule`` on one process per device (the built-in launcher, or the current torchrun job) and return
+    one report row per rank, each with the simulator's prediction beside the measurement."""
     timeline = simulate(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
     csv_text = torch_csv(schedule)
-    with tempfile.TemporaryDirectory(prefix="zbsolve-run-") as tmp:
-        probe_csv = Path(tmp) / "schedule.csv"
-        probe_csv.write_text(csv_text)
-        check_with_torch(probe_csv, schedule)
-    batch_size = m if batch_size is None else batch_size
+    torch_compat.lower_csv(csv_text, num_stages=S, num_microbatches=m, num_devices=p)
+    batch_size = m if options.batch_size is None else options.batch_size
     if batch_size < 1 or batch_size % m:
         raise InputError(f"batch_size = {batch_size} must be a positive multiple of num_microbatches = {m}")
     place = torchrun_rank()
-    if device == "cuda":
+    if options.device == "cuda":
         if not torch.cuda.is_available():
             raise InputError("device = 'cuda' but torch.cuda.is_available() is False (no GPU or a CPU-only torch)")
         if place is None and torch.cuda.device_count() < p:
             raise InputError(f"device = 'cuda' needs one GPU per rank: the schedule has {p} devices, "
                              f"this machine {torch.cuda.device_count()} GPUs")
-    gpt = {"layers": S if layers is None else layers, "hidden": hidden, "heads": heads, "vocab": vocab,
-           "seq_len": seq_len}
-    spec = RunSpec(to_document(timeline), csv_text, model, gpt, steps, device, check, batch_size, seed, timeout_s)
-    _model(spec, S)
+    load_model(options.model, S)  # a bad model is an input error here, before any rank starts
+    job = _RankJob(to_document(timeline), csv_text, options, batch_size)
     if place is not None:
         if place.world_size != p:
             raise InputError(f"torchrun started {place.world_size} ranks, but the schedule has {p} devices")
-        rows = _rank_main(place.rank, place.world_size, "env://", spec)["rows"]
+        rows = _rank_main(place.rank, place.world_size, "env://", job)["rows"]
     else:
-        rows = launch(_rank_main, p, spec, deadline_s=120.0 + timeout_s * (steps + 2))[0]["rows"]
+        rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
     return _with_predictions(schedule, rows)
 
 
@@ -406,7 +330,7 @@ REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "
 
 
 def report_table(rows: list[dict]) -> list[list[str]]:
-    """``run_command``'s rows as strings under ``REPORT_COLUMNS``: measured beside simulated."""
+    """``run_schedule``'s rows as strings under ``REPORT_COLUMNS``: measured beside simulated."""
     def ms(row: dict, kind: str) -> str:
         return f"{row['pass_ms'][kind]:.2f}" if kind in row["pass_ms"] else "-"
 

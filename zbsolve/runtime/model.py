@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -88,7 +89,7 @@ def make_batch(batch_size: int, *, vocab: int, seq_len: int, seed: int) -> tuple
 
 @dataclass(frozen=True)
 class StagedModel:
-    """What the executor needs of a model: its stages, its loss and a batch maker."""
+    """What the executor and the profiler need of a model: its stages, its loss and a batch maker."""
 
     stages: list[nn.Module]
     """The model cut into consecutive stages."""
@@ -98,16 +99,60 @@ class StagedModel:
     """(batch_size, seed) -> (inputs of stage 0, target)."""
 
 
-def gpt_model(num_stages: int, *, layers: int = 4, hidden: int = 32, heads: int = 2, vocab: int = 64,
-              seq_len: int = 16, seed: int = 0) -> StagedModel:
-    """The small GPT of ``build_stages`` with its loss and random token batches."""
-    stages = build_stages(num_stages, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len,
-                          seed=seed)
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model ``load_model`` builds; the sizes and the seed apply to the built-in GPT."""
+
+    name: str = "gpt"
+    """"gpt" (the built-in small GPT) or a user's "module:function" returning the stages."""
+    layers: int | None = None
+    """GPT blocks (None: one per stage)."""
+    hidden: int = 32
+    """GPT hidden size."""
+    heads: int = 2
+    """GPT attention heads."""
+    vocab: int = 64
+    """GPT vocabulary size."""
+    seq_len: int = 16
+    """GPT sequence length."""
+    seed: int = 0
+    """Seed of the GPT's weights."""
+
+
+def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
+    """The model of ``spec`` cut into ``num_stages`` stages, with its loss and batch maker.
+
+    "gpt" is the small GPT of ``build_stages`` on random token batches. A user's ``module:function`` is called
+    with ``num_stages`` and returns that many modules; the module must also define
+    ``make_batch(batch_size, seed) -> (inputs, target)`` and ``loss_fn(output, target)``.
+    """
+    return _gpt(spec, num_stages) if spec.name == "gpt" else _user(spec.name, num_stages)
+
+
+def _gpt(spec: ModelSpec, num_stages: int) -> StagedModel:
+    stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, hidden=spec.hidden,
+                          heads=spec.heads, vocab=spec.vocab, seq_len=spec.seq_len, seed=spec.seed)
+    vocab, seq_len = spec.vocab, spec.seq_len
     return StagedModel(stages, loss_fn,
-                       lambda batch_size, s: make_batch(batch_size, vocab=vocab, seq_len=seq_len, seed=s))
+                       lambda batch_size, seed: make_batch(batch_size, vocab=vocab, seq_len=seq_len, seed=seed))
 
 
-def _import(spec: str) -> tuple[object, Callable]:
+def _user(name: str, num_stages: int) -> StagedModel:
+    module, fn = _import(name)
+    missing = [attr for attr in ("make_batch", "loss_fn") if not callable(getattr(module, attr, None))]
+    if missing:
+        raise InputError(f"model = {name!r}: module {module.__name__!r} must define {' and '.join(missing)}")
+    stages = fn(num_stages)
+    if not isinstance(stages, (list, tuple)) or not all(isinstance(s, nn.Module) for s in stages):
+        raise InputError(f"model = {name!r} must return a list of torch.nn.Module, got {type(stages).__name__}")
+    if len(stages) != num_stages:
+        raise InputError(f"model = {name!r} returned {len(stages)} stages, but the schedule's placement has "
+                         f"{num_stages}")
+    return StagedModel(list(stages), module.loss_fn, module.make_batch)
+
+
+def _import(spec: str) -> tuple[ModuleType, Callable]:
+    """The module and the function that ``module:function`` names."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model = {spec!r} must be 'gpt' or 'module:function'")
@@ -119,25 +164,3 @@ def _import(spec: str) -> tuple[object, Callable]:
     if not callable(fn):
         raise InputError(f"model = {spec!r}: {module_name!r} has no function {attr!r}")
     return module, fn
-
-
-def load_user_stages(spec: str, num_stages: int) -> list[nn.Module]:
-    """Call the user's ``module:function`` with ``num_stages`` and check it returns that many modules."""
-    _, fn = _import(spec)
-    stages = fn(num_stages)
-    if not isinstance(stages, (list, tuple)) or not all(isinstance(s, nn.Module) for s in stages):
-        raise InputError(f"model = {spec!r} must return a list of torch.nn.Module, got {type(stages).__name__}")
-    if len(stages) != num_stages:
-        raise InputError(f"model = {spec!r} returned {len(stages)} stages, but the schedule's placement has "
-                         f"{num_stages}")
-    return list(stages)
-
-
-def user_model(spec: str, num_stages: int) -> StagedModel:
-    """A user's model: ``module:function`` gives the stages; the module must also define
-    ``make_batch(batch_size, seed) -> (inputs, target)`` and ``loss_fn(output, target)``."""
-    module, _ = _import(spec)
-    missing = [name for name in ("make_batch", "loss_fn") if not callable(getattr(module, name, None))]
-    if missing:
-        raise InputError(f"model = {spec!r}: module {module.__name__!r} must define {' and '.join(missing)}")
-    return StagedModel(load_user_stages(spec, num_stages), module.loss_fn, module.make_batch)

@@ -1,7 +1,7 @@
 """Measure a Profile from a real model: per-stage F, B, W times and memory deltas, and the point-to-point latency.
 
-B and W follow torch.distributed.pipelining's split: B is the gradient with respect to the stage input with the
-graph retained (``stage_backward_input``), W the weight gradients afterwards (``stage_backward_weight``). A first
+B and W follow torch.distributed.pipelining's split (``torch_compat.backward_input`` and ``backward_weight``): B is
+the gradient with respect to the stage input with the graph retained, W the weight gradients afterwards. A first
 stage whose input is not differentiable (token ids) is split after its first layer whose output needs a gradient
 (the embedding): B runs down to that layer's output, W includes that layer's weight gradient.
 """
@@ -16,7 +16,6 @@ import queue
 import statistics
 import tempfile
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,14 +24,43 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import yaml
-from rich.console import Console
-from rich.table import Table
 from torch import nn
-from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
+from zbsolve import torch_compat
 from zbsolve.errors import InputError, ZbsolveError
 from zbsolve.profile import STAGE_FIELDS, Profile, make_profile
-from zbsolve.runtime.model import StagedModel, gpt_model, user_model
+from zbsolve.runtime.memory import SavedBytes
+from zbsolve.runtime.model import ModelSpec, StagedModel
+
+DEVICES = ("cpu", "cuda")
+"""Where ``measure`` runs the stages."""
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """How ``measure`` measures a model's stages."""
+
+    microbatch_size: int = 1
+    """Samples in the one microbatch every stage runs."""
+    repeats: int = 10
+    """Measurements of each figure (the profile keeps their medians)."""
+    warmup: int = 2
+    """Untimed runs before the timed ones."""
+    latency: bool = True
+    """Also measure the point-to-point latency (t_comm) of the largest activation between stages."""
+    device: str = "cpu"
+    """"cpu" or "cuda" (or "cuda:N")."""
+    threads: int = 1
+    """CPU threads torch runs meanwhile (1, as each rank of ``zbsolve run`` does)."""
+    seed: int = 0
+    """Seed of the microbatch and of the output gradients."""
+
+    def __post_init__(self) -> None:
+        if self.microbatch_size < 1 or self.repeats < 1 or self.threads < 1 or self.warmup < 0:
+            raise InputError(f"microbatch_size = {self.microbatch_size}, repeats = {self.repeats} and threads = "
+                             f"{self.threads} must be >= 1, warmup = {self.warmup} >= 0")
+        if self.device.partition(":")[0] not in DEVICES:
+            raise InputError(f"device = {self.device!r} must be cpu or cuda")
 
 
 @dataclass(frozen=True)
@@ -68,52 +96,6 @@ def relative_iqr(values: list[float]) -> float:
         return 0.0
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return (q3 - q1) / abs(statistics.median(values))
-
-
-class SavedBytes:
-    """Bytes of activation storage that autograd holds for backward, counted by saved_tensors_hooks: a storage
-    counts from the first saved tensor on it until autograd drops the last; ``exclude`` (parameter storages)
-    never counts."""
-
-    def __init__(self, exclude: set[int]) -> None:
-        self._live = 0
-        self._exclude = exclude
-        self._refs: dict[int, int] = {}
-
-    def live(self) -> int:
-        """Bytes counted now."""
-        return self._live
-
-    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
-        """Context in which the forward's saved tensors are counted."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _Packed.unpack)
-
-    def _pack(self, tensor: torch.Tensor) -> _Packed:
-        packed = _Packed(tensor.detach())
-        storage = tensor.untyped_storage()
-        key, size = storage.data_ptr(), storage.nbytes()
-        if size and key not in self._exclude:
-            if not self._refs.get(key):
-                self._live += size
-            self._refs[key] = self._refs.get(key, 0) + 1
-            weakref.finalize(packed, self._release, key, size)
-        return packed
-
-    def _release(self, key: int, size: int) -> None:
-        self._refs[key] -= 1
-        if not self._refs[key]:
-            del self._refs[key]
-            self._live -= size
-
-
-class _Packed:
-    __slots__ = ("__weakref__", "tensor")
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
-
-    def unpack(self) -> torch.Tensor:
-        return self.tensor
 
 
 @contextlib.contextmanager
@@ -153,12 +135,12 @@ def run_passes(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: C
     split = bool(cut) or x.requires_grad
     groups = []
     if split:
-        _, groups = stage_backward_input(outputs, grads, [cut[1]] if cut else [x], iter(params))
+        groups = torch_compat.backward_input(outputs, grads, [cut[1]] if cut else [x], params)
         outputs.clear()
         x.grad = None
     mark()
     if split:
-        stage_backward_weight(iter(params), groups)
+        torch_compat.backward_weight(params, groups)
         if cut and cut[1].grad is not None:
             torch.autograd.backward(cut[0], cut[1].grad)
     else:
@@ -184,10 +166,9 @@ def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn
         deltas = pass_deltas(stage, x, tail, loss_fn, now)
         for name, value in zip(("t_f", "t_b", "t_w"), deltas if i >= warmup else ()):
             samples[name].append(value)
-    exclude = {t.untyped_storage().data_ptr() for t in [*stage.parameters(), *stage.buffers()]}
     for _ in range(repeats):
-        saved = None if cuda else SavedBytes(exclude)
-        probe = functools.partial(torch.cuda.memory_allocated, x.device) if cuda else saved.live
+        saved = None if cuda else SavedBytes([*stage.parameters(), *stage.buffers()])
+        probe = functools.partial(torch.cuda.memory_allocated, x.device) if cuda else lambda: saved.current
         for name, value in zip(("mem_f", "mem_b", "mem_w"), pass_deltas(stage, x, tail, loss_fn, probe, saved)):
             samples[name].append(value)
     return samples
@@ -215,32 +196,26 @@ def stage_inputs(model: StagedModel, microbatch_size: int, device: torch.device,
     return xs, tails + [target.to(device)]
 
 
-def measure(model: StagedModel, microbatch_size: int, *, repeats: int = 10, warmup: int = 2, latency: bool = True,
-            device: str = "cpu", threads: int = 1, seed: int = 0) -> Measurement:
-    """Measure every stage of ``model`` on one microbatch of ``microbatch_size``, and (``latency``, more than one
-    stage) the one-way latency of the largest activation passed between stages. On CPU torch runs ``threads``
-    threads meanwhile (1, as each rank of ``zbsolve run`` does)."""
-    if microbatch_size < 1 or repeats < 1 or threads < 1 or warmup < 0:
-        raise InputError(f"microbatch_size = {microbatch_size}, repeats = {repeats} and threads = {threads} "
-                         f"must be >= 1, warmup = {warmup} >= 0")
-    if device.partition(":")[0] not in ("cpu", "cuda"):
-        raise InputError(f"device = {device!r} must be cpu or cuda")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError(f"device = {device!r} but CUDA is not available")
-    dev = torch.device(device)
+def measure(model: StagedModel, options: ProfileOptions = ProfileOptions()) -> Measurement:
+    """Measure every stage of ``model`` on one microbatch, and (``options.latency``, more than one stage) the
+    one-way latency of the largest activation passed between stages."""
+    if options.device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device = {options.device!r} but CUDA is not available")
+    dev = torch.device(options.device)
     stages = [stage.to(dev) for stage in model.stages]
     previous = torch.get_num_threads()
-    torch.set_num_threads(threads if dev.type == "cpu" else previous)
+    torch.set_num_threads(options.threads if dev.type == "cpu" else previous)
     try:
-        xs, tails = stage_inputs(model, microbatch_size, dev, seed)
+        xs, tails = stage_inputs(model, options.microbatch_size, dev, options.seed)
         per_stage = [measure_stage(stage, x, tail, model.loss_fn if s == len(stages) - 1 else None,
-                                   repeats=repeats, warmup=warmup)
+                                   repeats=options.repeats, warmup=options.warmup)
                      for s, (stage, x, tail) in enumerate(zip(stages, xs, tails))]
     finally:
         torch.set_num_threads(previous)
     samples = {name: [m[name] for m in per_stage] for name in STAGE_FIELDS}
     sent = max(xs[1:], key=lambda t: t.nbytes, default=None)
-    lat = measure_latency(sent.numel(), sent.dtype, repeats=repeats) if latency and sent is not None else []
+    lat = measure_latency(sent.numel(), sent.dtype, repeats=options.repeats) \
+        if options.latency and sent is not None else []
     return Measurement(samples, lat)
 
 
@@ -303,13 +278,11 @@ def _ping_pong(rank: int, init_method: str, numel: int, dtype: torch.dtype, repe
         answers.put(f"rank {rank}: {type(exc).__name__}: {exc}")
 
 
-def load_model(model: str, stages: int, *, layers: int | None = None, hidden: int = 32, heads: int = 2,
-               vocab: int = 64, seq_len: int = 16, seed: int = 0) -> StagedModel:
-    """``gpt`` (the small GPT of zbsolve.runtime.model, with these sizes; ``layers`` defaults to one block per
-    stage, as in ``zbsolve run``) or a user's ``module:function``."""
-    if model == "gpt":
-        return gpt_model(stages, layers=stages if layers is None else layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
-    return user_model(model, stages)
+def profile_header(spec: ModelSpec, num_stages: int, options: ProfileOptions) -> str:
+    """One line saying what was measured and how: the profile file's first comment."""
+    return (f"zbsolve profile of {spec.name}: {num_stages} stages, microbatch size {options.microbatch_size}, "
+            f"{options.repeats} repeats after {options.warmup} warm-up, device {options.device}"
+            + (f", {options.threads} threads" if options.device == "cpu" else "") + f", torch {torch.__version__}")
 
 
 def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:
@@ -326,35 +299,21 @@ def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:
     return profile
 
 
-def noise_table(measurement: Measurement, title: str) -> Table:
-    """The Profile's figures per stage with their noise (interquartile range / median) in percent."""
+NOISE_COLUMNS = ("stage", *(f"{name} ({'µs' if name.startswith('t_') else 'B'})" for name in STAGE_FIELDS))
+"""Columns of ``noise_table``."""
+
+
+def noise_table(measurement: Measurement) -> list[list[str]]:
+    """The Profile's figures per stage with their noise (interquartile range / median) in percent, as strings
+    under ``NOISE_COLUMNS``."""
     profile, noise = measurement.profile, measurement.noise()
-    table = Table(title=title)
-    table.add_column("stage", justify="right")
-    for name in STAGE_FIELDS:
-        table.add_column(f"{name} ({'µs' if name.startswith('t_') else 'B'})", justify="right")
-    for s in range(profile.num_stages or 1):
-        table.add_row(str(s), *(f"{profile.stage_value(name, s):,.{1 if name.startswith('t_') else 0}f} "
-                                f"±{100 * noise[name][s]:.0f}%" for name in STAGE_FIELDS))
-    if "t_comm" in noise:
-        table.caption = f"t_comm (one-way) = {profile.t_comm:,.1f} µs ±{100 * noise['t_comm'][0]:.0f}%"
-    return table
+    return [[str(s), *(f"{profile.stage_value(name, s):,.{1 if name.startswith('t_') else 0}f} "
+                       f"±{100 * noise[name][s]:.0f}%" for name in STAGE_FIELDS)]
+            for s in range(profile.num_stages or 1)]
 
 
-def profile_command(model: str, stages: int, microbatch_size: int, output: Path, repeats: int = 10,
-                    warmup: int = 2, latency: bool = True, device: str = "cpu", threads: int = 1,
-                    layers: int | None = None, hidden: int = 32, heads: int = 2, vocab: int = 64, seq_len: int = 16,
-                    seed: int = 0, quiet: bool = False) -> Profile:
-    """``zbsolve profile``: measure ``model`` cut into ``stages`` stages, write the Profile to ``output`` and
-    print its figures with their noise."""
-    staged = load_model(model, stages, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len,
-                        seed=seed)
-    measurement = measure(staged, microbatch_size, repeats=repeats, warmup=warmup, latency=latency, device=device,
-                          threads=threads, seed=seed)
-    header = (f"zbsolve profile of {model}: {stages} stages, microbatch size {microbatch_size}, {repeats} repeats "
-              f"after {warmup} warm-up, device {device}" + (f", {threads} threads" if device == "cpu" else "")
-              + f", torch {torch.__version__}")
-    profile = write_profile(measurement, Path(output), header)
-    if not quiet:
-        Console().print(noise_table(measurement, header))
-    return profile
+def latency_line(measurement: Measurement) -> str | None:
+    """The measured one-way latency with its noise (None when not measured)."""
+    if not measurement.latency:
+        return None
+    return f"t_comm (one-way) = {measurement.profile.t_comm:,.1f} µs ±{100 * measurement.noise()['t_comm'][0]:.0f}%"
