@@ -1,7 +1,11 @@
 """Grid solving: parallel, resumable, failure-tolerant, locked, and on a local Dask cluster."""
 
+import contextlib
+import inspect
 import json
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +16,8 @@ import yaml
 
 from zbsolve import InputError, simulate
 from zbsolve.document import read_document
-from zbsolve.grid import Grid, ResultsFile, expand, read_results, solve_grid, to_dataframe
+from zbsolve.grid import Grid, Job, ResultsFile, executors, expand, read_results, solve_grid, to_dataframe
+from zbsolve.problem import Problem
 
 SMOKE = "problems/grids/smoke.yaml"
 
@@ -138,3 +143,36 @@ def test_identical_jobs_run_once(tmp_path):
     assert len(jobs) == 2 and jobs[0].key == jobs[1].key
     records = list(solve_grid(jobs, output=tmp_path / "r.jsonl"))
     assert len(records) == 1 == len(read_results(tmp_path / "r.jsonl"))
+
+
+def _job(path, solver, time_limit):
+    prob = Problem.load(path)
+    return Job(problem=prob.name, profile=prob.profile, num_devices=prob.num_devices,
+               num_microbatches=prob.num_microbatches, placement="sequential", mem_factor=2.0, solver=solver,
+               time_limit=time_limit, seed=0)
+
+
+def test_stopping_early_terminates_the_running_jobs(tmp_path):
+    """Leaving the loop early, as Ctrl-C does, kills the job still running (a two-minute CP-SAT search that
+    does not prove optimality) instead of waiting for it; only the finished record is kept."""
+    slow = _job("problems/iclr/14.6b-p16-m48.yaml", "cpsat", 120)
+    quick = _job("problems/iclr/1.5b-p8-m24.yaml", "heuristic", 5)
+    before = set(multiprocessing.active_children())
+    out = tmp_path / "r.jsonl"
+    began = time.monotonic()
+    try:
+        with contextlib.closing(solve_grid([slow, quick], jobs=2, output=out)) as records:
+            assert next(records)["hash"] == quick.key
+        stopped = time.monotonic()
+        while set(multiprocessing.active_children()) - before and time.monotonic() < stopped + 10:
+            time.sleep(0.1)
+        assert not set(multiprocessing.active_children()) - before
+        assert time.monotonic() - began < 60
+    finally:
+        for process in set(multiprocessing.active_children()) - before:
+            process.terminate()
+    assert [r["hash"] for r in read_results(out)] == [quick.key]
+
+
+def test_executors_use_no_private_attribute():
+    assert re.findall(r"\._[A-Za-z]\w*", inspect.getsource(executors)) == []

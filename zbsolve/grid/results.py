@@ -1,0 +1,106 @@
+"""The results file: one JSON record per finished job (JSONL), appended at once and locked against a second
+run, and its records as flat tables."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Iterable
+
+from zbsolve.errors import InputError
+from zbsolve.grid.spec import Job
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """Every complete record of a results file; a truncated last line (from a crash) is dropped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise InputError(f"{path} line {i + 1} is not JSON: not a zbsolve results file") from None
+        if not isinstance(record, dict) or "hash" not in record or "config" not in record:
+            raise InputError(f"{path} line {i + 1} has no 'hash' and 'config': not a zbsolve results file")
+        records.append(record)
+    return records
+
+
+class ResultsFile:
+    """A results file held open for appending, locked against a second grid run."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.done = {r["hash"] for r in read_results(self.path)}
+        self._file: IO[str] = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            raise InputError(f"{self.path} is in use by another grid run; wait for it or use another -o") from None
+        self._drop_truncated_tail()
+
+    def _drop_truncated_tail(self) -> None:
+        self._file.seek(0)
+        text = self._file.read()
+        if text and not text.endswith("\n"):
+            self._file.truncate(text.rfind("\n") + 1)
+
+    def append(self, record: dict) -> None:
+        """Write one record and flush it to disk at once."""
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Release the lock."""
+        self._file.close()
+
+
+def pending(jobs: Iterable[Job], output: str | Path | None) -> tuple[int, int]:
+    """(distinct jobs, of those already in ``output``)."""
+    keys = {j.key for j in jobs}
+    done = {r["hash"] for r in read_results(output)} if output is not None else set()
+    return len(keys), len(keys & done)
+
+
+def flatten(record: dict) -> dict:
+    """One flat row of a record: config and figures side by side (peak memory as its maximum)."""
+    row = {"hash": record["hash"], **record["config"], "status": record.get("status"),
+           "mem_limit_value": record.get("mem_limit"), "solve_time": record.get("solve_time"),
+           "error": record.get("error", ""), "schedule": record.get("schedule")}
+    for key, value in (record.get("figures") or {}).items():
+        row[key] = max(value) if isinstance(value, list) and value else value
+    return row
+
+
+def write_summary(records: list[dict], path: str | Path) -> None:
+    """Write the records as a flat CSV table."""
+    rows = [flatten(r) for r in records]
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def to_dataframe(records: Iterable[dict] | str | Path) -> pd.DataFrame:
+    """The records (or a results file) as a pandas DataFrame, one flat row each."""
+    import pandas as pd
+
+    if isinstance(records, (str, Path)):
+        records = read_results(records)
+    return pd.DataFrame([flatten(r) for r in records])
