@@ -24,7 +24,7 @@ DEMO ?= problems/iclr/1.5b-p8-m24.yaml
 
 demo: $(VENV)/.installed
 	mkdir -p $(OUT)
-	$(BIN)/zbsolve compare --stages 8 --microbatches 24 --profile $(DEMO)
+	$(BIN)/zbsolve compare --devices 8 --microbatches 24 --profile $(DEMO)
 	$(BIN)/zbsolve solve $(DEMO) --mem-factor 2 --time-limit 30 -o $(OUT)/best.json --chart $(OUT)/best.png
 	@echo "schedule written to $(OUT)/best.json, chart to $(OUT)/best.png"
 

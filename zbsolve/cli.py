@@ -9,7 +9,6 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from zbsolve.document import drift_matters, planned_drift, read_document, write_document
 from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
@@ -17,7 +16,7 @@ from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.frontier import DEFAULT_PLACEMENTS, DEFAULT_TIME_LIMIT
 from zbsolve.placement import CHUNKS
 from zbsolve.profile import UNIT, Profile
-from zbsolve.render import figures_table, fmt, frontier_table, records_table
+from zbsolve.render import figures_table, fmt, frontier_table, records_table, text_table
 from zbsolve.simulator import simulate
 from zbsolve.solve import SOLVERS, TIME_LIMIT
 from zbsolve.spec import SUPPORTED_PLACEMENTS
@@ -289,12 +288,7 @@ def run(
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    table = Table(title=f"{file}: measured vs simulated")
-    for col in REPORT_COLUMNS:
-        table.add_column(col, justify="right")
-    for row in report_table(rows):
-        table.add_row(*row)
-    wide.print(table)
+    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{file}: measured vs simulated"))
 
 
 @app.command()
@@ -336,12 +330,7 @@ def profile(
     write_profile(measurement, output, header)
     if quiet:
         return
-    table = Table(title=header, caption=latency_line(measurement))
-    for col in NOISE_COLUMNS:
-        table.add_column(col, justify="right")
-    for row in noise_table(measurement):
-        table.add_row(*row)
-    out.print(table)
+    out.print(text_table(NOISE_COLUMNS, noise_table(measurement), header, latency_line(measurement)))
 
 
 @app.command()

@@ -69,6 +69,16 @@ def records_table(records: Sequence[Mapping[str, object]], title: str,
     return table
 
 
+def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str, caption: str | None = None) -> Table:
+    """A table of rows already formatted as text, every column right-aligned."""
+    table = Table(title=title, caption=caption)
+    for name in columns:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def frontier_table(frontier: Frontier, title: str) -> Table:
     """The frontier's rows, then each family point as a row named "family (placement)" whose mem_limit is
     the family's peak memory."""

@@ -30,8 +30,8 @@ from zbsolve.profile import Profile
 from zbsolve.render import figures_html, figures_table
 from zbsolve.schedule import Schedule
 from zbsolve.simulator import Timeline, simulate
-from zbsolve.spec import Spec, make_spec
-from zbsolve.timing import OBJECTIVES
+from zbsolve.spec import PlacementName, Spec, make_spec
+from zbsolve.timing import OBJECTIVES, Objective
 from zbsolve.transforms import with_limit
 from zbsolve.vgreedy import v_greedy
 
@@ -157,8 +157,8 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
 
 
 def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
-          num_devices: int | None = None, placement: str = "sequential", solver: str = "cpsat",
-          time_limit: float = TIME_LIMIT, objective: str = "span", workers: int | None = None,
+          num_devices: int | None = None, placement: PlacementName = "sequential", solver: SolverName = "cpsat",
+          time_limit: float = TIME_LIMIT, objective: Objective = "span", workers: int | None = None,
           seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None) -> SolveResult:
     """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
     one per device, or None for unlimited). ``placement`` "interleaved" and "vshape" run ``chunks``

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,10 @@ def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
     return Timing(start, end, reached)
 
 
-OBJECTIVES = ("span", "makespan")
+Objective = Literal["span", "makespan"]
 """What a schedule is judged by: the longest per-device span (the paper's, for the post-validated
 runtime) or the makespan (one step with an optimizer barrier)."""
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
 
 
 def device_objective(first_start: float, last_end: float, objective: str) -> float:
