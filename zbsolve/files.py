@@ -40,12 +40,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                                 else ".")
     os.close(fd)
     tmp = Path(name)
+    tmp.chmod(0o666 & ~_umask())
     try:
         yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str | Path, text: str) -> None:
