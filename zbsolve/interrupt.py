@@ -1,8 +1,17 @@
-"""CP-SAT solves that Ctrl-C stops without losing the best solution found so far."""
+"""Interrupts: SIGINT and SIGTERM both stop long work as Ctrl-C does, and CP-SAT solves that an
+interrupt stops without losing the best solution found so far.
+
+Inside ``signals_as_interrupt()``, SIGTERM raises ``KeyboardInterrupt`` in the main thread as SIGINT
+does, so one ``except KeyboardInterrupt`` keeps the finished results whichever signal came;
+``exit_code()`` then says which: 130 for SIGINT, 143 for SIGTERM.
+"""
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -39,3 +48,32 @@ def run_interruptible(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Out
             interrupted = True
             solver.stop_search()
     return Outcome(result.get("status", cp_model.UNKNOWN), interrupted)
+
+
+_received: list[int] = []
+"""The signals received inside ``signals_as_interrupt``, in order."""
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise ``KeyboardInterrupt`` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received.clear()
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def exit_code() -> int:
+    """The shell's exit code for the last interrupt: 143 after SIGTERM, else 130 (SIGINT)."""
+    return 128 + (_received[-1] if _received else signal.SIGINT)
