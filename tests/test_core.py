@@ -30,7 +30,7 @@ def test_profile_from_paper_and_layers():
 
 
 @pytest.mark.parametrize("fields, needle", [
-    ({"t_f": 0}, "t_f[0] = 0"),
+    ({"t_f": 0}, "t_f = 0.0 must be a positive finite duration"),
     ({"t_w": [1, -1]}, "t_w[1] = -1"),
     ({"t_f": [1, 1], "t_b": [1, 1, 1]}, "disagree in length"),
     ({"mem_f": 1, "mem_b": -0.2, "mem_w": -0.5}, "must be 0"),
@@ -39,9 +39,8 @@ def test_profile_from_paper_and_layers():
     ({"t_x": 1}, "t_x"),
 ])
 def test_profile_rejects_bad_fields(fields, needle):
-    from zbsolve.profile import make_profile
     with pytest.raises(InputError) as exc:
-        make_profile(**fields)
+        Profile(**fields)
     assert needle in str(exc.value)
 
 

@@ -7,6 +7,7 @@ directory and gloo picks free ports, so the tests can run in parallel under pyte
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 from pathlib import Path
 
@@ -97,6 +98,8 @@ def _check_rows(schedule, rows: list[dict], steps: int) -> None:
         assert row["makespan_ms"] >= row["busy_ms"] > 0
         assert row["makespan_ms"] == rows[0]["makespan_ms"]
         assert row["timed_steps"] == len(row["step_ms_each"]) == max(1, steps - 1)
+        assert row["cpu_cores"] == os.cpu_count()
+        assert row["oversubscribed"] == (schedule.num_devices > os.cpu_count())
         assert row["peak_saved_mib"] > 0
         assert row["peak_saved_mib"] == pytest.approx(row["sim_peak_mib"], rel=0.1)
         if schedule.num_stages - 1 in row["stages"]:

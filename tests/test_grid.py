@@ -1,6 +1,9 @@
-"""Grid solving: parallel, resumable, failure-tolerant, locked, and on a local Dask cluster."""
+"""Grid solving: parallel, resumable, failure-tolerant, locked, checked before it runs, stoppable by a signal
+without orphans, and on a local Dask cluster."""
 
+import concurrent.futures as cf
 import contextlib
+import csv
 import inspect
 import json
 import multiprocessing
@@ -10,13 +13,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from zbsolve import InputError, simulate
 from zbsolve.document import read_document
-from zbsolve.grid import Grid, Job, ResultsFile, executors, expand, read_results, solve_grid, to_dataframe
+from zbsolve.grid import Grid, Job, ResultsFile, executors, expand, read_results, run_job, solve_grid, to_dataframe
+from zbsolve.limits import problem_limit
 from zbsolve.problem import Problem
 
 SMOKE = "problems/grids/smoke.yaml"
@@ -52,12 +57,73 @@ def test_truncated_last_line_is_dropped_and_rerun(tmp_path):
     assert sorted(r["hash"] for r in read_results(out)) == sorted(r["hash"] for r in records)
 
 
-def _write_grid(tmp_path, axes, profile=None):
+def _write_grid(tmp_path, axes, profile=None, problem="problems/iclr/1.5b-p8-m24.yaml"):
     path = tmp_path / "g.yaml"
     data = {"name": "t", "axes": axes}
-    data.update({"profile": profile} if profile else {"problems": [os.path.abspath("problems/iclr/1.5b-p8-m24.yaml")]})
+    data.update({"profile": profile} if profile else {"problems": [os.path.abspath(problem)]})
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def _grid_command(grid, out, *options):
+    return [sys.executable, "-m", "zbsolve", "grid", str(grid), "-o", str(out), *map(str, options)]
+
+
+def _words(text):
+    """``text`` with its whitespace (and the line breaks of a narrow console) collapsed to single spaces."""
+    return " ".join(text.split())
+
+
+def _state(pid):
+    """A process's state letter from /proc (Z: a zombie, dead but not reaped), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def _read(path):
+    """A /proc file's bytes; empty once its process is gone."""
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
+def _threads(pid):
+    """A process's number of threads; 0 once it is gone."""
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith(b"Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _children(pid):
+    """The live processes whose parent is ``pid``, found by scanning /proc."""
+    found = set()
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = path.read_text()
+        except OSError:
+            continue
+        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.add(int(path.parent.name))
+    return found
+
+
+def _wait_until(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+
+
+def _kill_all(pids):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_failing_job_is_recorded_and_batch_goes_on(tmp_path):
@@ -176,3 +242,137 @@ def test_stopping_early_terminates_the_running_jobs(tmp_path):
 
 def test_executors_use_no_private_attribute():
     assert re.findall(r"\._[A-Za-z]\w*", inspect.getsource(executors)) == []
+
+
+def test_workers_die_with_a_killed_grid(tmp_path):
+    """kill -KILL of a grid while its workers run a 60 s CP-SAT search: no process it started survives it by
+    more than a few seconds (each worker sees its parent gone and kills itself)."""
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [60], "seed": [0, 1]},
+                       problem="problems/iclr/14.6b-p16-m48.yaml")
+    proc = subprocess.Popen(_grid_command(grid, tmp_path / "r.jsonl", "-j", 2, "-q"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    started = set()
+    try:
+        def solving():
+            """Both workers are in a CP-SAT search: a third thread beside the main one and the parent watch."""
+            started.update(_children(proc.pid))
+            workers = [pid for pid in started if b"spawn_main" in _read(f"/proc/{pid}/cmdline")]
+            return len(workers) == 2 and all(_threads(pid) >= 3 for pid in workers)
+
+        assert _wait_until(solving, 60), "the workers never started solving"
+        started.update(_children(proc.pid))
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _wait_until(lambda: all(_state(pid) in (None, "Z") for pid in started), 10), \
+            {pid: _state(pid) for pid in started}
+    finally:
+        proc.kill()
+        _kill_all(pid for pid in started if _state(pid) not in (None, "Z"))
+
+
+def test_sigterm_keeps_results_and_writes_the_summary(tmp_path):
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [2, 60]})
+    out, summary = tmp_path / "r.jsonl", tmp_path / "s.csv"
+    proc = subprocess.Popen(_grid_command(grid, out, "-j", 1, "--summary", summary), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    workers = set()
+    try:
+        assert _wait_until(lambda: out.exists() and out.read_text().count("\n") >= 1, 60)
+        workers = _children(proc.pid)
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+        assert _wait_until(lambda: all(_state(pid) in (None, "Z") for pid in workers), 10)
+    finally:
+        proc.kill()
+        _kill_all(pid for pid in workers if _state(pid) not in (None, "Z"))
+    assert proc.returncode == 143, stderr
+    assert "interrupted by SIGTERM" in _words(stderr) and "resume" in stderr
+    kept = read_results(out)
+    assert len(kept) == 1 and kept[0]["config"]["time_limit"] == 2
+    with open(summary) as f:
+        assert [row["hash"] for row in csv.DictReader(f)] == [kept[0]["hash"]]
+
+
+def test_rerun_exits_1_on_recorded_failures_and_retry_failed_reruns_only_them(tmp_path):
+    grid = _write_grid(tmp_path, {"stages": [2], "microbatches": [4], "mem_limit": [4.0, 8.0], "time_limit": [5]},
+                       profile={"t_f": 1, "t_b": 1, "t_w": 1})
+    out = tmp_path / "r.jsonl"
+    command = _grid_command(grid, out, "-j", 1)
+    first = list(solve_grid(Grid.load(grid), output=out))
+    with open(out, "a") as f:
+        f.write(json.dumps({**first[0], "status": "error", "error": "RuntimeError: a lost worker"}) + "\n")
+    assert [r["status"] for r in read_results(out)] == ["error", "optimal"]
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert rerun.returncode == 1 and "2 already done, 0 run, 1 failed" in _words(rerun.stderr), rerun.stderr
+    assert out.read_text().count("\n") == 3
+
+    retry = subprocess.run(command + ["--retry-failed"], capture_output=True, text=True, timeout=60)
+    assert retry.returncode == 0 and "1 already done, 1 run, 0 failed" in _words(retry.stdout), retry.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[-1])["hash"] == first[0]["hash"]
+    assert [r["status"] for r in read_results(out)] == ["optimal", "optimal"]
+
+
+def test_a_failed_future_becomes_a_failure_record(tmp_path):
+    """A job whose executor fails it (a worker that died) is recorded as failed, and the batch goes on."""
+    class Lost(cf.Executor):
+        def submit(self, fn, *args, **kwargs):
+            future = cf.Future()
+            future.set_exception(RuntimeError("worker lost"))
+            return future
+
+    jobs = expand(Grid.load(SMOKE))[:2]
+    records = list(solve_grid(jobs, executor=Lost(), output=tmp_path / "r.jsonl"))
+    assert [r["status"] for r in records] == ["error", "error"]
+    assert records[0]["error"] == "RuntimeError: worker lost"
+    assert {r["hash"] for r in read_results(tmp_path / "r.jsonl")} == {j.key for j in jobs}
+
+
+TWO_STAGES = {"t_f": [1, 2], "t_b": 1, "t_w": 1}
+
+
+@pytest.mark.parametrize("axes, needle", [
+    ({"solver": ["cpsat", "gurobi"]}, ["axes.solver.1", "'gurobi'", "'cpsat', 'cbc' or 'heuristic'"]),
+    ({"placement": ["diagonal"]}, ["axes.placement.0", "'diagonal'"]),
+    ({"mem_factor": [0]}, ["axes.mem_factor.0", "greater than 0"]),
+    ({"mem_factor": [float("inf")]}, ["axes.mem_factor.0", "inf"]),
+    ({"time_limit": [-1]}, ["axes.time_limit.0", "-1"]),
+    ({"stages": [3]}, ["stages = 3", "2 stages"]),
+    ({"placement": ["vshape"], "stages": [5]}, ["placement = vshape", "stages = 5"]),
+])
+def test_every_axis_value_is_checked_before_any_job(tmp_path, axes, needle):
+    path = _write_grid(tmp_path, {"microbatches": [4], **axes}, profile=TWO_STAGES)
+    with pytest.raises(InputError) as error:
+        expand(Grid.load(path))
+    message = str(error.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    assert all(part in message for part in needle), message
+
+
+def test_a_missing_problem_file_names_the_grid_file(tmp_path):
+    path = _write_grid(tmp_path, {}, problem=str(tmp_path / "missing.yaml"))
+    with pytest.raises(InputError, match=f"{re.escape(str(path))}: problems.0: cannot read .*missing.yaml"):
+        expand(Grid.load(path))
+
+
+@pytest.mark.parametrize("case", ["bad axis", "output is a folder", "summary folder missing"])
+def test_bad_input_exits_2_before_any_job(tmp_path, case):
+    grid = _write_grid(tmp_path, {"solver": ["gurobi"] if case == "bad axis" else ["heuristic"]})
+    out = tmp_path / "r.jsonl"
+    options = {"bad axis": [], "output is a folder": [], "summary folder missing": ["--summary", tmp_path / "no/s.csv"]}
+    command = _grid_command(grid, tmp_path if case == "output is a folder" else out, *options[case])
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert _words(run.stderr).startswith("error:") and "Traceback" not in run.stderr
+    assert {"bad axis": "gurobi", "output is a folder": "is a directory",
+            "summary folder missing": "does not exist"}[case] in _words(run.stderr)
+    assert not out.exists()
+
+
+def test_a_memory_factor_on_a_chunk_profile_counts_its_merged_stages():
+    """A V-shape problem of 2p per-chunk stages: the factor's unit is 1F1B's peak on the merged p-stage profile."""
+    path = "problems/vshape/p16-m48.yaml"
+    record = run_job(_job(path, "heuristic", 5).model_copy(update={"placement": "vshape", "mem_factor": 1.0}))
+    assert record["status"] == "heuristic", record.get("error")
+    assert record["mem_limit"] == pytest.approx(problem_limit(Problem.load(path), mem_factor=1.0))

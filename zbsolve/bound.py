@@ -45,28 +45,30 @@ def _device_bounds(form: Formulation) -> list[_DeviceBound]:
     """Per device, its bound's parts."""
     m, offset, work = form.num_microbatches, form.offset, form.work
     counts = form.stage_counts()
+    lags = _last_lags(form)
     out: list[_DeviceBound] = []
     for d in range(form.num_devices):
+        base = form.earliest[form.first[d]] - offset[d] + work[d]
+        critical = max(form.earliest[i] + form.duration[i] for i in form.last[d]) - offset[d]
         if counts[d] != 1:
-            out.append(_multi_stage_bound(form, d))
+            out.append(_DeviceBound(base, *_multi_stage_idle(form, d, lags), True, critical))
             continue
         s = form.passes[form.first[d]].stage
         tf, tb, tw = (form.duration[form.index_of(k, 0, s)] for k in (F, B, W))
         mf, mw = form.mem_delta[form.index_of(F, 0, s)], -form.mem_delta[form.index_of(W, 0, s)]
         n_f = _warmup_room(form, d)
         head = max(0, form.earliest[form.index_of(B, 0, s)] - form.earliest[form.first[d]] - n_f * tf)
-        tail = max(0, _round_trip(form, s) - _tail_fill(m, tb, tw, mf, mw, form.limit[d]))
-        out.append(_DeviceBound(form.earliest[form.first[d]] - offset[d] + work[d], head, tail, n_f < m,
-                                _critical(form, d)))
+        tail = max(0, _round_trip(form, s, lags) - _tail_fill(m, tb, tw, mf, mw, form.limit[d]))
+        out.append(_DeviceBound(base, head, tail, n_f < m, critical))
     return out
 
 
-def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
-    """Bound parts of a device running several stages (lowest s1, next s2). Before the earliest start
-    of any pass other than an F of s1 it can only run the F of s1 that fit in memory, and before its
-    first B only F of its stages that fit in memory, none longer than its longest F (head); between
-    the end of B(m-1, s2) and the start of B(m-1, s1) only pending B of s1 and pending W (tail)."""
-    m, stages = form.num_microbatches, sorted({form.passes[i].stage for i in form.device_passes()[d]})
+def _multi_stage_idle(form: Formulation, d: int, lags: dict[tuple[int, int], int]) -> tuple[int, int]:
+    """The least idle (head, tail) of a device running several stages (lowest s1, next s2). Before the
+    earliest start of any pass other than an F of s1 it can only run the F of s1 that fit in memory, and
+    before its first B only F of its stages that fit in memory, none longer than its longest F (head);
+    between the end of B(m-1, s2) and the start of B(m-1, s1) only pending B of s1 and pending W (tail)."""
+    m, stages = form.num_microbatches, [s for s, e in enumerate(form.placement.routes[0]) if e == d]
     s1, s2 = stages[0], stages[1]
     tf = form.duration[form.index_of(F, 0, s1)]
     begin = form.earliest[form.first[d]]
@@ -80,24 +82,22 @@ def _multi_stage_bound(form: Formulation, d: int) -> _DeviceBound:
         room = min(room, form.limit[d] // min(held))
     head = max(head, first_b - begin - room * max(form.duration[i] for i in forwards))
     path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
-    trip = _path_time(form, path)
+    trip = _path_time(form, path, lags)
     tb = form.duration[form.index_of(B, 0, s1)]
     tw = max(form.duration[form.index_of(W, 0, s)] for s in stages)
     mf = form.mem_delta[form.index_of(F, 0, s1)]
     mw = min(-form.mem_delta[form.index_of(W, 0, s)] for s in stages)
-    tail = max(0, trip - _tail_fill(m, tb, tw, mf, mw, form.limit[d], len(stages) * m))
-    return _DeviceBound(form.earliest[form.first[d]] - form.offset[d] + form.work[d], head, tail, True,
-                        _critical(form, d))
-
-
-def _critical(form: Formulation, d: int) -> int:
-    """Earliest end of device ``d``'s last pass, minus its offset."""
-    return max(form.earliest[i] + form.duration[i] for i in form.last[d]) - form.offset[d]
+    return head, max(0, trip - _tail_fill(m, tb, tw, mf, mw, form.limit[d], len(stages) * m))
 
 
 def lower_bound(form: Formulation) -> int:
     """A lower bound on the scaled objective from earliest starts, work and memory."""
-    return max(b.value(b.head) for b in _device_bounds(form))
+    return _cheap(_device_bounds(form))
+
+
+def _cheap(parts: list[_DeviceBound]) -> int:
+    """``lower_bound`` from the devices' bound parts."""
+    return max(b.value(b.head) for b in parts)
 
 
 def _warmup_room(form: Formulation, d: int) -> int:
@@ -112,7 +112,7 @@ def warmup_bound(form: Formulation, time_limit: float, workers: int) -> int:
     jointly (CP-SAT's proven bound on the relaxation after ``time_limit`` seconds); Ctrl-C stops it
     and raises KeyboardInterrupt."""
     parts = _device_bounds(form)
-    cheap = lower_bound(form)
+    cheap = _cheap(parts)
     if any(c != 1 for c in form.stage_counts()) or time_limit <= 0:
         return cheap
     horizon = max(form.earliest) + sum(form.work)
@@ -167,18 +167,24 @@ def _add_warmup(model: cp_model.CpModel, form: Formulation, d: int, part: _Devic
     return start
 
 
-def _round_trip(form: Formulation, stage: int) -> int:
+def _last_lags(form: Formulation) -> dict[tuple[int, int], int]:
+    """The lag of every dependency edge between the last microbatch's F and B passes (the round trips' paths)."""
+    m, stages = form.num_microbatches, form.placement.num_stages
+    last = {form.index_of(kind, m - 1, s) for kind in (F, B) for s in range(stages)}
+    return {(a, b): x for a, b, x in form.edges if b in last and a in last}
+
+
+def _round_trip(form: Formulation, stage: int, lags: dict[tuple[int, int], int]) -> int:
     """Least time from the end of the last microbatch's F to the start of its B on ``stage``."""
     m = form.num_microbatches
     path = [form.index_of(F, m - 1, s) for s in range(stage, form.placement.num_stages)]
     path += [form.index_of(B, m - 1, s) for s in range(form.placement.num_stages - 1, stage - 1, -1)]
-    return _path_time(form, path)
+    return _path_time(form, path, lags)
 
 
-def _path_time(form: Formulation, path: list[int]) -> int:
-    """Least time from the end of ``path[0]`` to the start of ``path[-1]`` along dependency edges."""
-    lag = {(a, b): x for a, b, x in form.edges}
-    return sum(lag[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
+def _path_time(form: Formulation, path: list[int], lags: dict[tuple[int, int], int]) -> int:
+    """Least time from the end of ``path[0]`` to the start of ``path[-1]`` along dependency edges (``lags``)."""
+    return sum(lags[(a, b)] + (form.duration[b] if b != path[-1] else 0) for a, b in itertools.pairwise(path))
 
 
 def _tail_fill(m: int, tb: int, tw: int, mf: int, mw: int, limit: int | None, passes: int | None = None) -> int:

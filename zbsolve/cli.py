@@ -9,10 +9,12 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from zbsolve.document import drift_matters, planned_drift, read_document, write_document
 from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
+from zbsolve.files import check_output
 from zbsolve.frontier import DEFAULT_PLACEMENTS, DEFAULT_TIME_LIMIT
 from zbsolve.placement import CHUNKS
 from zbsolve.profile import UNIT, Profile
@@ -40,20 +42,22 @@ QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 
 
 def cli_errors(fn: Callable) -> Callable:
-    """Turn zbsolve's errors into one line on stderr and the documented exit code."""
+    """Turn zbsolve's errors into one line on stderr (never wrapped, markup in it shown as is) and the documented
+    exit code: 2 for bad input, 1 for an invalid schedule, an infeasible problem or another failure."""
+    def fail(label: str, exc: Exception, code: int) -> typer.Exit:
+        err.print(f"[red]{label}:[/red] {escape(' '.join(str(exc).split()))}", highlight=False, soft_wrap=True)
+        return typer.Exit(code)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(2) from None
+            raise fail("error", exc, 2) from None
         except (ScheduleError, InfeasibleError) as exc:
-            err.print(f"[red]invalid:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from None
+            raise fail("invalid", exc, 1) from None
         except ZbsolveError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from None
+            raise fail("error", exc, 1) from None
     return wrapper
 
 
@@ -92,6 +96,11 @@ def schedule(
     Example: zbsolve schedule zb-h1 --devices 8 --microbatches 24 -o zb-h1.json
     """
     p = _devices(devices, stages)
+    if output:
+        check_output(output, "--output")
+    if chart:
+        from zbsolve.plot import check_chart_path
+        check_chart_path(chart, "--chart")
     timeline = simulate(make_schedule(family, _profile(profile), p, microbatches))
     if output:
         write_document(timeline, output)
@@ -120,7 +129,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **timeline.figures(), "planned_drift": drift}, indent=1))
         return
-    out.print(figures_table({"name": sched.name, **timeline.figures()}, f"{file}: valid"))
+    out.print(figures_table({"name": escape(sched.name), **timeline.figures()}, f"{escape(str(file))}: valid"))
     if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
@@ -149,7 +158,7 @@ def compare(devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, 
                                 f"families: p={p}, m={microbatches}",
                                 ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak_memory")))
         for name, why in skipped.items():
-            out.print(f"{name}: skipped ({why})", highlight=False)
+            out.print(f"{name}: skipped ({why})", highlight=False, markup=False)
 
 
 @app.command()
@@ -162,11 +171,12 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
 
     Example: zbsolve plot zb-h1.json -o zb-h1.png --memory
     """
-    from zbsolve.plot import save_chart
+    from zbsolve.plot import check_chart_path, save_chart
+    check_chart_path(output, "--output")
     sched, _ = read_document(file)
     save_chart(simulate(sched), output, memory=memory)
     if not quiet:
-        out.print(f"wrote {output}")
+        out.print(f"wrote {output}", markup=False)
 
 
 def main() -> None:
@@ -195,36 +205,58 @@ def solve(
 ) -> None:
     """Solve a problem for the best schedule under its memory limit.
 
+    Ctrl-C (or SIGTERM) stops the solve, writes the best schedule found so far and exits 130 (143).
+
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
+    import time
+
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from zbsolve.interrupt import exit_code, signals_as_interrupt
     from zbsolve.limits import problem_limit
     from zbsolve.problem import Problem
     from zbsolve.solve import solve as run_solve
 
+    began = time.monotonic()
+    if output:
+        check_output(output, "--output")
+    if chart:
+        from zbsolve.plot import check_chart_path, save_chart
+        check_chart_path(chart, "--chart")
     prob = Problem.load(problem)
     limit = problem_limit(prob, mem_limit, mem_factor, chunks)
+    # loading the problem counts against the time limit (a limit that is no positive number goes to solve as given)
+    left = max(0.01, time_limit - (time.monotonic() - began)) if time_limit > 0 else time_limit
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
-    with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
-        task = bar.add_task(f"{prob.name}: {solver}, limit {time_limit:g}s", total=None, line="")
-        result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches, num_devices=prob.num_devices,
-                           placement=placement or prob.placement, solver=solver, time_limit=time_limit,
-                           objective=objective, workers=workers, seed=seed, chunks=chunks,
-                           progress=lambda line: bar.update(task, line=line[:100]))
-    if output:
-        result.to_json(output)
-    if chart:
-        from zbsolve.plot import save_chart
-        save_chart(result.timeline, chart, memory=True)
-    if quiet:
-        return
-    summary = {"problem": prob.name, "mem_limit": limit, **result.summary()}
-    if as_json:
-        print(json.dumps(summary, indent=1, default=str))
-        return
-    published = {f"published {key}": value for key, value in prob.published.items()}
-    out.print(figures_table({**summary, **published}, f"{prob.name}: {solver}"))
+    with signals_as_interrupt():
+        try:
+            with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
+                task = bar.add_task(f"{prob.name}: {solver}, limit {time_limit:g}s", total=None, line="")
+                result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches,
+                                   num_devices=prob.num_devices, placement=placement or prob.placement, solver=solver,
+                                   time_limit=left, objective=objective, workers=workers, seed=seed,
+                                   chunks=chunks, progress=lambda line: bar.update(task, line=line[:100]))
+            if output:
+                result.to_json(output)
+            if chart:
+                save_chart(result.timeline, chart, memory=True)
+        except KeyboardInterrupt:
+            err.print("interrupted before the outputs were written")
+            raise typer.Exit(exit_code()) from None
+    if result.interrupted:
+        written = [str(path) for path in (output, chart) if path]
+        err.print(f"interrupted: the best schedule found so far{' is in ' + ', '.join(written) if written else ''}",
+                  highlight=False, markup=False)
+    if not quiet:
+        summary = {"problem": prob.name, "mem_limit": limit, **result.summary()}
+        if as_json:
+            print(json.dumps(summary, indent=1, default=str))
+        else:
+            published = {f"published {key}": value for key, value in prob.published.items()}
+            out.print(figures_table({**summary, **published}, f"{prob.name}: {solver}"))
+    if result.interrupted:
+        raise typer.Exit(exit_code())
 
 
 @app.command()
@@ -241,9 +273,10 @@ def export(
     """
     from zbsolve.export import export_schedule
 
+    check_output(output, "--output")
     export_schedule(read_document(file)[0], output, fmt)
     if not quiet:
-        out.print(f"wrote {output}")
+        out.print(f"wrote {output}", markup=False)
 
 
 MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
@@ -274,21 +307,26 @@ def run(
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
+    from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, oversubscription, report_table, run_schedule
     from zbsolve.runtime.launch import torchrun_rank
     from zbsolve.runtime.model import ModelSpec
 
     spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
     options = RunOptions(model=spec, steps=steps, device=device, check=check, batch_size=batch_size,
                          timeout_s=timeout, seed=seed)
-    rows = run_schedule(read_document(file)[0], options)
+    sched = read_document(file)[0]
     place = torchrun_rank()
-    if quiet or (place is not None and place.rank != 0):
+    lead = place is None or place.rank == 0
+    warning = oversubscription(sched.num_devices, device)
+    if warning and lead:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    rows = run_schedule(sched, options)
+    if quiet or not lead:
         return
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{file}: measured vs simulated"))
+    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{escape(str(file))}: measured vs simulated"))
 
 
 @app.command()
@@ -311,6 +349,7 @@ def profile(
 
     Example: zbsolve profile --model gpt --stages 4 --microbatch-size 4 -o profile.yaml
     """
+    check_output(output, "--output")
     from zbsolve.runtime.model import ModelSpec, load_model
     from zbsolve.runtime.profiler import (
         NOISE_COLUMNS,
@@ -335,6 +374,61 @@ def profile(
 
 @app.command()
 @cli_errors
+def estimate(
+    config: Path = typer.Argument(..., help="Hugging Face config.json of a dense decoder (Llama, Mistral, Qwen2, "
+                                            "GPT-2, GPT-NeoX)."),
+    gpu: str = typer.Option("h100", "--gpu", help="GPU preset: h100, h200, a100 or b200."),
+    seq_len: int = typer.Option(..., "--seq-len", min=1, help="Tokens per sequence."),
+    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", min=1, help="Sequences per microbatch."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (with sequence parallelism)."),
+    dp: int = typer.Option(1, "--dp", min=1, help="Data-parallel degree (shards the optimizer under --zero 1)."),
+    zero: int = typer.Option(0, "--zero", min=0, max=1, help="ZeRO stage: 1 shards the optimizer states over --dp."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16."),
+    efficiency: float = typer.Option(0.4, "--efficiency", help="Fraction of the GPU's peak a pass reaches."),
+    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
+                                         help="Flash attention keeps no s x s attention probabilities."),
+    link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the config file's name)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Model description to write (.yaml or .json)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description.
+
+    Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
+    """
+    from zbsolve.estimate import estimate as estimate_model
+    from zbsolve.estimate import flops_note
+    from zbsolve.model import LAYER_COLUMNS, layer_rows
+
+    check_output(output, "--output")
+    command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
+               f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
+               f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
+               + (f" --name {name}" if name else "") + f" -o {output}")
+    model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
+                           zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
+                           name=name, source=command)
+    model.save(output)
+    note = flops_note(model, config)
+    if quiet:
+        return
+    if as_json:
+        print(json.dumps({"model": model.model_dump(exclude_none=True), "flops_per_token": model.flops_per_token(),
+                          "note": note}, indent=1))
+        return
+    s = model.setting
+    title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
+             f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
+    block = next(layer for layer in model.layers if layer.block)
+    comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({block.out_bytes / 2**20:.1f} "
+            f"MiB over {model.link.name})")
+    wide.print(text_table(LAYER_COLUMNS, layer_rows(model), title), highlight=False)
+    for line in (comm, note, f"wrote {output}"):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+@cli_errors
 def grid(
     file: Path = typer.Argument(..., help="Grid YAML (e.g. problems/grids/smoke.yaml)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Parallel solver processes (one thread each)."),
@@ -342,41 +436,65 @@ def grid(
     executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to run on a Dask cluster."),
     schedules: Optional[Path] = typer.Option(None, "--schedules", help="Folder for each job's schedule document."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Also write a flat CSV table of all results."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Also run again the jobs recorded as failed."),
     quiet: bool = QUIET,
 ) -> None:
     """Solve every job of a config grid in parallel, appending each result to a JSONL file at once.
 
-    Running the same command again skips the jobs already in the file. Ctrl-C keeps every finished result.
+    Every job is checked before the first one runs. Running the same command again skips the jobs already in the
+    file (--retry-failed runs the failed ones again). Ctrl-C or SIGTERM keeps every finished result and still
+    writes --summary. Exits 1 when the latest result of any of the grid's jobs is a failure.
 
     Example: zbsolve grid problems/grids/smoke.yaml --jobs 2 -o results.jsonl --summary results.csv
     """
+    import signal
+    from contextlib import closing
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from zbsolve.grid import Grid, expand, pending, read_results, solve_grid, write_summary
+    from zbsolve.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
+    from zbsolve.interrupt import exit_code, signals_as_interrupt
 
+    check_output(output, "--output")
+    if summary is not None:
+        check_output(summary, "--summary")
     spec = Grid.load(file)
     job_list = expand(spec)
-    total, done = pending(job_list, output)
-    failures = 0
+    keys = {job.key for job in job_list}
+    total, done = pending(job_list, output, retry_failed)
+    failures = 0 if retry_failed else sum(failed(r) for r in read_results(output) if r["hash"] in keys)
+    ran = 0
+    interrupted = False
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[fail]}"),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=err, disable=quiet) as progress:
-        task = progress.add_task(spec.name, total=total, completed=done, fail="0 failed")
+    with signals_as_interrupt():
         try:
-            for record in solve_grid(job_list, jobs=jobs, executor=executor, output=output, schedules_dir=schedules):
-                failures += record["status"] == "error"
-                progress.update(task, advance=1, fail=f"{failures} failed")
+            with Progress(*columns, console=err, disable=quiet) as progress:
+                task = progress.add_task(spec.name, total=total, completed=done, fail=f"{failures} failed")
+                with closing(solve_grid(job_list, jobs=jobs, executor=executor, output=output,
+                                        schedules_dir=schedules, retry_failed=retry_failed)) as stream:
+                    for record in stream:
+                        ran += 1
+                        failures += failed(record)
+                        progress.update(task, advance=1, fail=f"{failures} failed")
         except KeyboardInterrupt:
-            progress.stop()
-            err.print(f"interrupted: finished results are kept in {output}; rerun the command to resume")
-            raise typer.Exit(130) from None
-    if summary:
-        write_summary(read_results(output), summary)
-    if not quiet:
-        out.print(f"{total} jobs: {done} already done, {total - done} run, {failures} failed; results in {output}")
+            interrupted = True
+    records = read_results(output)
+    if summary is not None:
+        write_summary(records, summary)
+    if interrupted:
+        kept = output if summary is None else f"{output} (summary: {summary})"
+        err.print(f"interrupted by {signal.Signals(exit_code() - 128).name}: finished results are kept in {kept}; "
+                  "rerun the command to resume", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exit_code())
+    failures = sum(failed(r) for r in records if r["hash"] in keys)
+    line = f"{total} jobs: {done} already done, {ran} run, {failures} failed; results in {output}"
     if failures:
+        err.print(f"{line}; --retry-failed runs the failed jobs again", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)
+    if not quiet:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -394,6 +512,7 @@ def summarize(
 
     if not file.exists():
         raise InputError(f"cannot read {file}: no such file")
+    check_output(output, "--output")
     records = read_results(file)
     write_summary(records, output)
     if not quiet:
@@ -410,34 +529,47 @@ def frontier(
     time_limit: float = typer.Option(DEFAULT_TIME_LIMIT, "--time-limit", help="Time limit of each solve in seconds."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
-    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png or .svg)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png, .svg or .pdf)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """The best paper bubble at each memory limit, per placement, beside the handcrafted families.
 
-    Ctrl-C stops the solves still running and prints (and writes) the finished ones.
+    Ctrl-C (or SIGTERM) stops the solves still running, prints and writes the finished ones, and exits 130 (143).
 
     Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from zbsolve.files import write_atomic
+    from zbsolve.frontier import check_chart
     from zbsolve.frontier import frontier as run_frontier
+    from zbsolve.interrupt import exit_code, signals_as_interrupt
     from zbsolve.problem import Problem
 
+    if output:
+        check_output(output, "--output")
+    if chart:
+        check_chart(chart, "--chart")
     prob = Problem.load(problem)
     values = _numbers(factors, "--factors")
     names = tuple(x.strip() for x in placements.split(",") if x.strip())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=quiet or as_json) as bar:
-        task = bar.add_task(f"{prob.name}: solves", total=None)
-        result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
-                              num_devices=prob.num_devices, placements=names, time_limit=time_limit, jobs=jobs,
-                              progress=lambda done, total: bar.update(task, completed=done, total=total))
-    doc = {"problem": prob.name, **result.to_json()}
-    if output:
-        output.write_text(json.dumps(doc, indent=1) + "\n")
-    if chart:
-        result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
+    with signals_as_interrupt():
+        try:
+            with Progress(*columns, console=err, disable=quiet or as_json) as bar:
+                task = bar.add_task(f"{prob.name}: solves", total=None)
+                result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
+                                      num_devices=prob.num_devices, placements=names, time_limit=time_limit,
+                                      jobs=jobs, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                          total=total))
+            doc = {"problem": prob.name, **result.to_json()}
+            if output:
+                write_atomic(output, json.dumps(doc, indent=1) + "\n")
+            if chart:
+                result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
+        except KeyboardInterrupt:
+            err.print("interrupted before the outputs were written")
+            raise typer.Exit(exit_code()) from None
     if result.interrupted:
         err.print("interrupted: the rows below are the solves that finished")
     if as_json:
@@ -446,4 +578,4 @@ def frontier(
         wide.print(frontier_table(result, f"{prob.name}: memory-bubble frontier "
                                           f"(1F1B peak {fmt(result.reference_peak)})"))
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(exit_code())

@@ -25,3 +25,7 @@ class InfeasibleError(ZbsolveError):
     def __init__(self, message: str, min_feasible: float | None = None) -> None:
         super().__init__(message)
         self.min_feasible = min_feasible
+
+
+class BudgetError(ZbsolveError, TimeoutError):
+    """The time budget ran out before any schedule was found."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 
 from zbsolve import torch_compat
 from zbsolve.errors import InputError
+from zbsolve.files import check_output, write_atomic
 from zbsolve.schedule import Schedule
 from zbsolve.simulator import simulate
 from zbsolve.transforms import renumber_last_stage, torch_actions
@@ -47,24 +47,14 @@ def torch_csv(schedule: Schedule) -> str:
 
 
 def export_schedule(schedule: Schedule, output: str | Path, fmt: str = "torch-csv") -> str:
-    """Write ``schedule`` in format ``fmt`` to ``output`` and return the text written. When torch is installed its
-    loader checks the text first; the file is replaced whole, never left half-written."""
+    """Write ``schedule`` in format ``fmt`` to ``output`` and return the text written. The path is checked first;
+    when torch is installed its loader checks the text; the file is replaced whole, never left half-written."""
     if fmt not in FORMATS:
         raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
+    check_output(output, "output")
     text = torch_csv(schedule)
     if torch_compat.has_pipelining():
         torch_compat.lower_csv(text, num_stages=schedule.num_stages, num_microbatches=schedule.num_microbatches,
                                num_devices=schedule.num_devices)
-    _write(Path(output), text)
+    write_atomic(output, text)
     return text
-
-
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then move it over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None

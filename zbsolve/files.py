@@ -26,7 +26,12 @@ def check_output(path: str | Path, what: str = "output") -> Path:
         raise InputError(f"{what} = {path}: the folder {parent} does not exist")
     if not parent.is_dir():
         raise InputError(f"{what} = {path}: {parent} is not a folder")
-    if path.exists() and not os.access(path, os.W_OK) or not path.exists() and not os.access(parent, os.W_OK):
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}."):
+            pass
+    except OSError as exc:
+        raise InputError(f"{what} = {path} cannot be written ({exc.strerror or exc})") from None
+    if path.exists() and not os.access(path, os.W_OK):
         raise InputError(f"{what} = {path} cannot be written (permission denied)")
     return path
 

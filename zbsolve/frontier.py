@@ -3,8 +3,9 @@ beside the handcrafted families as (peak memory, bubble) points.
 
 Independent solves run in parallel processes (spawned, one solver thread each). A schedule found under
 a smaller limit also fits every larger one, so each placement's frontier is made non-increasing in memory
-by carrying the better schedule up. A ``progress`` callback hears of every finished solve; Ctrl-C stops the
-solves still running and keeps the finished ones (the others are rows with status "interrupted").
+by carrying the better schedule up. A ``progress`` callback hears of every finished solve; an interrupt
+(Ctrl-C, or SIGTERM inside ``zbsolve.interrupt.signals_as_interrupt()``) stops the solves still running and keeps
+the finished ones (the others are rows with status "interrupted").
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.files import check_output, write_with
 from zbsolve.grid.executors import ProcessPool, shutdown_pool
 from zbsolve.limits import reference_peak
 from zbsolve.placement import CHUNKS
@@ -35,6 +37,8 @@ DEFAULT_PLACEMENTS = ("sequential", "vshape")
 """Placements solved when none are given."""
 DEFAULT_TIME_LIMIT = 30.0
 """Time limit of each solve, in seconds, when none is given."""
+CHART_FORMATS = (".png", ".svg", ".pdf")
+"""The suffixes ``Frontier.save_chart`` writes."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,20 @@ class Frontier:
         return fig
 
     def save_chart(self, path: str | Path, title: str = "memory-bubble frontier") -> None:
-        """Write the figure (.png, .svg or .pdf)."""
-        self.figure(title).savefig(Path(path))
+        """Write the figure (.png, .svg or .pdf), whole or not at all."""
+        path = check_chart(path)
+        figure = self.figure(title)
+        write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
+
+
+def check_chart(path: str | Path, what: str = "chart") -> Path:
+    """``path`` as a Path if a frontier chart can be written there (a .png, .svg or .pdf file in a writable folder);
+    else an ``InputError`` naming ``what`` and the path."""
+    path = Path(path)
+    if path.suffix.lower() not in CHART_FORMATS:
+        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of "
+                         f"{', '.join(CHART_FORMATS)}")
+    return check_output(path, what)
 
 
 def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
@@ -141,7 +157,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
     cores); ``progress(done, total)`` is called as solves finish. The limits are ``mem_limits`` in profile
     units or ``factors`` (multiples of 1F1B's peak activation memory): give exactly one. ``profile`` has one
     stage per device, is scalar, or has two chunk stages per device (merged for the sequential placement
-    and for 1F1B's reference peak). Ctrl-C returns the finished solves with ``interrupted`` set."""
+    and for 1F1B's reference peak). An interrupt returns the finished solves with ``interrupted`` set."""
     p = num_devices if num_devices is not None else profile.num_stages
     if p is None:
         raise InputError("num_devices = None: give num_devices when every profile field is a scalar")

@@ -7,21 +7,23 @@ soon as one arrives; a W fills an idle gap when it fits before the next arrival,
 when memory requires it, and the leftover W run at the end. The warm-up count of a stage is
 the number of F that fit before its first B arrives and in memory, each stage keeping at least
 one more than the next. The paper's variants (allow a bubble before the first B, prioritise B,
-fill gaps greedily) are tried and the best schedule kept.
+fill gaps greedily) are tried and the best schedule kept, until an optional deadline.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import NamedTuple
 
-from zbsolve.checks import check_count, check_limit, device_limits, room
+from zbsolve.checks import check_count, check_limit, check_size, device_limits, room
 from zbsolve.dependencies import dependencies, lag
-from zbsolve.errors import InfeasibleError, InputError
+from zbsolve.errors import BudgetError, InfeasibleError, InputError
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
 from zbsolve.schedule import B, F, Pass, Schedule, W, build
@@ -31,6 +33,8 @@ from zbsolve.timing import device_objective
 _EPS = 1e-9
 """Slack of comparisons of times."""
 _INF = math.inf
+_CLOCK_EVERY = 4096
+"""Events between two looks at the clock when a run has a deadline."""
 
 
 class Variant(NamedTuple):
@@ -72,6 +76,10 @@ class _Problem:
         self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
                                               for n in ("mem_f", "mem_b", "mem_w"))
         c = pr.t_comm
+        # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, device, lag, duration) of mb's pass
+        self.deps = {kind: [tuple((dep.kind, dep.stage, self.dev[dep.stage], lag(c, self.dev[dep.stage], self.dev[s]),
+                                   pr.time(dep.kind, dep.stage)) for dep in dependencies(Pass(kind, 0, s), self.S))
+                            for s in range(self.S)] for kind in (F, B)}
         self.comm_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
         self.comm_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
         self.first = [st[0] if st else -1 for st in self.stages]
@@ -164,13 +172,20 @@ class _Run:
         self.events: list[tuple[float, int]] = [(0.0, d) for d in range(p) if prob.stages[d]]
         heapq.heapify(self.events)
 
-    def run(self) -> bool:
-        """Schedule every pass; False if the greedy got stuck (memory)."""
+    def run(self, deadline: float | None = None) -> bool:
+        """Schedule every pass; False if the greedy got stuck (memory); ``BudgetError`` once past ``deadline``
+        (a ``time.monotonic()`` instant)."""
         events, free, decide = self.events, self.free, self._decide
+        countdown = _CLOCK_EVERY
         while events:
             now, d = heapq.heappop(events)
             if free[d] <= now + _EPS:
                 decide(d, now)
+            countdown -= 1
+            if not countdown:
+                countdown = _CLOCK_EVERY
+                if deadline is not None and time.monotonic() > deadline:
+                    raise BudgetError("the heuristic's deadline passed")
         return sum(map(len, self.ops)) == 3 * self.prob.S * self.prob.m
 
     def objective(self) -> tuple[float, float, float]:
@@ -214,7 +229,7 @@ class _Run:
         for s in prob.stages[d]:
             mb = b[s]
             if mb < f[s]:
-                arr, lb = self._arrival(Pass(B, mb, s), d, now)
+                arr, lb = self._arrival(B, s, mb, d, now)
                 if arr is None:
                     unknown = min(unknown, lb)
                     continue
@@ -230,7 +245,7 @@ class _Run:
             mb = f[s]
             if mb >= m or mb - b[s] >= caps[s]:
                 continue
-            arr, lb = self._arrival(Pass(F, mb, s), d, now)
+            arr, lb = self._arrival(F, s, mb, d, now)
             if arr is None:
                 unknown = min(unknown, lb)
                 continue
@@ -268,19 +283,17 @@ class _Run:
         if wake < _INF:
             heapq.heappush(self.events, (wake, d))
 
-    def _arrival(self, p: Pass, d: int, now: float) -> tuple[float | None, float]:
-        """When the inputs of ``p`` (on device ``d``) arrive, and that time again; while a producer is not
-        placed, None and the earliest it could arrive (infinity when the producer is on ``d`` itself)."""
-        prob = self.prob
+    def _arrival(self, kind: str, s: int, mb: int, d: int, now: float) -> tuple[float | None, float]:
+        """When the inputs of pass (``kind``, ``mb``, ``s``) on device ``d`` arrive, and that time again; while
+        a producer is not placed, None and the earliest it could arrive (infinity when the producer is on ``d``
+        itself)."""
         arrival = 0.0
-        for dep in dependencies(p, prob.S):
-            producer = prob.dev[dep.stage]
-            gap = lag(prob.profile.t_comm, producer, d)
-            end = self.ends[dep.kind][dep.stage][dep.mb]
+        for dep_kind, dep_stage, producer, gap, duration in self.prob.deps[kind][s]:
+            end = self.ends[dep_kind][dep_stage][mb]
             if end < 0:
                 if producer == d:
                     return None, _INF
-                return None, max(self.free[producer], now) + prob.profile.time(dep.kind, dep.stage) + gap
+                return None, max(self.free[producer], now) + duration + gap
             arrival = max(arrival, end + gap)
         return arrival, arrival
 
@@ -361,14 +374,16 @@ def _check_placement(placement: Placement) -> None:
 
 
 def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
-              mem_limit: float | Sequence[float] | None = None) -> Schedule:
+              mem_limit: float | Sequence[float] | None = None, *, deadline: float | None = None) -> Schedule:
     """The best schedule the paper's heuristic finds over ``VARIANTS``: smallest max per-device
     span, ties by makespan, then by peak memory; validated by the simulator. ``mem_limit`` is one
     number, one per device, or None for unlimited. Raises InfeasibleError, with ``min_feasible``
     the smallest uniform limit that works, when a device's limit is below what one microbatch
-    needs there (``min_feasible_limits``)."""
+    needs there (``min_feasible_limits``). Past ``deadline`` (a ``time.monotonic()`` instant) no
+    further variant is tried and the best so far is kept; ``BudgetError`` if no variant finished by then."""
     _check_placement(placement)
     m = check_count("num_microbatches", num_microbatches)
+    check_size(placement.num_stages, m)
     profile = profile.expand(placement.num_stages)
     limits = device_limits(mem_limit, placement.num_devices)
     need = min_feasible_limits(profile, placement)
@@ -382,15 +397,22 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
     prob = _Problem(placement, m, profile, rooms)
     best: _Run | None = None
     done: list[tuple[list[int], Variant, set[str]]] = []
-    for monotone in ((True,) if prob.S == prob.p else (True, False)):
-        for variant in VARIANTS:
-            caps = _warmup_counts(prob, variant.bubble_before_first_b, monotone)
-            if any(c == caps and _same_run(v, mattered, variant) for c, v, mattered in done):
-                continue
+    for monotone, variant in product((True,) if prob.S == prob.p else (True, False), VARIANTS):
+        caps = _warmup_counts(prob, variant.bubble_before_first_b, monotone)
+        if any(c == caps and _same_run(v, mattered, variant) for c, v, mattered in done):
+            continue
+        try:
+            if deadline is not None and time.monotonic() > deadline:
+                raise BudgetError("the heuristic's deadline passed")
             run = _Run(prob, caps, variant)
-            if run.run() and (best is None or run.objective() < best.objective()):
-                best = run
-            done.append((caps, variant, run.mattered))
+            finished = run.run(deadline)
+        except BudgetError:
+            if done:
+                break
+            raise BudgetError("the heuristic's deadline passed before its first variant finished") from None
+        if finished and (best is None or run.objective() < best.objective()):
+            best = run
+        done.append((caps, variant, run.mattered))
     devices = best.ops if best is not None else _serial(prob)
     schedule = build("heuristic", placement, m, profile, devices, check_limit(mem_limit))
     simulate(schedule)

@@ -20,6 +20,7 @@ from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch
 
 from zbsolve.errors import InputError
+from zbsolve.files import check_output, write_with
 from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Schedule
 from zbsolve.simulator import Timeline
 
@@ -208,12 +209,19 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
     return ax.get_figure()
 
 
-def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:
-    """Write the chart of ``timeline`` as PNG or SVG, chosen by ``path``'s suffix; return the path."""
+def check_chart_path(path: str | Path, what: str = "chart") -> Path:
+    """``path`` as a Path if a chart can be written there (a .png or .svg file in a writable folder); else an
+    ``InputError`` naming ``what`` and the path."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
-        raise InputError(f"chart path {str(path)!r}: suffix {path.suffix or '(none)'!r} is not one of "
-                         f"{', '.join(FORMATS)}")
+        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of {', '.join(FORMATS)}")
+    return check_output(path, what)
+
+
+def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:
+    """Write the chart of ``timeline`` as PNG or SVG, chosen by ``path``'s suffix, whole or not at all; return the
+    path."""
+    path = check_chart_path(path)
     fig = plot_timeline(timeline, memory=memory, title=title)
-    fig.savefig(path, format=path.suffix.lower()[1:], dpi=150)
+    write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
     return path

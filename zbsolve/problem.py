@@ -4,18 +4,21 @@ as stored in the YAML files under problems/."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Annotated, ClassVar, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
-from zbsolve.errors import InputError
-from zbsolve.profile import Profile, load_mapping, pydantic_message
+from zbsolve.profile import InputModel, Profile, load_mapping
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A positive finite number."""
 
 
-class Problem(BaseModel):
+class Problem(InputModel):
     """One scheduling problem."""
 
     model_config = ConfigDict(extra="forbid")
+    what: ClassVar[str] = "problem"
 
     name: str = "problem"
     """Short name, e.g. "1.5b-p8-m24"."""
@@ -27,13 +30,13 @@ class Problem(BaseModel):
     """Per-stage costs (one stage per device unless the placement holds more)."""
     placement: str = "sequential"
     """sequential, interleaved, vshape or bidirectional."""
-    mem_limit: Union[PositiveFloat, list[PositiveFloat], None] = None
+    mem_limit: Union[Positive, list[Positive], None] = None
     """Activation memory limit in the profile's unit: one number or one per device."""
-    mem_factor: Optional[PositiveFloat] = None
+    mem_factor: Optional[Positive] = None
     """Memory limit as a multiple of 1F1B's peak activation memory (exclusive with mem_limit)."""
     description: str = ""
     """Where the problem comes from."""
-    published: dict[str, float] = Field(default_factory=dict)
+    published: dict[str, FiniteFloat] = Field(default_factory=dict)
     """Published bubble rates (paper definition) by schedule name, for comparison."""
 
     @model_validator(mode="after")
@@ -44,10 +47,7 @@ class Problem(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> "Problem":
-        """Read a problem from YAML or JSON; errors name the file and field."""
+        """Read a problem from YAML or JSON; errors name the file, the field and the value."""
         data = load_mapping(path)
         data.setdefault("name", Path(path).stem)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise InputError(pydantic_message(str(path), exc)) from None
+        return cls.parse(data, str(path))

@@ -1,9 +1,16 @@
 """solve(): the best schedule the optimizer finds for a profile and a memory budget.
 
-The paper's heuristic (and the handcrafted families that fit the budget) give the warm start;
-a backend improves it; the result is always re-simulated, and never worse than the warm start.
-Ctrl-C during a solve stops the backend and returns the best schedule found so far (status
-"feasible" if it beats the warm start, else "heuristic"); the log says it was interrupted.
+The quickest family that fits the memory limit comes first, so that a valid schedule is at hand from the start;
+the paper's heuristic, the V-shape greedy and the other families follow (the warm start is the best of
+them); a backend improves it; the result is always re-simulated, and never worse than the warm start.
+
+Every phase draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``. The first schedule's
+simulation is timed, and every later phase's cost is estimated as a multiple of it (``COSTS``): a phase that
+does not fit in the time left is skipped, with a log line saying so, and the heuristic and the V-shape greedy
+stop trying variants in time for what follows them.
+
+An interrupt (``KeyboardInterrupt``: Ctrl-C, or SIGTERM inside ``zbsolve.interrupt.signals_as_interrupt()``)
+in any phase returns the best schedule found so far, with ``interrupted`` set and a log line saying so.
 """
 
 from __future__ import annotations
@@ -12,23 +19,24 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 from zbsolve.backends import BACKENDS, BackendResult, Log
 from zbsolve.bound import lower_bound, warmup_bound
+from zbsolve.checks import TOLERANCE, check_count, exceeds, room
 from zbsolve.document import to_document
-from zbsolve.checks import TOLERANCE, check_count
-from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.families import FAMILIES, PLACEMENT_FAMILIES, make_schedule
+from zbsolve.errors import BudgetError, InfeasibleError, InputError, ZbsolveError
+from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.files import write_atomic
 from zbsolve.formulation import Formulation, formulate
-from zbsolve.heuristic import heuristic
+from zbsolve.heuristic import heuristic, min_feasible_limits
 from zbsolve.placement import CHUNKS, vshape
 from zbsolve.profile import Profile
 from zbsolve.render import figures_html, figures_table
-from zbsolve.schedule import Schedule
+from zbsolve.schedule import B, F, Pass, Schedule, W, build, passes_of
 from zbsolve.simulator import Timeline, simulate
 from zbsolve.spec import PlacementName, Spec, make_spec
 from zbsolve.timing import OBJECTIVES, Objective
@@ -41,12 +49,23 @@ SOLVERS: tuple[str, ...] = get_args(SolverName)
 TIME_LIMIT = 60.0
 """Seconds a solve may take unless told."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
-"""The warm-up relaxation bound gets this share of the time limit, at most this many seconds."""
-RESERVE_SHARE, RESERVE_SECONDS = 0.03, 3.0
-"""Kept back from the backend for rebuilding and re-simulating its schedule, so a solve ends within its limit."""
+"""The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
+QUICKEST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": ("zb-v",)}
+"""Per placement, the families quickest to build, tried in turn for the first schedule of a solve: the first that
+fits the memory limit (none after it is better), else ``ONE_AT_A_TIME``."""
+ONE_AT_A_TIME = "one-at-a-time"
+"""The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
+COSTS = {"zb-h1": 2.0, "zb-h2": 3.5, "1f1b": 1.2, "1f1b-i": 2.0, "zb-v": 1.5, "v-half": 150.0, "v-min": 75.0,
+         "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2, "formulate": 8.5,
+         "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0}
+"""Cost of each phase in units of the first schedule's simulation, the largest measured with p = 64 to 128 and
+m = 512 to 1024 (V-Half's and V-Min's builds grow faster than the problem): building and simulating each family;
+one variant of the heuristic and one run of the V-shape greedy; simulating a warm start; rebuilding and simulating
+the backend's order; the formulation; the cheap lower bound with the warm start's order; building the warm-up
+relaxation; the least search worth starting (timing the warm start, building a small window, checking its order)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SolveResult:
     """What ``solve`` found: a validated schedule, its figures, and how good it provably is."""
 
@@ -70,6 +89,8 @@ class SolveResult:
     """Wall time of the whole solve, in seconds."""
     solver_log: str
     """What the warm start and the backend did, line by line."""
+    interrupted: bool = False
+    """Whether an interrupt stopped the solve (the schedule is the best found until then)."""
 
     @property
     def bubble_rate(self) -> float:
@@ -92,14 +113,18 @@ class SolveResult:
                 "value": self.objective, "lower_bound": self.lower_bound, "gap": self.gap,
                 "paper_bubble": self.paper_bubble, "bubble_rate": self.bubble_rate,
                 "makespan": self.timeline.makespan, "peak_memory": list(self.peak_memory),
-                "solve_time": self.solve_time}
+                "solve_time": self.solve_time, "interrupted": self.interrupted}
 
     def to_json(self, path: str | Path | None = None) -> dict:
-        """The schedule document with a "solver" section; written to ``path`` when given."""
+        """The schedule document with a "solver" section; written to ``path`` (whole or not at all) when given."""
         doc = to_document(self.timeline, solver={**self.summary(), "log": self.solver_log})
         if path is not None:
-            Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+            write_atomic(path, json.dumps(doc, indent=1) + "\n")
         return doc
+
+    def __repr__(self) -> str:
+        return (f"SolveResult(status={self.status!r}, objective={self.objective:.6g}, gap={self.gap:.4g}, "
+                f"solver={self.solver!r}, interrupted={self.interrupted})")
 
     def _repr_html_(self) -> str:
         return figures_html(self.summary())
@@ -121,33 +146,158 @@ def _check_search(solver: str, time_limit: object, objective: str, workers: obje
         check_count("workers", workers)
 
 
-def _warm_start(spec: Spec, kind: str, log: list[str]) -> Timeline:
-    """The best of the heuristic, the V-shape greedy (two-chunk V-shape) and the handcrafted families
-    that fit the memory limit."""
-    best = simulate(heuristic(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit))
-    log.append(f"heuristic: objective {best.objective(kind):.6g}")
-    for name, candidate in _other_starts(spec):
-        log.append(f"{name}: objective {candidate.objective(kind):.6g}")
-        if candidate.objective(kind) < best.objective(kind):
-            best = candidate
-    return best
+def _check_feasible(spec: Spec) -> None:
+    """Raise InfeasibleError, stating the smallest feasible limit, when some device's limit is below what one
+    microbatch needs there."""
+    need = min_feasible_limits(spec.profile, spec.placement)
+    for d, (limit, n) in enumerate(zip(spec.limits, need)):
+        if n > room(limit):
+            raise InfeasibleError(f"mem_limit {limit:g} on device {d} is below {n:g}, the memory one microbatch "
+                                  f"needs there; the smallest feasible limit is {max(need):g}", min_feasible=max(need))
 
 
-def _other_starts(spec: Spec) -> Iterator[tuple[str, Timeline]]:
-    """The V-shape greedy's and the warm-start families' timelines that exist and fit the memory limit."""
+@dataclass
+class _Budget:
+    """The one deadline of a solve, and the unit of ``COSTS``."""
+
+    deadline: float
+    unit: float = 0.0
+    """Seconds the first schedule's simulation took."""
+
+    def left(self) -> float:
+        """Seconds until the deadline (negative once it has passed)."""
+        return self.deadline - time.monotonic()
+
+    def cost(self, phase: str) -> float:
+        """Estimated seconds of ``phase``."""
+        return COSTS[phase] * self.unit
+
+    def allows(self, phase: str, log: Log, then: float = 0.0, name: str | None = None) -> bool:
+        """Whether ``phase`` fits in the time left, keeping ``then`` seconds for what must follow; if not, log
+        why (naming it ``name``, by default the phase)."""
+        need = self.cost(phase) + then
+        if need <= self.left():
+            return True
+        log.append(f"{name or phase}: skipped, it needs about {need:.2g}s and {max(0.0, self.left()):.2g}s are left")
+        return False
+
+
+@dataclass
+class _Best:
+    """The best schedule found so far, what is proven about the problem, and how the solve ended."""
+
+    objective: str
+    timeline: Timeline | None = None
+    status: str = "heuristic"
+    bound: float = 0.0
+    """A proven lower bound on the objective, in profile time units."""
+    exact: bool = True
+    """Whether the bound is on the problem itself (not on one with rounded times): only then can it prove optimality."""
+    interrupted: bool = False
+    """Whether an interrupt stopped the solve."""
+
+    @property
+    def value(self) -> float:
+        """The objective of the best schedule."""
+        return self.timeline.objective(self.objective) if self.timeline is not None else math.inf
+
+    def offer(self, name: str, timeline: Timeline, log: Log) -> None:
+        """Keep ``timeline`` if it beats the best so far."""
+        log.append(f"{name}: objective {timeline.objective(self.objective):.6g}")
+        if timeline.objective(self.objective) < self.value:
+            self.timeline = timeline
+
+    def proven(self, bound: float, exact: bool) -> None:
+        """Add a proven lower bound."""
+        if bound > self.bound:
+            self.bound, self.exact = bound, exact
+
+    def optimal(self) -> bool:
+        """Whether the bound proves the best schedule optimal."""
+        return self.timeline is not None and self.exact and self.value - self.bound <= TOLERANCE * max(1.0, self.value)
+
+
+def _first(spec: Spec, budget: _Budget, log: Log, best: _Best) -> None:
+    """Offer the quickest schedule that fits: the first family of ``QUICKEST`` that does, else ``ONE_AT_A_TIME``;
+    the time its simulation takes is the budget's unit; the devices' work bounds the objective."""
+    for name in QUICKEST.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ():
+        schedule = _family(spec, name)
+        if isinstance(schedule, Schedule):
+            break
+    else:
+        name, schedule = ONE_AT_A_TIME, _one_at_a_time(spec)
+    began = time.monotonic()
+    timeline = simulate(schedule)
+    budget.unit = time.monotonic() - began
+    best.offer(name, timeline, log)
+    best.proven(max(timeline.work), True)
+
+
+def _family(spec: Spec, name: str) -> Schedule | str:
+    """Family ``name``'s schedule under the memory limit if it fits, else why not."""
+    try:
+        schedule = make_schedule(name, spec.profile, spec.num_devices, spec.num_microbatches)
+    except ZbsolveError as exc:
+        return str(exc)
+    return with_limit(schedule, spec.mem_limit) if _fits(schedule, spec) else "over the memory limit"
+
+
+def _fits(schedule: Schedule, spec: Spec) -> bool:
+    """Whether ``schedule``'s running memory stays within the limit on every device (an order's memory is known
+    without timing it)."""
+    profile = schedule.profile
+    for ops, limit in zip(schedule.devices, spec.limits):
+        level = 0.0
+        for op in ops:
+            for q in passes_of(op):
+                level += profile.delta(q.kind, q.stage)
+                if exceeds(level, limit):
+                    return False
+    return True
+
+
+def _one_at_a_time(spec: Spec) -> Schedule:
+    """Each device runs one microbatch at a time: its stages' F, then their B and W in reverse (the least memory)."""
+    stages = [[s for s, d in enumerate(spec.placement.routes[0]) if d == e] for e in range(spec.num_devices)]
+    devices = [[q for mb in range(spec.num_microbatches)
+                for q in [Pass(F, mb, s) for s in mine] + [Pass(k, mb, s) for s in reversed(mine) for k in (B, W)]]
+               for mine in stages]
+    return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
+
+
+def _warm_start(spec: Spec, budget: _Budget, keep: float, log: Log, best: _Best) -> None:
+    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape) and the other families' (not in ``QUICKEST``)
+    schedules that fit the memory limit, each started only if it can end ``keep`` seconds before the deadline, until
+    one meets the bound."""
     p, m = spec.num_devices, spec.num_microbatches
-    if spec.placement == vshape(p):
-        greedy = v_greedy(spec.profile, p, m, spec.mem_limit)
-        if greedy is not None:
-            yield "v-greedy", simulate(greedy)
+    after = keep + 2 * budget.cost("simulate")  # the generator validates its schedule by simulating it, then solve
+    if not best.optimal() and budget.allows("heuristic variant", log, after, "heuristic"):
+        try:
+            schedule = heuristic(spec.profile, spec.placement, m, spec.mem_limit, deadline=budget.deadline - after)
+            best.offer("heuristic", simulate(schedule), log)
+        except BudgetError as exc:
+            log.append(f"heuristic: {exc}")
+    if spec.placement == vshape(p) and not best.optimal() \
+            and budget.allows("v-greedy variant", log, after, "v-greedy"):
+        try:
+            greedy = v_greedy(spec.profile, p, m, spec.mem_limit, deadline=budget.deadline - after)
+            if greedy is None:
+                log.append("v-greedy: every run got stuck under this memory limit")
+            else:
+                best.offer("v-greedy", simulate(greedy), log)
+        except BudgetError as exc:
+            log.append(f"v-greedy: {exc}")
     families = PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ()
     for name in families:
-        if name not in FAMILIES:
+        if best.optimal():
+            return
+        if name in QUICKEST.get(spec.placement_name, ()) or not budget.allows(name, log, keep):
             continue
-        try:
-            yield name, simulate(with_limit(make_schedule(name, spec.profile, p, m), spec.mem_limit))
-        except ZbsolveError:
-            continue
+        schedule = _family(spec, name)
+        if isinstance(schedule, Schedule):
+            best.offer(name, simulate(schedule), log)
+        else:
+            log.append(f"{name}: {schedule}")
 
 
 def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_limit: float, workers: int,
@@ -156,58 +306,91 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
     return BACKENDS[solver](form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
 
 
+def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: _Budget, log: Log,
+            best: _Best) -> None:
+    """Every phase in turn, each keeping what it finds in ``best``; the warm starts leave time for the formulation,
+    the bound, a search and its re-simulation when these take at most half of what is left."""
+    _first(spec, budget, log, best)
+    later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
+    _warm_start(spec, budget, later if later < budget.left() / 2 else 0.0, log, best)
+    if best.optimal():
+        log.append("the warm start meets the devices' work: optimal")
+        return
+    if not budget.allows("formulate", log, budget.cost("lower bound")):
+        return
+    form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, objective)
+    if not form.exact_time:
+        log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
+    lower = lower_bound(form)
+    log.append(f"lower bound: {form.to_time(lower):.6g}")
+    best.proven(form.to_time(lower), form.exact_time)
+    if best.optimal():
+        log.append("the warm start meets the lower bound: optimal")
+        return
+    if solver == "heuristic":
+        return
+    warm = best.timeline
+    order = form.order_of(warm.schedule)
+    share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
+    if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):
+        lower = warmup_bound(form, share, workers)
+        log.append(f"warm-up relaxation bound: {form.to_time(lower):.6g}")
+        best.proven(form.to_time(lower), form.exact_time)
+        if best.optimal():
+            log.append("the warm start meets the warm-up relaxation bound: optimal")
+            return
+    if not budget.allows("search", log, budget.cost("re-simulate")):
+        return
+    try:
+        result = _run_backend(solver, form, order, budget.left() - budget.cost("re-simulate"), workers, seed, lower,
+                              log.report)
+    except KeyboardInterrupt:
+        result = BackendResult(None, False, None, "interrupted before the solver returned", True)
+    log.extend([result.log])  # already reported line by line
+    best.interrupted = result.interrupted
+    if result.order is not None and result.order != order:
+        candidate = simulate(form.schedule(result.order, solver))
+        if candidate.objective(objective) <= warm.objective(objective):
+            best.timeline = candidate
+            best.status = "feasible"
+        else:
+            log.append("the solver's schedule is worse than the warm start: keeping the warm start")
+    if result.bound is not None:
+        best.proven(form.to_time(result.bound), form.exact_time)
+    if result.optimal and form.exact_time and best.timeline.schedule.name == solver:
+        best.proven(best.value, True)
+
+
 def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
           num_devices: int | None = None, placement: PlacementName = "sequential", solver: SolverName = "cpsat",
           time_limit: float = TIME_LIMIT, objective: Objective = "span", workers: int | None = None,
           seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None) -> SolveResult:
     """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
-    one per device, or None for unlimited). ``placement`` "interleaved" and "vshape" run ``chunks``
-    stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
-    ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). Ctrl-C
-    returns the best schedule found so far. Raises InputError on bad arguments and InfeasibleError
-    (stating the smallest feasible limit) when no schedule fits the limit."""
+    one per device, or None for unlimited) within ``time_limit`` seconds. ``placement`` "interleaved" and
+    "vshape" run ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks,
+    a profile of ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
+    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). An interrupt
+    returns the best schedule found so far with ``interrupted`` set. Raises InputError on bad arguments and
+    InfeasibleError (stating the smallest feasible limit) when no schedule fits the limit."""
     began = time.monotonic()
     spec = make_spec(profile, mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
                      placement=placement, chunks=chunks)
     _check_search(solver, time_limit, objective, workers)
-    workers = workers or os.cpu_count() or 1
-    form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, objective)
+    _check_feasible(spec)
     log = Log(progress)
-    if not form.exact_time:
-        log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
-    warm = _warm_start(spec, objective, log)
-    lower = lower_bound(form)
-    timeline, status, bound = warm, "heuristic", lower
-    order = form.order_of(warm.schedule)
-    if form.value(form.asap(order)) <= lower:
-        log.append("the warm start meets the lower bound: optimal")
-    elif solver != "heuristic":
-        try:
-            lower = bound = warmup_bound(form, min(BOUND_SHARE * time_limit, BOUND_SECONDS), workers)
-            log.append(f"warm-up relaxation bound: {form.to_time(lower):.6g}")
-            left = time_limit - (time.monotonic() - began) - min(RESERVE_SHARE * time_limit, RESERVE_SECONDS)
-            result = _run_backend(solver, form, order, left, workers, seed, lower, progress)
-        except KeyboardInterrupt:
-            result = BackendResult(None, False, None, "interrupted before the solver returned", True)
-        log.extend([result.log])  # already reported line by line
-        if result.interrupted:
-            log.append("interrupted: returning the best schedule found so far")
-        if result.order is not None:
-            candidate = simulate(form.schedule(result.order, solver))
-            if candidate.objective(objective) <= warm.objective(objective):
-                timeline = candidate
-                status = "optimal" if result.optimal and form.exact_time else "feasible"
-            else:
-                log.append("the solver's schedule is worse than the warm start: keeping the warm start")
-        if result.bound is not None:
-            bound = max(bound, result.bound)
-    value = timeline.objective(objective)
-    bound_time = min(form.to_time(bound), value)
-    if status == "optimal":
-        bound_time = value
-    elif value - bound_time <= TOLERANCE * max(1.0, value) and form.exact_time:
-        status = "optimal"
-    gap = (value - bound_time) / value if value > 0 else 0.0
-    return SolveResult(timeline.schedule, timeline, value, objective, bound_time, gap, status, solver,
-                       time.monotonic() - began, "\n".join(log))
+    best = _Best(objective)
+    try:
+        _search(spec, solver, objective, workers or os.cpu_count() or 1, seed, _Budget(began + time_limit), log, best)
+    except KeyboardInterrupt:
+        best.interrupted = True
+    if best.timeline is None:
+        _first(spec, _Budget(math.inf), log, best)
+    if best.interrupted:
+        log.append("interrupted: returning the best schedule found so far")
+    if best.optimal():
+        best.status = "optimal"
+    value = best.value
+    bound = min(best.bound, value)
+    gap = (value - bound) / value if value > 0 else 0.0
+    return SolveResult(best.timeline.schedule, best.timeline, value, objective, bound, gap, best.status, solver,
+                       time.monotonic() - began, "\n".join(log), best.interrupted)

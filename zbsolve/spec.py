@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from zbsolve.checks import Limit, check_count, check_limit, device_limits
+from zbsolve.checks import Limit, check_count, check_limit, check_size, device_limits
 from zbsolve.errors import InputError
 from zbsolve.placement import CHUNKS, PLACEMENTS, Placement, make_placement
 from zbsolve.profile import Profile
@@ -69,6 +69,7 @@ def make_spec(profile: Profile, mem_limit: object, *, num_microbatches: object, 
             raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
         num_devices = profile.num_stages
     p = check_count("num_devices", num_devices)
+    check_size((1 if placement == "sequential" else chunks) * p, m)
     limit = check_limit(mem_limit, p)
     if placement == "sequential":
         _check_stages(profile, p)

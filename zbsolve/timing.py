@@ -7,6 +7,7 @@ ops with it, the formulation passes with integer durations, the V-shape families
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -28,37 +29,68 @@ class Timing:
         return any(r < len(seq) for r, seq in zip(self.reached, orders))
 
 
+@dataclass(frozen=True)
+class Preds:
+    """Predecessors of ``n`` nodes in columns of flat lists: ``node[c][i]`` is node i's c-th predecessor (``n``
+    for none) and ``lag[c][i]`` its lag."""
+
+    node: list[list[int]]
+    """Per column, each node's predecessor in it (``n``: none)."""
+    lag: list[list[float]]
+    """Per column, the lag of each node's predecessor in it."""
+
+    @classmethod
+    def from_lists(cls, preds: Sequence[Sequence[tuple[int, float]]]) -> Preds:
+        """The columns of ``preds[i]``, node i's (predecessor, lag) pairs."""
+        n, width = len(preds), max(map(len, preds), default=0)
+        node, lag = [[n] * n for _ in range(width)], [[0] * n for _ in range(width)]
+        for i, links in enumerate(preds):
+            for c, (a, gap) in enumerate(links):
+                node[c][i], lag[c][i] = a, gap
+        return cls(node, lag)
+
+
 def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
-         preds: Sequence[Sequence[tuple[int, float]]], origin: float = 0) -> Timing:
-    """Time ``orders`` (per device, node ids) as soon as possible from ``origin``; ``preds[i]`` lists
-    (node, lag) pairs."""
+         preds: Preds | Sequence[Sequence[tuple[int, float]]], origin: float = 0) -> Timing:
+    """Time ``orders`` (per device, node ids) as soon as possible from ``origin``; ``preds`` is a ``Preds``
+    or, per node, its (node, lag) pairs. Each node is tried once, and once more each time a device
+    that waited for it resumes, so the work is linear in nodes and predecessors."""
+    if not isinstance(preds, Preds):
+        preds = Preds.from_lists(preds)
+    columns = list(zip(preds.node, preds.lag))
     n = len(duration)
     start: list = [None] * n
-    end: list = [None] * n
+    end: list = [None] * n + [-math.inf]
     reached = [0] * len(orders)
     free = [origin] * len(orders)
-    progress = True
-    while progress:
-        progress = False
-        for d, seq in enumerate(orders):
-            k, t_free = reached[d], free[d]
-            while k < len(seq):
-                i = seq[k]
-                ready = t_free
-                for a, gap in preds[i]:
-                    done = end[a]
-                    if done is None:
-                        break
-                    if done + gap > ready:
-                        ready = done + gap
-                else:
-                    start[i] = ready
-                    t_free = end[i] = ready + duration[i]
-                    k += 1
-                    continue
-                break
-            if k != reached[d]:
-                reached[d], free[d], progress = k, t_free, True
+    waiting: dict[int, list[int]] = {}
+    todo = list(range(len(orders) - 1, -1, -1))
+    while todo:
+        d = todo.pop()
+        seq, k, t_free = orders[d], reached[d], free[d]
+        stop = len(seq)
+        while k < stop:
+            i = seq[k]
+            ready = t_free
+            for node, gaps in columns:
+                a = node[i]
+                done = end[a]
+                if done is None:
+                    waiting.setdefault(a, []).append(d)
+                    break
+                done += gaps[i]
+                if done > ready:
+                    ready = done
+            else:
+                start[i] = ready
+                t_free = end[i] = ready + duration[i]
+                k += 1
+                if i in waiting:
+                    todo += waiting.pop(i)
+                continue
+            break
+        reached[d], free[d] = k, t_free
+    end.pop()
     return Timing(start, end, reached)
 
 

@@ -33,6 +33,22 @@ TORCH_KIND = {F: "F", B: "I", W: "W", BW: "B"}
 """zbsolve pass kind -> torch's computation type (torch's I is zbsolve's B, its B zbsolve's BW)."""
 
 
+def repeat(schedule: Schedule, iterations: int) -> Schedule:
+    """``iterations`` training steps back to back with no barrier between them: each device runs its orders of
+    step 0, then of step 1, ..., step k's microbatch j being microbatch k * m + j. A step starts on a device as
+    soon as that device is done with the previous one (a post-validated optimizer step)."""
+    m = schedule.num_microbatches
+
+    def shift(op: Op, k: int) -> Op:
+        if isinstance(op, Pair):
+            return Pair(op.f._replace(mb=op.f.mb + k * m), op.b._replace(mb=op.b.mb + k * m))
+        return op._replace(mb=op.mb + k * m)
+
+    devices = tuple(tuple(shift(op, k) for k in range(iterations) for op in ops) for ops in schedule.devices)
+    return replace(schedule, num_microbatches=iterations * m, devices=devices,
+                   microbatch_route=schedule.microbatch_route * iterations)
+
+
 def renumber_last_stage(schedule: Schedule) -> Schedule:
     """The same schedule with its microbatches renumbered so that the last stage runs its forwards in microbatch
     order, as torch's runtime needs; the gradient, a sum over microbatches, is unchanged. ``schedule`` must hold

@@ -13,17 +13,20 @@ greedy builds every device's order together, pass by pass, timing each as soon a
 
 As in the authors' generator, both choices of filling gaps before F and before chunk-1 B are tried,
 and each run is repeated with the previous run's per-device bubble allowed, while that lowers the
-largest bubble. The best order by simulated max span is kept.
+largest bubble. The best order by max span (each run times its passes as soon as possible, as the
+simulator does) is kept and validated by the simulator; an optional deadline stops the search early.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Sequence
 
-from zbsolve.checks import check_count, device_limits, room
+from zbsolve.checks import check_count, check_size, device_limits, room
 from zbsolve.dependencies import dependencies, lag
+from zbsolve.errors import BudgetError
 from zbsolve.placement import vshape
 from zbsolve.profile import Profile
 from zbsolve.schedule import B, F, Pass, Schedule, W, build
@@ -41,16 +44,22 @@ class _Run:
     """One run of the greedy for ``p`` devices and ``m`` microbatches."""
 
     def __init__(self, profile: Profile, p: int, m: int, rooms: list[float], fill_f: bool, fill_b: bool,
-                 allowed: list[float] | None) -> None:
+                 allowed: list[float] | None, deadline: float | None = None) -> None:
         self.p, self.m, self.S = p, m, 2 * p
-        self.rooms, self.fill_f, self.fill_b = rooms, fill_f, fill_b
+        self.rooms, self.fill_f, self.fill_b, self.deadline = rooms, fill_f, fill_b, deadline
         self.time = {k: [profile.time(k, s) for s in range(self.S)] for k in (F, B, W)}
         self.delta = {k: [profile.delta(k, s) for s in range(self.S)] for k in (F, B, W)}
         self.comm = profile.t_comm
+        # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, whether on another device, lag) of mb's
+        self.deps = {k: [tuple((dep.kind, dep.stage, self.dev(dep.stage) != self.dev(s),
+                                lag(self.comm, self.dev(dep.stage), self.dev(s)))
+                               for dep in dependencies(Pass(k, 0, s), self.S)) for s in range(self.S)]
+                     for k in (F, B, W)}
         self.allowed = allowed or [0.0] * p
         self.most_allowed = max(self.allowed)
         self.end: dict[str, list[list[float]]] = {k: [[] for _ in range(self.S)] for k in (F, B, W)}
         self.cur = [0.0] * p
+        self.first = [0.0] * p
         self.mem = [0.0] * p
         self.bubble = [0.0] * p
         self.top_bubble = 0.0
@@ -77,10 +86,10 @@ class _Run:
     def arrival(self, kind: str, s: int, mb: int) -> float | None:
         """When pass (kind, mb, s)'s input from another device arrives; None if it has no such input
         or it is not placed yet."""
-        for dep in dependencies(Pass(kind, mb, s), self.S):
-            if self.dev(dep.stage) != self.dev(s):
-                end = self.done(dep.kind, dep.stage, mb)
-                return None if end is None else end + lag(self.comm, self.dev(dep.stage), self.dev(s))
+        for dep_kind, dep_stage, across, gap in self.deps[kind][s]:
+            if across:
+                end = self.done(dep_kind, dep_stage, mb)
+                return None if end is None else end + gap
         return None
 
     def max_bubble(self, d: int) -> float:
@@ -94,14 +103,16 @@ class _Run:
         if self.mem[d] + self.delta[kind][s] > self.rooms[d]:
             raise _Stuck
         begin = self.cur[d]
-        for dep in dependencies(Pass(kind, mb, s), self.S):
-            end = self.done(dep.kind, dep.stage, mb)
+        for dep_kind, dep_stage, _, gap in self.deps[kind][s]:
+            end = self.done(dep_kind, dep_stage, mb)
             if end is None:
                 raise _Stuck
-            begin = max(begin, end + lag(self.comm, self.dev(dep.stage), d))
+            begin = max(begin, end + gap)
         if self.ops[d]:
             self.bubble[d] += begin - self.cur[d]
             self.top_bubble = max(self.top_bubble, self.bubble[d])
+        else:
+            self.first[d] = begin
         self.cur[d] = begin + self.time[kind][s]
         self.mem[d] += self.delta[kind][s]
         self.end[kind][s].append(self.cur[d])
@@ -159,6 +170,8 @@ class _Run:
     def steady(self) -> None:
         p, m = self.p, self.m
         for _ in range(2 * m):
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise BudgetError("the V-shape greedy's deadline passed")
             for d in range(p):
                 while self.mem[d] + max(self.delta[B][d], self.delta[B][self.up(d)]) > self.rooms[d]:
                     self.put_w(d)
@@ -208,28 +221,44 @@ class _Run:
             return None
         return self.ops
 
+    def span(self) -> float:
+        """Max per-device span of the run's own as-soon-as-possible times."""
+        return max(end - first for end, first in zip(self.cur, self.first))
+
 
 def v_greedy(profile: Profile, num_devices: int, num_microbatches: int,
-             mem_limit: float | Sequence[float] | None = None) -> Schedule | None:
+             mem_limit: float | Sequence[float] | None = None, *, deadline: float | None = None) -> Schedule | None:
     """The best V-shape order the greedy finds under ``mem_limit`` (one number, one per device, or None),
     validated by the simulator; None when every variant gets stuck (e.g. a limit too tight for its warm-up).
-    ``profile`` has 2p stages (chunks) or p stages / scalars, split in two."""
+    ``profile`` has 2p stages (chunks) or p stages / scalars, split in two. Past ``deadline`` (a
+    ``time.monotonic()`` instant) no further run is tried and the best so far is kept; ``BudgetError`` if no
+    run finished by then."""
     p, m = num_devices, check_count("num_microbatches", num_microbatches)
     layout = vshape(p)
+    check_size(layout.num_stages, m)
     prof = profile.per_chunk(p, 2, "the V-shape greedy").expand(2 * p)
     rooms = [room(x) for x in device_limits(mem_limit, p)]
-    best, best_span = None, math.inf
-    for fill_b in (True, False):
-        for fill_f in (True, False):
-            allowed, top = None, math.inf
-            for _ in range(ROUNDS):
-                run = _Run(prof, p, m, rooms, fill_f, fill_b, allowed)
-                ops = run.run()
-                if ops is None or run.top_bubble >= top:
-                    break
-                allowed, top = run.bubble, run.top_bubble
-                schedule = build("v-greedy", layout, m, prof, ops, mem_limit)
-                span = simulate(schedule).objective("span")
-                if span < best_span:
-                    best, best_span = schedule, span
-    return best
+    best, best_span, ran = None, math.inf, False
+    try:
+        for fill_b in (True, False):
+            for fill_f in (True, False):
+                allowed, top = None, math.inf
+                for _ in range(ROUNDS):
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise BudgetError("the V-shape greedy's deadline passed")
+                    run = _Run(prof, p, m, rooms, fill_f, fill_b, allowed, deadline)
+                    ops = run.run()
+                    ran = True
+                    if ops is None or run.top_bubble >= top:
+                        break
+                    allowed, top, span = run.bubble, run.top_bubble, run.span()
+                    if span < best_span:
+                        best, best_span = ops, span
+    except BudgetError:
+        if not ran:
+            raise BudgetError("the V-shape greedy's deadline passed before its first run finished") from None
+    if best is None:
+        return None
+    schedule = build("v-greedy", layout, m, prof, best, mem_limit)
+    simulate(schedule)
+    return schedule

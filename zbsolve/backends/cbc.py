@@ -1,11 +1,13 @@
 """CBC backend (through PuLP): the reference MILP. Start times are continuous; one binary orders
 each pair of passes on a device whose order neither the dependencies, the microbatch order of
 same-kind passes, nor the time windows fix; memory at each F start sums the deltas of the passes
-ordered before it."""
+ordered before it. Building the model draws on the time limit too: a model not built in time is not solved."""
 
 from __future__ import annotations
 
 import itertools
+import math
+import time
 import warnings
 from collections.abc import Callable
 
@@ -16,10 +18,13 @@ from zbsolve.formulation import Formulation
 from zbsolve.schedule import F
 
 
-def _ancestors(form: Formulation) -> list[int]:
-    """Per pass, a bitset of the passes that must precede it (edges and chains, transitively)."""
+def _ancestors(form: Formulation, deadline: float) -> list[int] | None:
+    """Per pass, a bitset of the passes that must precede it (edges and chains, transitively); None when the clock
+    passes ``deadline`` first."""
     anc = [0] * len(form.passes)
     for i, ps in enumerate(form.predecessors()):
+        if i % 1024 == 0 and time.monotonic() > deadline:
+            return None
         for a, _ in ps:
             anc[i] |= anc[a] | (1 << a)
     return anc
@@ -29,15 +34,15 @@ def solve_cbc(form: Formulation, incumbent: list[list[int]], *, time_limit: floa
               lower: int, report: Callable[[str], None] | None = None) -> BackendResult:
     """Solve the MILP warm-started from ``incumbent`` (per-device pass orders); ``lower`` bounds the objective.
     The log line goes to ``report`` when CBC returns; ``seed`` is unused (CBC runs with its own)."""
-    result = _solve_milp(form, incumbent, time_limit, workers, lower)
+    result = _solve_milp(form, incumbent, time.monotonic() + time_limit, workers, lower)
     if report is not None:
         report(result.log)
     return result
 
 
-def _solve_milp(form: Formulation, incumbent: list[list[int]], time_limit: float, workers: int,
+def _solve_milp(form: Formulation, incumbent: list[list[int]], deadline: float, workers: int,
                 lower: int) -> BackendResult:
-    """Build the MILP and solve it with CBC."""
+    """Build the MILP and solve it with CBC by ``deadline`` (a ``time.monotonic()`` instant)."""
     start0 = form.asap(incumbent)
     upper = form.value(start0)
     es, ls, dur = form.earliest, form.latest(upper), form.duration
@@ -54,10 +59,15 @@ def _solve_milp(form: Formulation, incumbent: list[list[int]], time_limit: float
     for d, lasts in enumerate(form.last):
         for last in lasts:
             prob += z >= s[last] + dur[last] - form.offset[d]
-    anc = _ancestors(form)
+    late = BackendResult(None, False, None, "cbc: the model could not be built within the time limit")
+    anc = _ancestors(form, deadline)
+    if anc is None:
+        return late
     before: dict[tuple[int, int], pulp.LpVariable | int] = {}
     for d, passes in enumerate(form.device_passes()):
         for x, a in enumerate(passes):
+            if time.monotonic() > deadline:
+                return late
             for b in passes[x + 1:]:
                 if anc[b] >> a & 1 or ls[a] + dur[a] <= es[b]:
                     before[a, b], before[b, a] = 1, 0
@@ -80,7 +90,8 @@ def _solve_milp(form: Formulation, incumbent: list[list[int]], time_limit: float
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, round(time_limit)), warmStart=True, threads=workers)
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.floor(deadline - time.monotonic())),
+                                       warmStart=True, threads=workers)
             prob.solve(solver)
     except pulp.PulpSolverError as exc:
         return BackendResult(None, False, None, f"cbc failed: {exc}")

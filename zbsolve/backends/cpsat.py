@@ -4,7 +4,9 @@ stays fixed (passes after the window are timed exactly by max-plus propagation).
 
 A window's model is built in four steps: its data (``_window_data``), variables (``_add_starts``),
 constraints (``_add_dependencies``, ``_add_no_overlap``, ``_add_memory_limit``) and objective
-(``_add_objective``); ``_whole`` solves the whole incumbent as one window, ``_lns`` many windows in turn."""
+(``_add_objective``); ``_whole`` solves the whole incumbent as one window, ``_lns`` many windows in turn.
+Every step draws on the backend's deadline: a window whose data cannot be built, solved and checked in
+the time left is not started, and one whose building overruns is dropped."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ LNS_WINDOW_PASSES = 300
 """Passes in the first window of the large-neighbourhood search (adapted as it goes)."""
 LNS_SECONDS = 1.5
 """Time limit of one window's solve, per LNS_WINDOW_PASSES passes beyond the first."""
+LNS_MIN_SECONDS = 0.1
+"""A window is not started with less solve time than this."""
+_CHECK_EVERY = 4096
+"""Passes between two looks at the clock while a window's data is built."""
 _NEG = -(1 << 60)
 """Minus infinity of the max-plus lags."""
 _BEFORE, _INSIDE, _AFTER = -1, 0, 1
@@ -35,6 +41,10 @@ _BEFORE, _INSIDE, _AFTER = -1, 0, 1
 
 
 # -- data --------------------------------------------------------------------------------------
+
+
+class _OutOfTime(Exception):
+    """A window's data could not be built before its deadline."""
 
 
 @dataclass(frozen=True)
@@ -76,18 +86,17 @@ class _WindowData:
     """How the passes after the window are timed."""
 
 
-def _window_data(form: Formulation, order: list[list[int]], start: list[int], t0: float, t1: float,
-                 upper: int) -> _WindowData:
-    """The window [t0, t1) of the incumbent ``order`` (timed by ``start``, of objective ``upper``)."""
+def _window_data(search: _Search, t0: float, t1: float, deadline: float) -> _WindowData:
+    """The window [t0, t1) of the search's incumbent; raise _OutOfTime when it cannot be built by ``deadline``."""
+    form, order, start, upper, preds = search.form, search.order, search.start, search.value, search.preds
     n = len(form.passes)
     where = [_BEFORE if start[i] < t0 else _INSIDE if start[i] < t1 else _AFTER for i in range(n)]
-    preds = form.predecessors()
     inside = sorted(i for i in range(n) if where[i] == _INSIDE)
     links = {i: [(a, lag) for a, lag in preds[i] if where[a] == _INSIDE] for i in inside}
-    after = _after_window(form, order, start, where, preds)
+    after = _after_window(form, order, start, where, preds, deadline)
     return _WindowData(order, start, upper, where, inside, [[i for i in seq if where[i] == _INSIDE] for seq in order],
                        links, _least_starts(form, order, start, where, preds, links),
-                       _latest_ends(form, order, where, links, after, upper), after)
+                       _latest_ends(form, order, where, links, after, upper, search.latest(upper)), after)
 
 
 def _least_starts(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
@@ -108,9 +117,10 @@ def _least_starts(form: Formulation, order: list[list[int]], start: list[int], w
 
 
 def _latest_ends(form: Formulation, order: list[list[int]], where: list[int], links: dict[int, list[tuple[int, int]]],
-                 after: _After, upper: int) -> dict[int, int]:
-    """Largest end of each window pass that keeps every device's span within ``upper``."""
-    dur, latest = form.duration, form.latest(upper)
+                 after: _After, upper: int, latest: list[int]) -> dict[int, int]:
+    """Largest end of each window pass that keeps every device's span within ``upper`` (``latest``: every pass's
+    latest start under ``upper``)."""
+    dur = form.duration
     inside = sorted(links)
     end = {i: latest[i] + dur[i] for i in inside}
     for d, lasts in enumerate(form.last):
@@ -134,8 +144,10 @@ def _latest_ends(form: Formulation, order: list[list[int]], where: list[int], li
 
 
 def _after_window(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
-                  preds: list[list[tuple[int, int]]]) -> _After:
-    """The max-plus timing of the passes after the window, from their dependencies and device order."""
+                  preds: list[list[tuple[int, int]]], deadline: float) -> _After:
+    """The max-plus timing of the passes after the window, from their dependencies and device order; only the
+    last passes' rows are kept (each other row is dropped once the passes that read it are timed). Raise
+    _OutOfTime when the clock passes ``deadline``."""
     dur = form.duration
     previous: dict[int, int | None] = {}
     for seq in order:
@@ -151,20 +163,31 @@ def _after_window(form: Formulation, order: list[list[int]], start: list[int], w
 
     sources: list[tuple[str, int]] = []
     index: dict[tuple[str, int], int] = {}
-    for i in later:
+    readers = dict.fromkeys(later, 0)
+    for count, i in enumerate(later):
+        if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+            raise _OutOfTime
         for a, _ in inputs(i):
             if where[a] == _INSIDE and source(i, a) not in index:
                 index[source(i, a)] = len(sources)
                 sources.append(source(i, a))
+            elif where[a] == _AFTER:
+                readers[a] += 1
+    kept = {i for lasts in form.last for i in lasts}
     lag: dict[int, np.ndarray] = {}
     const: dict[int, int] = {}
-    for i in later:
+    for count, i in enumerate(later):
+        if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
+            raise _OutOfTime
         row = np.full(len(sources), _NEG, dtype=np.int64)
         floor = 0
         for a, gap in inputs(i):
             if where[a] == _AFTER:
                 np.maximum(row, lag[a] + (dur[a] + gap), out=row)
                 floor = max(floor, const[a] + dur[a] + gap)
+                readers[a] -= 1
+                if not readers[a] and a not in kept:
+                    del lag[a], const[a]
             elif where[a] == _BEFORE:
                 floor = max(floor, start[a] + dur[a] + gap)
             else:
@@ -349,23 +372,37 @@ def _solver(time_limit: float, workers: int, seed: int, presolve: bool = True) -
 
 
 class _Search:
-    """The best order found so far, kept up to date so that Ctrl-C can return it."""
+    """The best order found so far, kept up to date so that Ctrl-C can return it, and what every window of
+    the search shares (predecessors, latest starts, the cost of checking an order)."""
 
     def __init__(self, form: Formulation, order: list[list[int]], report: Callable[[str], None] | None) -> None:
+        began = time.monotonic()
         self.form = form
         self.order = order
         self.value, self.total, self.start = self._score(order)
+        self.preds = form.predecessors()
+        self._latest: dict[int, list[int]] = {}
         self.log = Log(report)
+        self.check_cost = time.monotonic() - began
+        """Seconds to check and time an order (``offer``), estimated from timing the incumbent."""
 
     def _score(self, order: list[list[int]]) -> tuple[int, int, list[int]]:
         start = self.form.asap(order)
         return self.form.value(start), sum(self.form.spans(start)), start
 
+    def latest(self, upper: int) -> list[int]:
+        """Latest start of every pass under objective ``upper`` (kept for the next window)."""
+        if upper not in self._latest:
+            self._latest = {upper: self.form.latest(upper)}
+        return self._latest[upper]
+
     def offer(self, order: list[list[int]], allow_equal: bool) -> bool:
         """Keep ``order`` if it is better (by objective, then by the sum of spans); say whether it was."""
+        began = time.monotonic()
         if not self.form.memory_ok(order):
             return False
         value, total, start = self._score(order)
+        self.check_cost = time.monotonic() - began
         if (value, total) < (self.value, self.total) or (allow_equal and (value, total) == (self.value, self.total)):
             self.order, self.value, self.total, self.start = order, value, total, start
             return True
@@ -394,7 +431,7 @@ def solve_cpsat(form: Formulation, incumbent: list[list[int]], *, time_limit: fl
 def _whole(search: _Search, deadline: float, workers: int, seed: int, lower: int) -> tuple[bool, int, bool]:
     """Solve the whole model; return (proven optimal, lower bound, interrupted)."""
     form = search.form
-    data = _window_data(form, search.order, search.start, -1, math.inf, search.value)
+    data = _window_data(search, -1, math.inf, deadline)
     window = _window_model(form, data, lower, secondary=False)
     solver = _solver(deadline - time.monotonic(), workers, seed)
     outcome = run_interruptible(solver, window.model)
@@ -410,26 +447,36 @@ def _whole(search: _Search, deadline: float, workers: int, seed: int, lower: int
 
 def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) -> bool:
     """Large-neighbourhood search over time windows of the incumbent (most at its head, where the
-    warm-up idles; some at its tail and anywhere); return whether it was interrupted."""
+    warm-up idles; some at its tail and anywhere), each started only if it can be built, solved and
+    checked by ``deadline``; return whether it was interrupted."""
     form = search.form
     rng = random.Random(seed)
     horizon = max(search.start[i] + form.duration[i] for lasts in form.last for i in lasts)
     per_time = len(form.passes) / max(1, horizon)
     target = {"head": 2 * LNS_WINDOW_PASSES, "tail": LNS_WINDOW_PASSES, "any": LNS_WINDOW_PASSES}
-    iteration, build = 0, 0.0
-    while time.monotonic() + 2 * build < deadline - 0.05 and search.value > lower:
-        iteration += 1
+    build = dict.fromkeys(target, 0.0)  # seconds the last window of each kind took to build
+    iteration, stopped = 0, "the time limit"
+    while search.value > lower:
         kind = rng.choices(("head", "tail", "any"), (0.5, 0.2, 0.3))[0]
+        if deadline - time.monotonic() < build[kind] + LNS_MIN_SECONDS + search.check_cost:
+            kind = min(build, key=build.__getitem__)
+            if deadline - time.monotonic() < build[kind] + LNS_MIN_SECONDS + search.check_cost:
+                break
+        iteration += 1
         width = target[kind] / per_time
         t0 = {"head": -1.0, "tail": horizon - width, "any": rng.uniform(0, max(1.0, horizon - width))}[kind]
         began = time.monotonic()
-        data = _window_data(form, search.order, search.start, t0, t0 + width, search.value)
+        try:
+            data = _window_data(search, t0, t0 + width, deadline - LNS_MIN_SECONDS - search.check_cost)
+        except _OutOfTime:
+            stopped = f"a {kind} window that could not be built in the time left"
+            break
         window = _window_model(form, data, lower, secondary=True)
-        build = time.monotonic() - began
+        build[kind] = time.monotonic() - began
         size = len(data.inside)
         if size == 0:
             continue
-        seconds = min(deadline - time.monotonic(), LNS_SECONDS * (1 + size / LNS_WINDOW_PASSES))
+        seconds = min(deadline - time.monotonic() - search.check_cost, LNS_SECONDS * (1 + size / LNS_WINDOW_PASSES))
         solver = _solver(seconds, workers, seed + iteration, presolve=False)
         outcome = run_interruptible(solver, window.model)
         before = search.value, search.total
@@ -441,5 +488,7 @@ def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) 
             return True
         grow = 1.4 if outcome.status == cp_model.OPTIMAL else 0.8
         target[kind] = max(60, min(int(target[kind] * grow), len(form.passes)))
-    search.log.append(f"lns: {iteration} windows, objective {search.value}")
+    else:
+        stopped = "the lower bound"
+    search.log.append(f"lns: {iteration} windows, objective {search.value} (stopped by {stopped})")
     return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from zbsolve.checks import check_count
+from zbsolve.checks import check_count, check_size
 from zbsolve.errors import InputError
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule
@@ -13,26 +13,30 @@ Family = Callable[[Profile, int, int], Schedule]
 
 FAMILIES: dict[str, Family] = {}
 """CLI name -> generator, filled in by the family modules below."""
+CHUNKS_OF: dict[str, int] = {}
+"""CLI name -> stages per device of the family's placement."""
 PLACEMENT_FAMILIES = {"sequential": ("zb-h1", "zb-h2", "1f1b"), "interleaved": ("1f1b-i",),
                       "vshape": ("zb-v", "v-half", "v-min")}
 """The families that run on each placement the optimizer solves (the multi-chunk ones with two chunks):
 the warm starts of a solve and the points beside a frontier."""
 
 
-def register(name: str) -> Callable[[Family], Family]:
-    """Decorator: add a generator to ``FAMILIES`` under its CLI name."""
+def register(name: str, chunks: int = 1) -> Callable[[Family], Family]:
+    """Decorator: add a generator to ``FAMILIES`` under its CLI name, with ``chunks`` stages per device."""
     def deco(fn: Family) -> Family:
         FAMILIES[name] = fn
+        CHUNKS_OF[name] = chunks
         return fn
     return deco
 
 
 def make_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
-    """Run the family ``name``; unknown names and bad p/m give a clear ``InputError``."""
+    """Run the family ``name``; unknown names, bad p/m and problems over ``MAX_PASSES`` give a clear ``InputError``."""
     if name not in FAMILIES:
         raise InputError(f"family = {name!r} is unknown; choose one of {', '.join(FAMILIES)}")
     check_count("num_devices", num_devices)
     check_count("num_microbatches", num_microbatches)
+    check_size(CHUNKS_OF[name] * num_devices, num_microbatches)
     return FAMILIES[name](profile, num_devices, num_microbatches)
 
 

@@ -49,7 +49,7 @@ def _virtual(k: int, p: int, chunks: int, forward: bool) -> tuple[int, int]:
     return group * p + within % p, chunk if forward else chunks - 1 - chunk
 
 
-@register("1f1b-i")
+@register("1f1b-i", CHUNKS)
 def interleaved_1f1b(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """Megatron's interleaved 1F1B over two chunks per device; needs m to be a multiple of p.
 

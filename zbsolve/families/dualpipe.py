@@ -142,7 +142,7 @@ def dualpipe(profile: Profile, num_devices: int, num_microbatches: int) -> Sched
     return build("dualpipe", bidirectional(p), m, profile.expand(p), devices, microbatch_route=route)
 
 
-@register("dualpipev")
+@register("dualpipev", 2)
 def dualpipev(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """DualPipeV: DualPipe cut in half on a V placement; device r runs stages r and 2p-1-r.
 

@@ -19,6 +19,7 @@ then squeeze warm-up and cool-down under the block's own peak, as the authors' g
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import defaultdict
 
 from zbsolve.dependencies import dependencies
@@ -65,7 +66,7 @@ def _zb_v_order(p: int, r: int, n: int) -> list[Pass]:
     return order
 
 
-@register("zb-v")
+@register("zb-v", 2)
 def zb_v(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """ZB-V: device r warms up with 2(p-r)-1 chunk-0 F, then r (F1, F0), then p-r (F1, B1, W1); steady
     state F0 B0 W0 F1 B1 W1; cool-down B's first, W's last. For m < 2p-1 the order is that of 2p-1
@@ -118,22 +119,81 @@ def _fill_w(slots: Slots, split: bool) -> Slots:
     return ws if split else ws[:1]
 
 
-def _peak(slots: Slots) -> int:
-    """Peak chunk activations held on a device: F adds one, W frees one (W's fill free slots if absent)."""
-    ws = slots[WS] if len(slots) > WS else _fill_w(slots, split=False)[0]
-    cur = peak = 0
-    for _, delta in sorted([(t, 1) for kind in (F0, F1) for t in slots[kind]] + [(t, -1) for t in ws]):
-        cur += delta
-        peak = max(peak, cur)
-    return peak
+class _Held:
+    """One device's chunk activations slot by slot while ``_squeeze`` moves its passes: F adds one, W frees one,
+    the W's given or, with ``fill``, filling free slots as ``_fill_w`` places them. Moving a pass from slot t to
+    an earlier s changes what is held in slots s..t-1 only when the W's are given, and from s to the end when
+    they fill (which ``_squeeze`` does in the cool-down only), so testing a move costs those slots, not the
+    whole schedule."""
+
+    def __init__(self, slots: Slots, fill: bool) -> None:
+        self.fill = fill
+        self.at: list[int | None] = [None] * (1 + max(t for lst in slots for t in lst))  # kind in each slot
+        for kind, lst in enumerate(slots):
+            for t in lst:
+                self.at[t] = kind
+        self.pending, self.held = [0], [0]  # W's pending and activations held before each slot
+        self.peak = self._replay(0, record=True)
+
+    def _replay(self, x: int, record: bool, moved: int | None = None) -> int:
+        """The most held from slot ``x`` on, from the state stored before it, until every pass and W is done, or
+        until past slot ``moved`` (where a pass left) the state is the stored one again; ``record`` stores the
+        states reached."""
+        at, fill, pend, hold = self.at, self.fill, self.pending, self.held
+        pending, held = pend[x], hold[x]
+        top = held
+        while x < len(at) or pending:
+            kind = at[x] if x < len(at) else None
+            if kind is None:
+                if pending:
+                    pending, held = pending - 1, held - 1
+            elif kind == WS:
+                held -= 1
+            elif kind in (F0, F1):
+                held += 1
+                top = max(top, held)
+            elif fill:
+                pending += 1
+            x += 1
+            if moved is not None and moved < x < len(hold) and pending == pend[x] and held == hold[x]:
+                return max(top, max(hold[x:]))
+            if record:
+                if x < len(hold):
+                    pend[x], hold[x] = pending, held
+                else:
+                    pend.append(pending)
+                    hold.append(held)
+        if record:
+            del pend[x + 1:], hold[x + 1:]
+        return top
+
+    def fits(self, kind: int, t: int, s: int, cap: int) -> bool:
+        """Whether moving the pass of ``kind`` from slot ``t`` to the free slot ``s`` < t keeps the device within
+        ``cap`` (it is within it before)."""
+        if not self.fill:
+            return kind not in (F0, F1) or max(self.held[s + 1:t + 1]) + 1 <= cap
+        at = self.at
+        at[t], at[s] = None, kind
+        top = self._replay(s, False, t)
+        at[t], at[s] = kind, None
+        return top <= cap
+
+    def move(self, kind: int, t: int, s: int) -> None:
+        """Move the pass of ``kind`` from slot ``t`` to the free slot ``s`` < t."""
+        self.at[t], self.at[s] = None, kind
+        if self.fill:
+            self._replay(s, True, t)
+        elif kind != B0 and kind != B1:
+            step = 1 if kind in (F0, F1) else -1
+            self.held[s + 1:t + 1] = [h + step for h in self.held[s + 1:t + 1]]
 
 
-def _ready(times: list[Slots], d: int, kind: int, mb: int) -> int:
-    """Slot of the last pass that (d, kind, mb) depends on, or -1."""
+def _ready(times: list[Slots], d: int, kind: int, mb: int, backs: list[int]) -> int:
+    """Slot of the last pass that (d, kind, mb) depends on, or -1; ``backs``: device d's B slots in order."""
     p, ts = len(times), times[d]
     deps = [-1]
     if kind == WS:
-        deps.append(sorted(ts[B1] + ts[B0])[mb])
+        deps.append(backs[mb])
     else:
         if kind in (F0, B1) and d > 0:
             deps.append(times[d - 1][kind][mb])
@@ -163,30 +223,38 @@ def _pass(p: int, d: int, kind: int, mb: int) -> Pass | None:
     return Pass(F if kind in (F0, F1) else B, mb, d if kind in (F0, B0) else 2 * p - 1 - d)
 
 
+def _links(p: int, d: int, kind: int) -> list[tuple[int, int]]:
+    """(device, kind) of the passes on other devices that device d's pass of ``kind`` waits for (of its microbatch)."""
+    q = _pass(p, d, kind, 0)
+    sources = [(min(dep.stage, 2 * p - 1 - dep.stage), dep) for dep in dependencies(q, 2 * p)] if q else []
+    return [(src, _KIND[dep.kind, dep.stage == src]) for src, dep in sources if src != d]
+
+
 def _compact(times: list[Slots]) -> list[Slots]:
     """Unit-time as-soon-as-possible slots of the order the slots give, with no communication: each pass
     waits for its device's previous one and its dependencies on other devices."""
     p = len(times)
     events = _events(times)
-    node = {(d, kind, mb): i for i, (_, d, kind, mb) in enumerate(events)}
+    node = [[[0] * len(lst) for lst in ts] for ts in times]
+    for i, (_, d, kind, mb) in enumerate(events):
+        node[d][kind][mb] = i
+    links = [[_links(p, d, kind) for kind in range(len(ts))] for d, ts in enumerate(times)]
     orders: list[list[int]] = [[] for _ in range(p)]
     preds: list[list[tuple[int, int]]] = []
     for i, (_, d, kind, mb) in enumerate(events):
         orders[d].append(i)
-        q = _pass(p, d, kind, mb)
-        deps = dependencies(q, 2 * p) if q is not None else ()
-        sources = [(min(dep.stage, 2 * p - 1 - dep.stage), dep) for dep in deps]
-        preds.append([(node[src, _KIND[dep.kind, dep.stage == src], mb], 0) for src, dep in sources if src != d])
+        preds.append([(node[src][k][mb], 0) for src, k in links[d][kind]])
     end = asap(orders, [1] * len(events), preds).end
-    return [[[end[node[d, kind, mb]] - 1 for mb in range(len(lst))] for kind, lst in enumerate(ts)]
-            for d, ts in enumerate(times)]
+    return [[[end[i] - 1 for i in lst] for lst in ts] for ts in node]
 
 
 def _squeeze(times: list[Slots], with_w: bool) -> list[Slots]:
     """Move warm-up (only ``with_w``) and cool-down passes to their earliest free slot that keeps every
     device within the block's peak; the steady state stays. Returns compacted slots, W's included."""
     times = [[list(lst) for lst in ts[:WS]] + (_fill_w(ts, split=False) if with_w else []) for ts in times]
-    cap = max(_peak(ts) for ts in times)
+    held = [_Held(ts, fill=not with_w) for ts in times]
+    cap = max(h.peak for h in held)
+    backs = [sorted(ts[B1] + ts[B0]) for ts in times]
     last = len(times[0][F0]) - 1
     occupied: list[set[int]] = [set() for _ in times]
     phase = 0
@@ -196,14 +264,14 @@ def _squeeze(times: list[Slots], with_w: bool) -> list[Slots]:
         if phase == 1:
             phase += kind == F0 and mb == last
         elif phase == 2 or with_w:
-            lst = times[d][kind]
-            for slot in range(_ready(times, d, kind, mb) + 1, t):
-                if slot not in occupied[d]:
-                    lst[mb] = slot
-                    if _peak(times[d]) <= cap:
-                        break
-            else:
-                lst[mb] = t
+            for slot in range(_ready(times, d, kind, mb, backs[d]) + 1, t):
+                if slot not in occupied[d] and held[d].fits(kind, t, slot, cap):
+                    times[d][kind][mb] = slot
+                    held[d].move(kind, t, slot)
+                    if kind in (B1, B0):
+                        del backs[d][bisect_left(backs[d], t)]
+                        insort(backs[d], slot)
+                    break
         occupied[d].add(times[d][kind][mb])
     if not with_w:
         times = [ts + _fill_w(ts, split=False) for ts in times]
@@ -233,14 +301,14 @@ def _block_schedule(name: str, block: list[list[int]], profile: Profile, num_dev
     return build(name, vshape(num_devices), num_microbatches, prof, _block_order(block, num_microbatches))
 
 
-@register("v-half")
+@register("v-half", 2)
 def v_half(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """V-Half: the half-memory V building block repeated m times, squeezed. Unit profile: peak
     min(m, (p+2)//2) M_B, paper bubble <= p/(2m)."""
     return _block_schedule("v-half", _v_half_block(num_devices), profile, num_devices, num_microbatches)
 
 
-@register("v-min")
+@register("v-min", 2)
 def v_min(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """V-Min: the third-memory V building block repeated m times, squeezed. Unit profile: peak
     min(m, (p+4)//3) M_B (p >= 3), paper bubble <= 2p/(3m)."""

@@ -53,26 +53,29 @@ def zb_h2(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule
 def _unit_greedy(p: int, m: int, in_flight: int) -> list[list[Pass]]:
     """Per-stage orders of the unit-time greedy schedule with priority B > F (at most ``in_flight``
     microbatches between F and W) > W; stages decide in index order at each time step."""
-    count = {kind: [0] * p for kind in (F, B, W)}
-    end: dict[Pass, int] = {}
+    kinds = (B, F, W)
+    # deps[kind][s]: the (kind, stage) of the same microbatch's passes that a pass waits for
+    deps = {kind: [tuple((dep.kind, dep.stage) for dep in dependencies(Pass(kind, 0, s), p)) for s in range(p)]
+            for kind in kinds}
+    # end[kind][s][j]: end of stage s's j-th pass of ``kind``, which is microbatch j's
+    end: dict[str, list[list[int]]] = {kind: [[] for _ in range(p)] for kind in kinds}
     orders: list[list[Pass]] = [[] for _ in range(p)]
 
     def ready(kind: str, s: int, now: int) -> bool:
         """Whether stage s's next ``kind`` pass may start at time ``now``."""
-        j = count[kind][s]
-        if kind == F and (j == m or j - count[W][s] >= in_flight):
+        j = len(end[kind][s])
+        if kind == F and (j == m or j - len(end[W][s]) >= in_flight):
             return False
-        return all(dep in end and end[dep] <= now for dep in dependencies(Pass(kind, j, s), p))
+        return all(j < len(ends := end[k][t]) and ends[j] <= now for k, t in deps[kind][s])
 
     now, left = 0, 3 * p * m
     while left:
         for s in range(p):
-            kind = next((k for k in (B, F, W) if ready(k, s, now)), None)
+            kind = next((k for k in kinds if ready(k, s, now)), None)
             if kind is not None:
-                j = count[kind][s]
-                count[kind][s] += 1
-                end[Pass(kind, j, s)] = now + 1
-                orders[s].append(Pass(kind, j, s))
+                ends = end[kind][s]
+                orders[s].append(Pass(kind, len(ends), s))
+                ends.append(now + 1)
                 left -= 1
         now += 1
     return orders

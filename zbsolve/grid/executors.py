@@ -1,11 +1,16 @@
-"""Where jobs run: a pool of spawned local processes that an interrupted run can stop mid-job, or a Dask
-cluster (``dask://HOST:PORT``)."""
+"""Where jobs run: a pool of spawned local processes that an interrupted run can stop mid-job and that never
+outlive their parent, or a Dask cluster (``dask://HOST:PORT``)."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
+import signal
+import threading
+import time
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Callable
 
 from zbsolve.errors import InputError
@@ -31,13 +36,49 @@ class _RecordingSpawnContext:
         return getattr(self.spawn, name)
 
 
+WATCH_SECONDS = 0.5
+"""How often a worker checks that its parent is alive."""
+
+
+def watch_parent(parent: int) -> None:
+    """Run in each worker as it starts: ignore Ctrl-C (the parent stops its workers), and watch in a thread
+    that the parent process ``parent`` is alive; once it is gone, however it died, kill this worker's own child
+    processes (a CBC solve) and the worker itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_SECONDS)
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def _children() -> list[int]:
+    """This process's child processes (from /proc; none where there is no /proc)."""
+    pids = []
+    for path in Path("/proc/self/task").glob("*/children"):
+        try:
+            pids += [int(pid) for pid in path.read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
 class ProcessPool(cf.ProcessPoolExecutor):
-    """Spawned worker processes, one job at a time each, that keeps its workers at hand to stop them."""
+    """Spawned worker processes, one job at a time each, that keeps its workers at hand to stop them; each
+    worker kills itself within ``WATCH_SECONDS`` of its parent's death, even a ``kill -KILL``."""
 
     def __init__(self, max_workers: int) -> None:
         self.workers: list[BaseProcess] = []
         """Every worker process the pool has started."""
-        super().__init__(max_workers=max_workers, mp_context=_RecordingSpawnContext(self.workers))
+        super().__init__(max_workers=max_workers, mp_context=_RecordingSpawnContext(self.workers),
+                         initializer=watch_parent, initargs=(os.getpid(),))
 
 
 def shutdown_pool(pool: ProcessPool, finished: bool) -> None:

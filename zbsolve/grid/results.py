@@ -1,5 +1,5 @@
 """The results file: one JSON record per finished job (JSONL), appended at once and locked against a second
-run, and its records as flat tables."""
+run, a rerun's record of a job superseding the earlier one; and its records as flat tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterable
 
 from zbsolve.errors import InputError
+from zbsolve.files import write_with
 from zbsolve.grid.spec import Job
 
 if TYPE_CHECKING:
@@ -18,12 +19,13 @@ if TYPE_CHECKING:
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """Every complete record of a results file; a truncated last line (from a crash) is dropped."""
+    """The latest record of each job in a results file, in the order the jobs first appear (a rerun's record
+    supersedes an earlier one); a truncated last line (from a crash) is dropped."""
     path = Path(path)
     if not path.exists():
         return []
     lines = path.read_text().split("\n")
-    records = []
+    records: dict[str, dict] = {}
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -35,8 +37,18 @@ def read_results(path: str | Path) -> list[dict]:
             raise InputError(f"{path} line {i + 1} is not JSON: not a zbsolve results file") from None
         if not isinstance(record, dict) or "hash" not in record or "config" not in record:
             raise InputError(f"{path} line {i + 1} has no 'hash' and 'config': not a zbsolve results file")
-        records.append(record)
-    return records
+        records[record["hash"]] = record
+    return list(records.values())
+
+
+def failed(record: dict) -> bool:
+    """Whether a record is a failed job's."""
+    return record.get("status") == "error"
+
+
+def skipped(records: Iterable[dict], retry_failed: bool = False) -> set[str]:
+    """The jobs a run skips: every recorded one, or with ``retry_failed`` those whose record is no failure."""
+    return {r["hash"] for r in records if not (retry_failed and failed(r))}
 
 
 class ResultsFile:
@@ -44,13 +56,17 @@ class ResultsFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.done = {r["hash"] for r in read_results(self.path)}
-        self._file: IO[str] = open(self.path, "a+")
+        try:
+            self._file: IO[str] = open(self.path, "a+")
+        except OSError as exc:
+            raise InputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             self._file.close()
             raise InputError(f"{self.path} is in use by another grid run; wait for it or use another -o") from None
+        self.records = read_results(self.path)
+        """The latest record of each job already in the file."""
         self._drop_truncated_tail()
 
     def _drop_truncated_tail(self) -> None:
@@ -70,11 +86,10 @@ class ResultsFile:
         self._file.close()
 
 
-def pending(jobs: Iterable[Job], output: str | Path | None) -> tuple[int, int]:
-    """(distinct jobs, of those already in ``output``)."""
+def pending(jobs: Iterable[Job], output: str | Path | None, retry_failed: bool = False) -> tuple[int, int]:
+    """(distinct jobs, of those a run skips: already in ``output``, failures not counted with ``retry_failed``)."""
     keys = {j.key for j in jobs}
-    done = {r["hash"] for r in read_results(output)} if output is not None else set()
-    return len(keys), len(keys & done)
+    return len(keys), len(keys & skipped(read_results(output) if output is not None else [], retry_failed))
 
 
 def flatten(record: dict) -> dict:
@@ -88,13 +103,17 @@ def flatten(record: dict) -> dict:
 
 
 def write_summary(records: list[dict], path: str | Path) -> None:
-    """Write the records as a flat CSV table."""
+    """Write the records as a flat CSV table, whole or not at all."""
     rows = [flatten(r) for r in records]
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    write_with(path, write)
 
 
 def to_dataframe(records: Iterable[dict] | str | Path) -> pd.DataFrame:

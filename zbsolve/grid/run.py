@@ -3,35 +3,48 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from zbsolve.errors import InputError, ZbsolveError
+from zbsolve.errors import InputError
 from zbsolve.grid.executors import make_executor
-from zbsolve.grid.results import ResultsFile
+from zbsolve.grid.results import ResultsFile, skipped
 from zbsolve.grid.spec import Grid, Job, expand
 from zbsolve.limits import resolve_limit
+from zbsolve.placement import CHUNKS
+
+
+def _record(job: Job) -> dict:
+    """The fields of every record of ``job``: its hash, config and profile."""
+    return {"hash": job.key, "config": job.model_dump(mode="json", exclude={"profile"}),
+            "profile": job.profile.model_dump()}
+
+
+def _failure(job: Job, exc: Exception, solve_time: float | None) -> dict:
+    """The record of a job that failed with ``exc``."""
+    return {**_record(job), "status": "error", "error": f"{type(exc).__name__}: {exc}", "solve_time": solve_time}
 
 
 def run_job(job: Job, schedules_dir: str | None = None) -> dict:
-    """Solve one job with one solver thread; a failure becomes a record with its error, not an exception."""
+    """Solve one job with one solver thread; a failure becomes a record with its error, not an exception. A memory
+    factor counts 1F1B's peak on the profile with one stage per device (chunk stages merged)."""
     from zbsolve.solve import solve
 
-    record: dict = {"hash": job.key, "config": job.model_dump(mode="json", exclude={"profile"}),
-                    "profile": job.profile.model_dump()}
     began = time.monotonic()
     try:
-        limit = resolve_limit(job.profile, job.num_devices, job.num_microbatches, job.mem_limit, job.mem_factor)
+        limit = resolve_limit(job.profile.merge_chunks(job.num_devices, CHUNKS), job.num_devices,
+                              job.num_microbatches, job.mem_limit, job.mem_factor)
         result = solve(job.profile, limit, num_microbatches=job.num_microbatches, num_devices=job.num_devices,
                        placement=job.placement, solver=job.solver, time_limit=job.time_limit, workers=1,
                        seed=job.seed)
-    except ZbsolveError as exc:
-        record.update(status="error", error=f"{type(exc).__name__}: {exc}", solve_time=time.monotonic() - began)
-        return record
+    except Exception as exc:
+        return _failure(job, exc, time.monotonic() - began)
     figures = result.summary()
-    record.update(status=result.status, mem_limit=limit, figures={k: v for k, v in figures.items() if k != "status"},
-                  solve_time=result.solve_time, schedule=None)
+    record = {**_record(job), "status": result.status, "mem_limit": limit,
+              "figures": {k: v for k, v in figures.items() if k != "status"}, "solve_time": result.solve_time,
+              "schedule": None}
     if schedules_dir is not None:
         path = Path(schedules_dir) / f"{job.key}.json"
         result.to_json(path)
@@ -39,9 +52,19 @@ def run_job(job: Job, schedules_dir: str | None = None) -> dict:
     return record
 
 
+def _outcome(future: cf.Future, job: Job) -> dict:
+    """A finished job's record; a failure record when its worker process died or the executor failed."""
+    try:
+        return future.result()
+    except Exception as exc:
+        return _failure(job, exc, None)
+
+
 def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: str | cf.Executor | None = None,
-               output: str | Path | None = None, schedules_dir: str | Path | None = None) -> Iterator[dict]:
-    """Run every job not yet in ``output``; yield each record as it finishes (and append it to ``output``).
+               output: str | Path | None = None, schedules_dir: str | Path | None = None,
+               retry_failed: bool = False) -> Iterator[dict]:
+    """Run every job not yet in ``output`` (with ``retry_failed``, also those recorded as failed); yield each
+    record as it finishes and append it to ``output``, where it supersedes the job's earlier record.
 
     A job that fails is recorded with its error and the batch goes on. On KeyboardInterrupt (or when the
     caller stops iterating) the pending jobs are cancelled, the running ones on local processes are stopped,
@@ -50,28 +73,38 @@ def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: str | cf.
     if jobs < 1:
         raise InputError(f"jobs = {jobs} must be >= 1")
     job_list = expand(grid) if isinstance(grid, Grid) else list(grid)
-    results = ResultsFile(output) if output is not None else None
     if schedules_dir is not None:
-        Path(schedules_dir).mkdir(parents=True, exist_ok=True)
-    seen = set() if results is None else set(results.done)
-    todo = []
-    for job in job_list:
-        if job.key not in seen:
-            seen.add(job.key)
-            todo.append(job)
-    pool, release = make_executor(executor, jobs)
-    futures = [pool.submit(run_job, job, None if schedules_dir is None else str(schedules_dir)) for job in todo]
-    finished = False
-    try:
+        try:
+            Path(schedules_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"schedules_dir = {schedules_dir}: cannot make the folder ({exc.strerror or exc})") \
+                from None
+    with contextlib.ExitStack() as stack:
+        results = None
+        if output is not None:
+            results = ResultsFile(output)
+            stack.callback(results.close)
+        seen = set() if results is None else skipped(results.records, retry_failed)
+        todo = []
+        for job in job_list:
+            if job.key not in seen:
+                seen.add(job.key)
+                todo.append(job)
+        pool, release = make_executor(executor, jobs)
+        futures: dict[cf.Future, Job] = {}
+        finished = False
+
+        def stop() -> None:
+            for future in futures:
+                future.cancel()
+            release(finished)
+
+        stack.callback(stop)
+        for job in todo:
+            futures[pool.submit(run_job, job, None if schedules_dir is None else str(schedules_dir))] = job
         for future in cf.as_completed(futures):
-            record = future.result()
+            record = _outcome(future, futures[future])
             if results is not None:
                 results.append(record)
             yield record
         finished = True
-    finally:
-        for future in futures:
-            future.cancel()
-        release(finished)
-        if results is not None:
-            results.close()

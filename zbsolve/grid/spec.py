@@ -1,4 +1,5 @@
-"""The grid file: problems and the axes to sweep, expanded into fully resolved jobs."""
+"""The grid file: problems and the axes to sweep, expanded into fully resolved jobs, every one checked before any
+runs."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
 from zbsolve.errors import InputError
 from zbsolve.problem import Problem
 from zbsolve.profile import Profile, load_mapping, pydantic_message
+from zbsolve.solve import SolverName
+from zbsolve.spec import PlacementName, make_spec
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite number > 0."""
 
 
 class Axes(BaseModel):
@@ -24,15 +30,15 @@ class Axes(BaseModel):
     """Numbers of devices p."""
     microbatches: Optional[list[PositiveInt]] = Field(None, min_length=1)
     """Numbers of microbatches m."""
-    mem_factor: Optional[list[PositiveFloat]] = Field(None, min_length=1)
+    mem_factor: Optional[list[Positive]] = Field(None, min_length=1)
     """Memory limits as multiples of 1F1B's peak."""
-    mem_limit: Optional[list[PositiveFloat]] = Field(None, min_length=1)
+    mem_limit: Optional[list[Positive]] = Field(None, min_length=1)
     """Memory limits in the profile's unit."""
-    placement: list[str] = Field(["sequential"], min_length=1)
+    placement: list[PlacementName] = Field(["sequential"], min_length=1)
     """Placements: sequential, interleaved, vshape."""
-    solver: list[str] = Field(["cpsat"], min_length=1)
+    solver: list[SolverName] = Field(["cpsat"], min_length=1)
     """Solvers: cpsat, cbc, heuristic."""
-    time_limit: list[PositiveFloat] = Field([60.0], min_length=1)
+    time_limit: list[Positive] = Field([60.0], min_length=1)
     """Solver time limits in seconds."""
     seed: list[int] = Field([0], min_length=1)
     """Solver seeds."""
@@ -57,6 +63,12 @@ class Grid(BaseModel):
     """An inline profile, used when no problem files are named."""
     axes: Axes = Field(default_factory=Axes)
     """What to sweep."""
+    _source: Optional[str] = PrivateAttr(None)
+
+    @property
+    def source(self) -> str:
+        """Where the grid comes from, for messages: its file, or its name when built in Python."""
+        return self._source or f"grid {self.name!r}"
 
     @model_validator(mode="after")
     def _has_problem(self) -> "Grid":
@@ -74,6 +86,7 @@ class Grid(BaseModel):
         except ValidationError as exc:
             raise InputError(pydantic_message(str(path), exc)) from None
         grid.problems = [str((path.parent / p) if not Path(p).is_absolute() else p) for p in grid.problems]
+        grid._source = str(path)
         return grid
 
 
@@ -90,15 +103,15 @@ class Job(BaseModel):
     """Devices p."""
     num_microbatches: PositiveInt
     """Microbatches m."""
-    placement: str
+    placement: PlacementName
     """Placement name."""
-    mem_limit: Optional[float] = None
+    mem_limit: Optional[Positive] = None
     """Memory limit in profile units (None: see mem_factor, or unlimited)."""
-    mem_factor: Optional[float] = None
+    mem_factor: Optional[Positive] = None
     """Memory limit as a multiple of 1F1B's peak."""
-    solver: str
+    solver: SolverName
     """Solver name."""
-    time_limit: float
+    time_limit: Positive
     """Time limit in seconds."""
     seed: int
     """Solver seed."""
@@ -112,26 +125,42 @@ class Job(BaseModel):
 
 def _problems(grid: Grid) -> list[Problem]:
     if grid.problems:
-        return [Problem.load(p) for p in grid.problems]
+        problems = []
+        for i, path in enumerate(grid.problems):
+            try:
+                problems.append(Problem.load(path))
+            except InputError as exc:
+                raise InputError(f"{grid.source}: problems.{i}: {exc}") from None
+        return problems
     p = grid.profile.num_stages or (grid.axes.stages or [None])[0]
     if p is None:
-        raise InputError("axes.stages: required with an inline profile of scalars")
+        raise InputError(f"{grid.source}: axes.stages: required with an inline profile of scalars")
     if not grid.axes.microbatches:
-        raise InputError("axes.microbatches: required with an inline profile")
+        raise InputError(f"{grid.source}: axes.microbatches: required with an inline profile")
     return [Problem(name=grid.name, num_devices=p, num_microbatches=grid.axes.microbatches[0], profile=grid.profile)]
 
 
 def expand(grid: Grid) -> list[Job]:
-    """The grid's job list: problems x every axis."""
+    """The grid's job list: problems x every axis, each checked before any job runs; an ``InputError`` names
+    the grid file, the problem and the axis values at fault."""
     problems, a = _problems(grid), grid.axes
     jobs = []
     for prob in problems:
         limits = ([("mem_factor", x) for x in a.mem_factor] if a.mem_factor else
                   [("mem_limit", x) for x in a.mem_limit] if a.mem_limit else
                   [("mem_factor", prob.mem_factor)] if prob.mem_factor else [("mem_limit", prob.mem_limit)])
-        for p, m, (kind, limit), placement, solver, t, seed in itertools.product(
-                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], limits,
-                a.placement, a.solver, a.time_limit, a.seed):
-            jobs.append(Job(problem=prob.name, profile=prob.profile, num_devices=p, num_microbatches=m,
-                            placement=placement, solver=solver, time_limit=t, seed=seed, **{kind: limit}))
+        for p, m, (kind, limit), placement in itertools.product(
+                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], limits, a.placement):
+            where = (f"{grid.source}: problem {prob.name} with stages = {p}, microbatches = {m}, "
+                     f"placement = {placement}" + ("" if limit is None else f", {kind} = {limit}"))
+            try:
+                make_spec(prob.profile, limit if kind == "mem_limit" else None, num_microbatches=m, num_devices=p,
+                          placement=placement)
+                jobs += [Job(problem=prob.name, profile=prob.profile, num_devices=p, num_microbatches=m,
+                             placement=placement, solver=solver, time_limit=t, seed=seed, **{kind: limit})
+                         for solver, t, seed in itertools.product(a.solver, a.time_limit, a.seed)]
+            except InputError as exc:
+                raise InputError(f"{where}: {exc}") from None
+            except ValidationError as exc:
+                raise InputError(pydantic_message(f"{where}: job", exc)) from None
     return jobs

@@ -10,6 +10,8 @@ through saved-tensor hooks; the first step is a warm-up and is not timed when th
 from __future__ import annotations
 
 import functools
+import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -70,8 +72,8 @@ class RunOptions:
             raise InputError(f"steps = {self.steps} must be >= 1")
         if self.device not in DEVICES:
             raise InputError(f"device = {self.device!r} is unknown; choose one of {', '.join(DEVICES)}")
-        if not self.timeout_s > 0:
-            raise InputError(f"timeout = {self.timeout_s} must be > 0 seconds")
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise InputError(f"timeout = {self.timeout_s} must be > 0 seconds and finite")
 
 
 @dataclass(frozen=True)
@@ -296,9 +298,22 @@ def _with_predictions(schedule: Schedule, rows: list[dict]) -> list[dict]:
     return out
 
 
+def oversubscription(num_ranks: int, device: str) -> str | None:
+    """A one-line warning when ``num_ranks`` CPU ranks on this machine (torchrun's local ranks when under
+    torchrun) outnumber its cores: ranks then wait for a core, and the measured figures are not comparable with
+    the simulator's. None when they fit."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", num_ranks))
+    cores = os.cpu_count() or 1
+    if device != "cpu" or local <= cores:
+        return None
+    return (f"{local} ranks on {cores} CPU cores: ranks wait for a core, so the measured times and bubbles are not "
+            "comparable with the simulator's")
+
+
 def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list[dict]:
     """Run ``schedule`` on one process per device (the built-in launcher, or the current torchrun job) and return
-    one report row per rank, each with the simulator's prediction beside the measurement."""
+    one report row per rank, each with the simulator's prediction beside the measurement, this machine's CPU cores
+    and whether the ranks outnumber them (``oversubscription``)."""
     timeline = simulate(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
     csv_text = torch_csv(schedule)
@@ -321,7 +336,9 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
         rows = _rank_main(place.rank, place.world_size, "env://", job)["rows"]
     else:
         rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
-    return _with_predictions(schedule, rows)
+    crowded = oversubscription(p, options.device) is not None
+    return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded}
+            for row in _with_predictions(schedule, rows)]
 
 
 REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "sim bubble", "sim bubble (measured t)",

@@ -28,7 +28,8 @@ from torch import nn
 
 from zbsolve import torch_compat
 from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.profile import STAGE_FIELDS, Profile, make_profile
+from zbsolve.files import write_atomic
+from zbsolve.profile import STAGE_FIELDS, Profile
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, StagedModel
 
@@ -79,7 +80,7 @@ class Measurement:
         med["mem_w"] = [-(f + b) for f, b in zip(med["mem_f"], med["mem_b"])]
         t_comm = round(statistics.median(self.latency), 3) if self.latency else 0.0
         fields = {name: [round(x, 3) if name.startswith("t_") else x for x in med[name]] for name in STAGE_FIELDS}
-        return make_profile(**fields, t_comm=t_comm)
+        return Profile(**fields, t_comm=t_comm)
 
     def noise(self) -> dict[str, list[float]]:
         """Interquartile range over |median| per field and stage (0 for a single sample or a zero median);
@@ -286,8 +287,9 @@ def profile_header(spec: ModelSpec, num_stages: int, options: ProfileOptions) ->
 
 
 def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:
-    """Write the measured Profile to ``path``: YAML with the Profile's fields at the top level (loadable by
-    Profile.load, pastable under a problem's ``profile:``) and the noise in comments; JSON without them."""
+    """Write the measured Profile to ``path``, whole or not at all: YAML with the Profile's fields at the top level
+    (loadable by Profile.load, pastable under a problem's ``profile:``) and the noise in comments; JSON without
+    them."""
     profile = measurement.profile
     if path.suffix not in (".yaml", ".yml"):
         profile.save(path)
@@ -295,7 +297,7 @@ def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:
     lines = [f"# {header}", "# times in microseconds, memory in bytes",
              "# noise (interquartile range / median) per stage:"]
     lines += [f"#   {name}: " + " ".join(f"{v:.3f}" for v in values) for name, values in measurement.noise().items()]
-    path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(profile.model_dump(), sort_keys=False))
+    write_atomic(path, "\n".join(lines) + "\n" + yaml.safe_dump(profile.model_dump(), sort_keys=False))
     return profile
 
 

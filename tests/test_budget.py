@@ -1,0 +1,157 @@
+"""Time limits that hold and interrupts that keep results.
+
+The one wall-clock assertion is the contract itself: a solve returns within its time limit plus
+max(2 s, 5%), on problems big enough that their warm starts and bounds alone overran it before every phase
+drew on one deadline. The interrupt tests run ``zbsolve`` as a user does, in a subprocess; a small wrapper
+prints a line when a phase begins (and changes nothing else), and the signal is sent just after it, so each
+test knows which phase it interrupted and asserts it from the solver log.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, check_result
+
+from zbsolve import UNIT, solve
+from zbsolve.limits import reference_peak
+
+SLACK = 2.0, 0.05
+"""The contract: a solve returns within time_limit + max(2 s, 5% of it)."""
+WRAPPER = textwrap.dedent('''
+    """zbsolve's command line, printing "phase NAME" on stderr when the heuristic, the backend or a frontier
+    solve's completion begins."""
+    import importlib
+    import sys
+
+    from zbsolve.cli import app
+
+    solve_module, frontier_module = (importlib.import_module(f"zbsolve.{name}") for name in ("solve", "frontier"))
+
+
+    def announce(name, fn):
+        def wrapped(*args, **kwargs):
+            print(f"phase {name}", file=sys.stderr, flush=True)
+            return fn(*args, **kwargs)
+        return wrapped
+
+
+    def counted(*args, progress, frontier=frontier_module.frontier, **kwargs):
+        return frontier(*args, progress=lambda done, total: announce(f"{done} solved", progress)(done, total), **kwargs)
+
+
+    if __name__ == "__main__":  # the frontier's workers import this file again
+        solve_module.heuristic = announce("warm start", solve_module.heuristic)
+        solve_module._run_backend = announce("search", solve_module._run_backend)
+        frontier_module.frontier = counted
+        app(sys.argv[1:], prog_name="zbsolve")
+''')
+
+
+def within_budget(seconds: float, time_limit: float) -> bool:
+    """Whether ``seconds`` keeps the contract of ``time_limit``."""
+    return seconds <= time_limit + max(SLACK[0], SLACK[1] * time_limit)
+
+
+@pytest.mark.parametrize("placement, p, m, factor", [("sequential", 64, 512, 1.0), ("vshape", 32, 256, 0.5)])
+def test_solve_returns_within_its_time_limit(placement, p, m, factor):
+    """Big enough that the warm starts and the bounds alone took 7 to 9 s before every phase drew on the deadline."""
+    limit = factor * reference_peak(UNIT, p, m)
+    began = time.monotonic()
+    result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=3, workers=1)
+    wall = time.monotonic() - began
+    assert within_budget(wall, 3) and within_budget(result.solve_time, 3), result.solver_log
+    check_result(result, limit)
+    assert not result.interrupted
+
+
+def test_repr_is_one_line_and_summary_has_the_figures():
+    result = solve(UNIT, 4, num_microbatches=8, num_devices=4, solver="heuristic")
+    assert repr(result) == (f"SolveResult(status='optimal', objective={result.objective:.6g}, gap=0, "
+                            "solver='heuristic', interrupted=False)")
+    assert {"paper_bubble", "peak_memory", "lower_bound", "interrupted"} <= set(result.summary())
+    assert result.to_json()["solver"]["interrupted"] is False
+
+
+def zbsolve(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``zbsolve ARGS`` to its end (at most ``timeout`` seconds)."""
+    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def interrupt_at(tmp_path: Path, phase: str, sig: int, *args: object) -> tuple[int, str]:
+    """Run ``zbsolve ARGS`` through the wrapper, send ``sig`` just after ``phase`` begins; (exit code, stderr)."""
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(WRAPPER)
+    process = subprocess.Popen([sys.executable, str(wrapper), *map(str, args)], cwd=ROOT, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.strip() == f"phase {phase}":
+            time.sleep(0.1)
+            process.send_signal(sig)
+            break
+    out, rest = process.communicate(timeout=120)
+    return process.returncode, "".join(seen) + rest
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("phase, problem, args", [
+    ("warm start", "unit-p64-m512", ("--mem-factor", 1)),
+    ("search", "problems/iclr/1.5b-p8-m32.yaml", ("--mem-factor", 2, "--chart", "out.svg")),
+])
+def test_interrupted_solve_writes_the_best_schedule_and_says_so(tmp_path, sig, phase, problem, args):
+    """The heuristic of 98,304 passes takes seconds, the search of 1.5b-p8-m32 at twice 1F1B's memory minutes."""
+    if problem.startswith("unit"):
+        problem = tmp_path / "unit.yaml"
+        problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
+    out = tmp_path / "out.json"
+    args = tuple(tmp_path / arg if str(arg).endswith(".svg") else arg for arg in args)
+    code, stderr = interrupt_at(tmp_path, phase, sig, "solve", problem, *args, "--time-limit", 300, "--workers", 1,
+                                "-o", out)
+    assert code == 128 + sig, stderr
+    assert "interrupted: the best schedule found so far is in" in stderr
+    solver = json.loads(out.read_text())["solver"]
+    assert solver["interrupted"] is True and solver["status"] in ("heuristic", "feasible")
+    searched = any(line in solver["log"] for line in ("warm start objective", "interrupted before the solver returned"))
+    assert searched == (phase == "search"), solver["log"]
+    if "--chart" in args:
+        assert (tmp_path / "out.svg").read_text().startswith("<?xml")
+    check = zbsolve("check", out, "-q")
+    assert check.returncode == 0, check.stderr
+
+
+def test_interrupted_frontier_keeps_the_finished_solves(tmp_path):
+    """Two solves in one process: the first proves optimality at once, the second searches until the signal."""
+    out, chart = tmp_path / "f.json", tmp_path / "f.png"
+    code, stderr = interrupt_at(tmp_path, "1 solved", signal.SIGTERM, "frontier", "problems/iclr/1.5b-p8-m32.yaml",
+                                "--factors", "1,2", "--placements", "sequential", "--time-limit", 300, "--jobs", 1,
+                                "-o", out, "--chart", chart)
+    assert code == 143, stderr
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True
+    assert [r["status"] for r in doc["rows"]] == ["optimal", "carried"]
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("command", ["solve", "frontier"])
+@pytest.mark.parametrize("flag, make, needle", [
+    ("-o", lambda tmp: tmp, "is a directory"),
+    ("-o", lambda tmp: tmp / "missing" / "out.json", "does not exist"),
+    ("--chart", lambda tmp: tmp / "missing" / "out.png", "does not exist"),
+    ("--chart", lambda tmp: tmp / "out.txt", "is not one of"),
+])
+def test_unwritable_outputs_fail_before_any_work(tmp_path, command, flag, make, needle):
+    """With a time limit of ten minutes, only a check before the work returns within the subprocess timeout."""
+    problem = tmp_path / "unit.yaml"
+    problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
+    run = zbsolve(command, problem, "--time-limit", 600, flag, make(tmp_path), timeout=60)
+    assert run.returncode == 2 and needle in run.stderr, run.stderr

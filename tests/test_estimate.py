@@ -1,0 +1,249 @@
+"""The cost model of docs/cost-model.md against figures written out by hand for a tiny config, against torch's
+FLOP counter on the same layers built in plain torch, and through ``zbsolve estimate``; the model files under
+problems/models/ are what their recorded command writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from zbsolve.cli import app
+from zbsolve.errors import InputError
+from zbsolve.estimate import count_parameters, estimate, reference_flops_per_token
+from zbsolve.gpus import GPUS, P2P_LATENCY
+from zbsolve.model import Model, partition, stage_profile
+
+TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": False}
+"""A Llama-shaped config: h = 64, L = 2, a = 4, k = 2 (d = 16), f = 128, V = 100."""
+S, B = 16, 2
+N = S * B
+"""Sequence length, microbatch size and tokens of a microbatch (32)."""
+H100 = GPUS["h100"]
+PEAK = H100.flops * 0.4
+HBM = H100.hbm_bytes_per_s * 0.4
+"""The H100 preset's FLOP/s and HBM bytes/s at the default efficiency."""
+MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
+RUNNER = CliRunner()
+
+
+def tiny(**options) -> Model:
+    return estimate(TINY, seq_len=S, microbatch_size=B, **options)
+
+
+def zbsolve(*args: object):
+    return RUNNER.invoke(app, [str(a) for a in args], env={"COLUMNS": "100000"})
+
+
+# -- the cost model, by hand ---------------------------------------------------------------------------------
+# Block matmul weights: q 64*64 = 4096, k and v 64*32 = 2048 each, o 4096, MLP 3*64*128 = 24576; 36864 in all.
+# F = B = W = 2 * 32 * 36864 = 2359296 for the matmuls; attention core F = 4 * N * s * a * d = 4*32*16*64 = 131072,
+# its backward twice that, all in B.
+BLOCK_FLOPS = (2359296 + 131072, 2359296 + 262144, 2359296)
+HEAD_FLOPS = 2 * 32 * 64 * 100  # 409600 in each of F, B and W
+
+
+def test_flops_by_hand():
+    model = tiny()
+    assert [layer.name for layer in model.layers] == ["tok_embeddings", "layers.0", "layers.1", "norm", "output"]
+    for layer in model.layers[1:3]:
+        assert (layer.flops_f, layer.flops_b, layer.flops_w) == BLOCK_FLOPS
+    assert (model.layers[-1].flops_f, model.layers[-1].flops_b, model.layers[-1].flops_w) == (HEAD_FLOPS,) * 3
+    for layer in (model.layers[0], model.layers[3]):
+        assert (layer.flops_f, layer.flops_b, layer.flops_w) == (0, 0, 0)
+
+
+def test_activation_bytes_by_hand():
+    model = tiny()
+    emb, block, norm, head = model.layers[0], model.layers[1], model.layers[3], model.layers[4]
+    # Saved by F, per token (elements): norm inputs 2*64, q/k/v input 64, Q 64, K 32, V 32, o input 64, MLP input
+    # 64, gate, up and down input 3*128: 832 elements, 2 bytes each, 32 tokens.
+    assert block.mem_f == 832 * 2 * 32 == 53248
+    # Kept for W (matmul inputs and output gradients): q/k/v 64 + 128, o 64 + 64, gate/up 64 + 256, down 128 + 64.
+    assert (block.mem_b, block.mem_w) == (53248 - 53248, -53248)
+    # Embedding: F keeps the int64 token ids (256) and reserves its output gradient (32*64*2 bytes), which arrives
+    # at B and waits for W: F allocates, B and W only free.
+    assert (emb.mem_f, emb.mem_b, emb.mem_w) == (256 + 4096, 0, -4352)
+    assert (norm.mem_f, norm.mem_b, norm.mem_w) == (4096, -4096, 0)
+    # Head: F keeps its input (4096) and fp32 log-probabilities (32*100*4); W keeps the input and the logits'
+    # gradient (32*100*2).
+    assert (head.mem_f, head.mem_b, head.mem_w) == (4096 + 12800, 6400 - 12800, -(4096 + 6400))
+    assert [layer.out_bytes for layer in model.layers] == [4096, 4096, 4096, 4096, 4]
+    # Without flash attention the probabilities stay: a * s elements a token, 2 bytes, 32 tokens.
+    assert tiny(flash_attention=False).layers[1].mem_f == 53248 + 4 * 16 * 2 * 32
+
+
+def test_korthikanti_and_zero_bubble_memory():
+    """GPT-2 style (dropout, no flash attention): F keeps 34·s·b·h + 5·a·s²·b bytes (Korthikanti et al. 2022,
+    Table 2), W needs 32·s·b·h (the Zero Bubble paper, Table 1)."""
+    gpt = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 16}
+    block = estimate(gpt, seq_len=S, microbatch_size=B, flash_attention=False).layers[1]
+    assert block.mem_f == 34 * S * B * 64 + 5 * 4 * S * S * B
+    assert block.mem_w == -32 * S * B * 64
+    assert estimate(gpt, seq_len=S, microbatch_size=B).layers[1].mem_f == 34 * S * B * 64
+
+
+def test_times_static_and_comm_by_hand():
+    model = tiny()
+    emb, block, norm, head = model.layers[0], model.layers[1], model.layers[3], model.layers[4]
+    assert (block.t_f, block.t_b, block.t_w) == pytest.approx([f / PEAK for f in BLOCK_FLOPS], rel=1e-12)
+    # Memory-bound: the embedding moves 2*32*64*2 bytes in F and 32*64*(2 + 8) in W; the norm 2 and 3 times its
+    # 4096-byte activation in F and B; the loss 32*100*(2 + 4) bytes in F and in B.
+    assert (emb.t_f, emb.t_b, emb.t_w) == pytest.approx((8192 / HBM, 0, 20480 / HBM), rel=1e-12)
+    assert (norm.t_f, norm.t_b, norm.t_w) == pytest.approx((8192 / HBM, 12288 / HBM, 0), rel=1e-12)
+    assert (head.t_f, head.t_b, head.t_w) == pytest.approx(
+        (HEAD_FLOPS / PEAK + 19200 / HBM, HEAD_FLOPS / PEAK + 19200 / HBM, HEAD_FLOPS / PEAK), rel=1e-12)
+    # 16 bytes a parameter: embedding and head 100*64, a block 36864 + two norms of 64, the final norm 64.
+    assert [layer.static_bytes for layer in model.layers] == [102400, 591872, 591872, 1024, 102400]
+    # ZeRO-1 over 4 replicas: 2 + 2 + 12/4 = 7 bytes a parameter.
+    assert tiny(zero=1, dp=4).layers[1].static_bytes == 36992 * 7
+    # Between stages: 4096 bytes over NVLink (450 GB/s a direction) plus the latency.
+    assert stage_profile(model, partition(model, 2)).t_comm == pytest.approx(4096 / 450e9 + P2P_LATENCY)
+
+
+def test_tensor_parallel_by_hand():
+    model = tiny(tp=2)
+    block, head = model.layers[1], model.layers[4]
+    assert (block.flops_f, block.flops_b, block.flops_w) == tuple(f // 2 for f in BLOCK_FLOPS)
+    assert (block.mem_f, block.out_bytes) == (53248 // 2, 4096 // 2)
+    # Matmul weights and biases split, the two norms replicated: 36864 / 2 + 128 parameters.
+    assert block.static_bytes == (36864 // 2 + 128) * 16
+    # Each collective moves (t - 1) / t of the 4096-byte activation over NVLink: four in F and B, two in W.
+    collective = 4096 / 2 / 450e9 + P2P_LATENCY
+    assert (block.t_f, block.t_b, block.t_w) == pytest.approx(
+        (BLOCK_FLOPS[0] / 2 / PEAK + 4 * collective, BLOCK_FLOPS[1] / 2 / PEAK + 4 * collective,
+         BLOCK_FLOPS[2] / 2 / PEAK + 2 * collective), rel=1e-12)
+    assert head.flops_f == 2 * 32 * 64 * 50
+    assert model.flops_per_token() == tiny().flops_per_token()
+
+
+def test_parameters_and_flops_per_token():
+    # 100*64 embedding + 2 blocks of 36864 + 128 + final norm 64 + head 100*64.
+    assert count_parameters(TINY) == 6400 + 2 * 36992 + 64 + 6400
+    tied = {**TINY, "tie_word_embeddings": True}
+    assert count_parameters(tied) == 6400 + 2 * 36992 + 64
+    assert estimate(tied, seq_len=S, microbatch_size=B).layers[-1].shares == "tok_embeddings"
+    # 6·N + 12·L·a·d·s against F + B + W over the layers: they differ by 6 x the weights used in no matmul (the
+    # embedding, 6400, and the norms, 5 x 64).
+    reference = reference_flops_per_token(TINY, S)
+    assert reference == 6 * 86848 + 12 * 2 * 64 * 16
+    assert tiny().flops_per_token() == (2 * sum(BLOCK_FLOPS) + 3 * HEAD_FLOPS) / N == reference - 6 * (6400 + 320)
+
+
+# -- FLOPs counted by torch on the same layers --------------------------------------------------------------
+def test_flop_counter_agrees():
+    """A Llama block and head built in plain torch (attention as matmuls: CPU's fused attention has no FLOP
+    formula), counted by FlopCounterMode: the forward is F, the backward B + W."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.nn import functional
+    from torch.utils.flop_counter import FlopCounterMode
+
+    h, a, k, d, f, vocab = 64, 4, 2, 16, 128, 100
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_norm, self.ffn_norm = nn.RMSNorm(h), nn.RMSNorm(h)
+            self.wq, self.wk, self.wv = (nn.Linear(h, n * d, bias=False) for n in (a, k, k))
+            self.wo = nn.Linear(a * d, h, bias=False)
+            self.w1, self.w3 = nn.Linear(h, f, bias=False), nn.Linear(h, f, bias=False)
+            self.w2 = nn.Linear(f, h, bias=False)
+
+        def forward(self, x):
+            y = self.attention_norm(x)
+            q = self.wq(y).view(B, S, a, d).transpose(1, 2)
+            keys, values = (w(y).view(B, S, k, d).transpose(1, 2).repeat_interleave(a // k, dim=1)
+                            for w in (self.wk, self.wv))
+            mask = torch.full((S, S), -math.inf).triu(1)
+            probs = (q @ keys.transpose(-2, -1) / math.sqrt(d) + mask).softmax(-1)
+            x = x + self.wo((probs @ values).transpose(1, 2).reshape(B, S, a * d))
+            y = self.ffn_norm(x)
+            return x + self.w2(functional.silu(self.w1(y)) * self.w3(y))
+
+    def counted(module, x):
+        with FlopCounterMode(display=False) as forward:
+            out = module(x)
+        with FlopCounterMode(display=False) as backward:
+            out.float().pow(2).mean().backward()
+        return forward.get_total_flops(), backward.get_total_flops()
+
+    block_f, block_bw = counted(Block(), torch.randn(B, S, h, requires_grad=True))
+    assert (block_f, block_bw) == (BLOCK_FLOPS[0], BLOCK_FLOPS[1] + BLOCK_FLOPS[2])
+    head_f, head_bw = counted(nn.Linear(h, vocab, bias=False), torch.randn(B, S, h, requires_grad=True))
+    assert (head_f, head_bw) == (HEAD_FLOPS, 2 * HEAD_FLOPS)
+    model = tiny()
+    assert (model.layers[1].flops_f, model.layers[1].flops_b + model.layers[1].flops_w) == (block_f, block_bw)
+
+
+# -- bad input -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config, options, message", [
+    ({**TINY, "model_type": "mixtral"}, {}, "config: model_type = 'mixtral': should be one of llama"),
+    ({k: v for k, v in TINY.items() if k != "hidden_size"}, {}, "config: hidden_size is missing"),
+    ({**TINY, "num_attention_heads": "4"}, {}, "config: num_attention_heads = '4': should be an integer >= 1"),
+    ({**TINY, "num_key_value_heads": 3}, {}, "num_key_value_heads = 3 must divide the 4 attention heads"),
+    ({**TINY, "tie_word_embeddings": "no"}, {}, "tie_word_embeddings = 'no': should be true or false"),
+    (TINY, {"tp": 4}, "tp = 4: num_key_value_heads = 2 is not a multiple of it"),
+    (TINY, {"gpu": "tpu"}, "gpu = 'tpu': should be one of h100, h200, a100, b200"),
+    (TINY, {"dtype": "fp8"}, "dtype = 'fp8': should be one of bf16, fp16"),
+    (TINY, {"zero": 2}, "zero = 2: should be 0 or 1"),
+    (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1]"),
+    (TINY, {"link": "pcie"}, "link = 'pcie': should be one of nvlink, network"),
+    (TINY, {"seq_len": 0}, "seq_len = 0 must be an integer >= 1"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 8}, {},
+     "seq_len = 16: the config has 8 learned positions"),
+])
+def test_bad_config(config, options, message):
+    with pytest.raises(InputError, match=re.escape(message)) as exc:
+        estimate(config, **{"seq_len": S, "microbatch_size": B, **options})
+    assert "\n" not in str(exc.value)
+
+
+def test_bad_config_file_is_named(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, "vocab_size": -1}))
+    with pytest.raises(InputError, match=f"^{re.escape(str(path))}: vocab_size = -1: should be an integer >= 1$"):
+        estimate(path, seq_len=S, microbatch_size=B)
+
+
+# -- the command line and the model files --------------------------------------------------------------------
+def test_cli_writes_a_loadable_model(tmp_path):
+    config, output = tmp_path / "tiny.json", tmp_path / "tiny.yaml"
+    config.write_text(json.dumps(TINY))
+    result = zbsolve("estimate", config, "--seq-len", S, "--microbatch-size", B, "-o", output)
+    assert result.exit_code == 0, result.output
+    assert "layers.0..1 (x2)" in result.stdout and "FLOPs per token" in result.stdout
+    model = Model.load(output)
+    assert model.source == (f"zbsolve estimate {config} --gpu h100 --seq-len 16 --microbatch-size 2 --tp 1 --dp 1 "
+                            f"--zero 0 --dtype bf16 --efficiency 0.4 --flash-attention --link nvlink -o {output}")
+    assert model == estimate(config, seq_len=S, microbatch_size=B, source=model.source)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", "tpu"], "error: gpu = 'tpu': should be one of h100, h200, a100, b200"),
+    (["--tp", "3"], "error: tp = 3: num_attention_heads = 4 is not a multiple of it"),
+])
+def test_cli_bad_input(tmp_path, args, message):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "-o", tmp_path / "m.yaml", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == message
+    assert not (tmp_path / "m.yaml").exists()
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
+def test_model_files_are_what_their_command_writes(path, tmp_path, monkeypatch):
+    model = Model.load(path)
+    args = shlex.split(model.source)
+    assert args[:2] == ["zbsolve", "estimate"] and args[-2:] == ["-o", f"problems/models/{path.name}"]
+    monkeypatch.chdir(ROOT)
+    result = zbsolve(*args[1:-1], tmp_path / path.name)
+    assert result.exit_code == 0, result.output
+    assert Model.load(tmp_path / path.name).model_copy(update={"source": model.source}) == model

@@ -1,0 +1,58 @@
+"""Step time: what one training step costs, with and without an optimizer barrier.
+
+With a barrier (global gradient-norm clipping all-reduces across the pipeline before any stage
+steps) a step is the makespan of one iteration. Without one (the post-validated optimizer step) a
+device starts the next step's passes once it is done with its own, so steps overlap and a step
+costs the steady-state period: the growth of the makespan per iteration of back-to-back steps,
+simulated until it settles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zbsolve.checks import TOLERANCE
+from zbsolve.simulator import Timeline, simulate
+from zbsolve.transforms import repeat
+
+MAX_ITERATIONS = 16
+"""Back-to-back steps simulated at most while looking for the steady-state period."""
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """A schedule's step time with and without an optimizer barrier, and the bubbles they leave."""
+
+    step_time: float
+    """One step with the barrier: the makespan."""
+    step_time_no_barrier: float
+    """One step when steps overlap: the steady-state period of back-to-back steps."""
+    bubble: float
+    """1 - work / (devices x step_time)."""
+    bubble_no_barrier: float
+    """1 - work / (devices x step_time_no_barrier)."""
+
+    def figures(self) -> dict[str, float]:
+        """The four figures as plain values."""
+        return {"step_time": self.step_time, "step_time_no_barrier": self.step_time_no_barrier,
+                "step_bubble": self.bubble, "step_bubble_no_barrier": self.bubble_no_barrier}
+
+
+def steady_period(timeline: Timeline) -> float:
+    """The makespan's growth per step once back-to-back steps (no barrier) settle: simulated for 2, 3, ...
+    steps until two successive growths agree, or ``MAX_ITERATIONS`` steps (then the last growth)."""
+    schedule = timeline.schedule
+    spans = [timeline.makespan]
+    for k in range(2, MAX_ITERATIONS + 1):
+        spans.append(simulate(repeat(schedule, k)).makespan)
+        growth = [b - a for a, b in zip(spans, spans[1:])]
+        if len(growth) >= 2 and abs(growth[-1] - growth[-2]) <= TOLERANCE * max(1.0, spans[-1]):
+            break
+    return spans[-1] - spans[-2]
+
+
+def step_times(timeline: Timeline) -> StepTimes:
+    """The step times of a simulated schedule."""
+    work = sum(timeline.work) / len(timeline.work)
+    period = steady_period(timeline)
+    return StepTimes(timeline.makespan, period, max(0.0, 1 - work / timeline.makespan), max(0.0, 1 - work / period))
