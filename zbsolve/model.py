@@ -18,7 +18,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, PositiveInt, model_vali
 from zbsolve.checks import check_count
 from zbsolve.errors import InputError
 from zbsolve.files import write_atomic
-from zbsolve.profile import InputModel, Profile, load_mapping
+from zbsolve.profile import InputModel, Profile
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite duration in seconds."""
@@ -164,9 +164,7 @@ class Model(InputModel):
     @classmethod
     def load(cls, path: str | Path) -> "Model":
         """Read a model from YAML or JSON; errors name the file, the field and the value."""
-        data = load_mapping(path)
-        data.setdefault("name", Path(path).stem)
-        return cls.parse(data, str(path))
+        return cls.load_named(path)
 
     def save(self, path: str | Path) -> None:
         """Write the model as YAML (``.yaml``/``.yml``, one line per layer) or JSON, whole or not at all."""

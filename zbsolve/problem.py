@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
-from zbsolve.profile import InputModel, Profile, load_mapping
+from zbsolve.profile import InputModel, Profile
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A positive finite number."""
@@ -48,6 +48,4 @@ class Problem(InputModel):
     @classmethod
     def load(cls, path: str | Path) -> "Problem":
         """Read a problem from YAML or JSON; errors name the file, the field and the value."""
-        data = load_mapping(path)
-        data.setdefault("name", Path(path).stem)
-        return cls.parse(data, str(path))
+        return cls.load_named(path)

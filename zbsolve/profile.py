@@ -74,6 +74,14 @@ class InputModel(BaseModel):
         except ValidationError as exc:
             raise InputError(pydantic_message(where, exc, data)) from None
 
+    @classmethod
+    def load_named(cls, path: str | Path) -> Self:
+        """Read from YAML or JSON, named after the file unless it says its name; errors name the file, the
+        field and the value."""
+        data = load_mapping(path)
+        data.setdefault("name", Path(path).stem)
+        return cls.parse(data, str(path))
+
 
 def pydantic_message(where: str, exc: ValidationError, data: object = None) -> str:
     """One line for pydantic's errors: ``where: field = value: what is wrong``, for the first field at fault (its
