@@ -161,11 +161,6 @@ class Model(InputModel):
             raise ValueError("give t_comm or link, not both")
         return self
 
-    @classmethod
-    def load(cls, path: str | Path) -> "Model":
-        """Read a model from YAML or JSON; errors name the file, the field and the value."""
-        return cls.load_named(path)
-
     def save(self, path: str | Path) -> None:
         """Write the model as YAML (``.yaml``/``.yml``, one line per layer) or JSON, whole or not at all."""
         path = Path(path)

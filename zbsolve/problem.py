@@ -3,7 +3,6 @@ as stored in the YAML files under problems/."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
@@ -44,8 +43,3 @@ class Problem(InputModel):
         if self.mem_limit is not None and self.mem_factor is not None:
             raise ValueError("give mem_limit or mem_factor, not both")
         return self
-
-    @classmethod
-    def load(cls, path: str | Path) -> "Problem":
-        """Read a problem from YAML or JSON; errors name the file, the field and the value."""
-        return cls.load_named(path)

@@ -75,7 +75,7 @@ class InputModel(BaseModel):
             raise InputError(pydantic_message(where, exc, data)) from None
 
     @classmethod
-    def load_named(cls, path: str | Path) -> Self:
+    def load(cls, path: str | Path) -> Self:
         """Read from YAML or JSON, named after the file unless it says its name; errors name the file, the
         field and the value."""
         data = load_mapping(path)
