@@ -356,13 +356,15 @@ def _same_run(ran: Variant, mattered: set[str], variant: Variant) -> bool:
                for flag in ("prioritize_b", "greedy_fill"))
 
 
-def _serial(prob: _Problem) -> list[list[Pass]]:
-    """One microbatch at a time on every device, each W right after its B."""
-    devices: list[list[Pass]] = [[] for _ in range(prob.p)]
-    for mb in range(prob.m):
-        for d, st in enumerate(prob.stages):
-            devices[d] += [Pass(F, mb, s) for s in st]
-            for s in reversed(st):
+def one_at_a_time(placement: Placement, num_microbatches: int) -> list[list[Pass]]:
+    """Per device, one microbatch at a time: the F of its stages, then their B and W in reverse, each W right
+    after its B (the least memory: valid whenever any schedule is)."""
+    devices: list[list[Pass]] = [[] for _ in range(placement.num_devices)]
+    for mb in range(num_microbatches):
+        for d in range(placement.num_devices):
+            stages = [s for _, s in placement.stages_of(d)]
+            devices[d] += [Pass(F, mb, s) for s in stages]
+            for s in reversed(stages):
                 devices[d] += [Pass(B, mb, s), Pass(W, mb, s)]
     return devices
 
@@ -413,7 +415,7 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
         if finished and (best is None or run.objective() < best.objective()):
             best = run
         done.append((caps, variant, run.mattered))
-    devices = best.ops if best is not None else _serial(prob)
+    devices = best.ops if best is not None else one_at_a_time(placement, m)
     schedule = build("heuristic", placement, m, profile, devices, check_limit(mem_limit))
     simulate(schedule)
     return schedule

@@ -32,11 +32,11 @@ from zbsolve.errors import BudgetError, InfeasibleError, InputError, ZbsolveErro
 from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.files import write_atomic
 from zbsolve.formulation import Formulation, formulate
-from zbsolve.heuristic import heuristic, min_feasible_limits
+from zbsolve.heuristic import heuristic, min_feasible_limits, one_at_a_time
 from zbsolve.placement import CHUNKS, vshape
 from zbsolve.profile import Profile
 from zbsolve.render import figures_html, figures_table
-from zbsolve.schedule import B, F, Pass, Schedule, W, build, passes_of
+from zbsolve.schedule import Schedule, build, passes_of
 from zbsolve.simulator import Timeline, simulate
 from zbsolve.spec import PlacementName, Spec, make_spec
 from zbsolve.timing import OBJECTIVES, Objective
@@ -257,11 +257,8 @@ def _fits(schedule: Schedule, spec: Spec) -> bool:
 
 
 def _one_at_a_time(spec: Spec) -> Schedule:
-    """Each device runs one microbatch at a time: its stages' F, then their B and W in reverse (the least memory)."""
-    stages = [[s for s, d in enumerate(spec.placement.routes[0]) if d == e] for e in range(spec.num_devices)]
-    devices = [[q for mb in range(spec.num_microbatches)
-                for q in [Pass(F, mb, s) for s in mine] + [Pass(k, mb, s) for s in reversed(mine) for k in (B, W)]]
-               for mine in stages]
+    """The heuristic's fallback order as a schedule of its own."""
+    devices = one_at_a_time(spec.placement, spec.num_microbatches)
     return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
 
 
