@@ -30,7 +30,7 @@ def run_row(problem: Problem, name: str, time_limit: float, workers: int | None)
     """zbsolve's V-shape schedule of one setting under the peak memory of family ``name``."""
     p, m = problem.num_devices, problem.num_microbatches
     limit = simulate(make_schedule(name, problem.profile, p, m)).peak
-    share = limit / reference_peak(problem.profile.merge_chunks(p, 2), p, m)
+    share = limit / reference_peak(problem.profile, p, m)
     began = time.perf_counter()
     result = solve(problem.profile, limit, num_microbatches=m, num_devices=p, placement="vshape",
                    time_limit=time_limit, workers=workers)

@@ -115,3 +115,8 @@ def test_interrupt_keeps_the_finished_solves():
             assert simulate(r.schedule).peak <= r.mem_limit + 1e-9
         else:
             assert r.status == "interrupted" and r.paper_bubble is None
+
+
+def test_reference_peak_merges_chunk_stages():
+    """A memory factor means the same memory for a profile given per stage or per chunk."""
+    assert reference_peak(SKEWED_3.per_chunk(3, 2), 3, 5) == reference_peak(SKEWED_3, 3, 5)

@@ -177,7 +177,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
             raise InputError(f"{kind} = {x!r} must be a positive number")
     m = num_microbatches
     merged = profile.merge_chunks(p, CHUNKS)
-    peak = reference_peak(merged, p, m)
+    peak = reference_peak(profile, p, m)
     limits = [(x, x / peak) if mem_limits is not None else (x * peak, x) for x in values]
     tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
              for name in placements for x, _ in limits]

@@ -13,7 +13,6 @@ from zbsolve.grid.executors import make_executor
 from zbsolve.grid.results import ResultsFile, skipped
 from zbsolve.grid.spec import Grid, Job, expand
 from zbsolve.limits import resolve_limit
-from zbsolve.placement import CHUNKS
 
 
 def _record(job: Job) -> dict:
@@ -34,8 +33,7 @@ def run_job(job: Job, schedules_dir: str | None = None) -> dict:
 
     began = time.monotonic()
     try:
-        limit = resolve_limit(job.profile.merge_chunks(job.num_devices, CHUNKS), job.num_devices,
-                              job.num_microbatches, job.mem_limit, job.mem_factor)
+        limit = resolve_limit(job.profile, job.num_devices, job.num_microbatches, job.mem_limit, job.mem_factor)
         result = solve(job.profile, limit, num_microbatches=job.num_microbatches, num_devices=job.num_devices,
                        placement=job.placement, solver=job.solver, time_limit=job.time_limit, workers=1,
                        seed=job.seed)
