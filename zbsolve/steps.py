@@ -55,4 +55,4 @@ def step_times(timeline: Timeline) -> StepTimes:
     """The step times of a simulated schedule."""
     work = sum(timeline.work) / len(timeline.work)
     period = steady_period(timeline)
-    return StepTimes(timeline.makespan, period, max(0.0, 1 - work / timeline.makespan), max(0.0, 1 - work / period))
+    return StepTimes(timeline.makespan, period, timeline.bubble_rate, max(0.0, 1 - work / period))
