@@ -49,7 +49,7 @@ def run_row(problem: Problem, factor: int, time_limit: float, workers: int | Non
     began = time.perf_counter()
     warm = simulate(heuristic(profile, sequential(p), m, limit))
     heuristic_time = time.perf_counter() - began
-    result = solve(profile, limit, num_microbatches=m, time_limit=time_limit, workers=workers)
+    result = solve(profile, limit, num_microbatches=m, time_limit=time_limit, workers=workers, objective="span")
     span = result.lower_bound
     row = {"row": problem.name, "limit": f"{factor}p", "1f1b": _family("1f1b", problem, limit),
            "zb-h": _family("zb-h1" if factor == 1 else "zb-h2", problem, limit),
@@ -58,10 +58,12 @@ def run_row(problem: Problem, factor: int, time_limit: float, workers: int | Non
            "lower_bound": (span - max(result.timeline.work)) / span, "gap": result.gap,
            "published": problem.published.get(f"zb-{factor}p")}
     if cbc:
-        other = solve(profile, limit, num_microbatches=m, solver="cbc", time_limit=time_limit, workers=workers)
+        other = solve(profile, limit, num_microbatches=m, solver="cbc", time_limit=time_limit, workers=workers,
+                      objective="span")
         row.update(cbc=other.paper_bubble, cbc_status=other.status, cbc_s=other.solve_time)
     if vshape:
-        v = solve(profile, limit, num_microbatches=m, placement="vshape", time_limit=time_limit, workers=workers)
+        v = solve(profile, limit, num_microbatches=m, placement="vshape", time_limit=time_limit, workers=workers,
+                  objective="span")
         row.update(vshape=v.paper_bubble, v_gap=v.gap, v_s=v.solve_time)
     return row
 

@@ -64,7 +64,8 @@ def child(task: str, placement: str, p: int, m: int, time_limit: float) -> dict:
         else:
             heuristic(UNIT.per_chunk(p, 2), vshape(p), m, limit)
     else:
-        result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit)
+        result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
+                       objective="span")
         out["status"] = result.status
     out["seconds"] = time.perf_counter() - began
     out["rss"] = _rss_bytes()

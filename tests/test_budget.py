@@ -116,7 +116,7 @@ def test_interrupted_solve_writes_the_best_schedule_and_says_so(tmp_path, sig, p
     out = tmp_path / "out.json"
     args = tuple(tmp_path / arg if str(arg).endswith(".svg") else arg for arg in args)
     code, stderr = interrupt_at(tmp_path, phase, sig, "solve", problem, *args, "--time-limit", 300, "--workers", 1,
-                                "-o", out)
+                                "--objective", "span", "-o", out)
     assert code == 128 + sig, stderr
     assert "interrupted: the best schedule found so far is in" in stderr
     solver = json.loads(out.read_text())["solver"]

@@ -6,8 +6,10 @@ directory and gloo picks free ports, so the tests can run in parallel under pyte
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -15,6 +17,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from typer.testing import CliRunner
+
+from zbsolve.cli import app
+from zbsolve.costs import document_costs
+from zbsolve.document import from_document
 from zbsolve.errors import InputError
 from zbsolve.families import make_schedule
 from zbsolve.placement import sequential
@@ -22,7 +29,7 @@ from zbsolve.profile import UNIT, Profile
 from zbsolve.runtime import executor
 from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
 from zbsolve.runtime.launch import LaunchError
-from zbsolve.runtime.model import ModelSpec, build_stages, load_model
+from zbsolve.runtime.model import ModelSpec, build_partitioned, build_stages, load_model
 from zbsolve.schedule import BW, F, Pass, build, passes_of
 from zbsolve.simulator import simulate
 from zbsolve.transforms import torch_actions
@@ -215,3 +222,85 @@ def test_gpt_model_defaults_to_one_block_per_stage() -> None:
     assert x.shape == y.shape == (2, 8) and torch.equal(x[:, 1:], y[:, :-1])
     assert torch.equal(model.make_batch(2, 5)[0], x)
 
+
+
+# -- a schedule document's partition: the GPT cut unevenly as the plan says ---------------------------------------
+GPT_SIZES = ("--hidden", "16", "--seq-len", "8")
+
+
+def _gpt_plan(tmp_path: Path, blocks: int, counts: str, *placement: str) -> Path:
+    """A plan solved from a GPT-shaped model description (the names ``zbsolve profile --per-layer`` gives, made-up
+    costs) with ``--partition counts``; returns the document's path."""
+    names = ["embed", *(f"blocks.{i}" for i in range(blocks)), "norm", "head"]
+    layers = [{"name": name, "block": name.startswith("blocks."), "t_f": 1e-3 * (i + 1), "t_b": 1e-3, "t_w": 5e-4,
+               "mem_f": 1000 + i, "mem_b": 0, "mem_w": -1000 - i, "static_bytes": 4096, "out_bytes": 512}
+              for i, name in enumerate(names)]
+    model, plan = tmp_path / "gpt.json", tmp_path / "plan.json"
+    model.write_text(json.dumps({"name": "gpt", "layers": layers}))
+    result = CliRunner().invoke(app, ["solve", str(model), "-p", "2", "-m", "4", "--partition", counts, *placement,
+                                      "--solver", "heuristic", "-o", str(plan), "-q"])
+    assert result.exit_code == 0, result.output
+    return plan
+
+
+def _run_plan(plan: Path) -> list[dict]:
+    """``zbsolve run plan --check --json`` on the tiny GPT: its report rows."""
+    result = CliRunner().invoke(app, ["run", str(plan), "--model", "gpt", *GPT_SIZES, "--steps", "1", "--check",
+                                      "--timeout", "30", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("blocks,counts,placement,held", [
+    (4, "2,5", (), ["E1", "3NH"]),                                     # sequential: 1 block, then 3 blocks
+    (3, "2,2,1,1", ("--placement", "vshape"), ["E1", "2", "N", "H"]),  # V-shape: a stage of only norm, one of only head
+])
+def test_uneven_partition_runs_with_exact_gradients(tmp_path: Path, blocks: int, counts: str,
+                                                    placement: tuple[str, ...], held: list[str]) -> None:
+    """Each stage holds what the plan's partition names (E embed, blocks, N norm, H head) and the run checks out."""
+    plan = _gpt_plan(tmp_path, blocks, counts, *placement)
+    data = json.loads(plan.read_text())
+    schedule = from_document(data)[0]
+    costs = document_costs(data, schedule, "plan")
+    names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.stages)
+    stages = load_model(ModelSpec(partition=names, hidden=16, seq_len=8), schedule.num_stages).stages
+    assert ["E" * (s.embed is not None) + str(len(s.blocks) or "") + "N" * (s.norm is not None)
+            + "H" * (s.head is not None) for s in stages] == held
+    rows = _run_plan(plan)
+    _check_rows(schedule, rows, 1)
+    for row in rows:
+        assert row["plan_makespan_ms"] == pytest.approx(1e3 * data["figures"]["makespan"])
+        assert row["plan_peak_mib"] == pytest.approx(row["sim_peak"] / 2 ** 20)
+
+
+def test_partition_and_layers_mismatch_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(_gpt_plan(tmp_path, 4, "2,5")), "--model", "gpt", "--layers", "5"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == ("error: layers = 5, but the partition holds 4 GPT blocks; leave "
+                                                      "layers out or give 4")
+
+
+def test_gpt_cut_by_a_partition_keeps_its_weights() -> None:
+    sizes = {"hidden": 16, "heads": 2, "vocab": 32, "seq_len": 8, "seed": 3}
+    even = build_stages(2, layers=3, **sizes)
+    cut = build_partitioned([["embed"], ["blocks.0", "blocks.1"], ["blocks.2", "norm"], ["head"]], layers=None,
+                            **sizes)
+    assert [len(s.blocks) for s in cut] == [0, 2, 1, 0] and cut[2].head is None and cut[3].norm is None
+    assert all(torch.equal(p, q) for p, q in zip((p for s in even for p in s.parameters()),
+                                                 (p for s in cut for p in s.parameters())))
+    tokens = torch.randint(0, 32, (2, 8))
+    out = tokens
+    for stage in cut:
+        out = stage(out)
+    assert torch.allclose(out, even[1](even[0](tokens)))
+    for partition, needle in [
+        ([["blocks.0", "embed"], ["norm", "head"]], "partition stage 0 starts with layer 'blocks.0', but the GPT's"),
+        ([["embed", "blocks.0"], ["head", "norm"]], "partition stage 1 ends with layer 'norm', but the GPT's last"),
+        ([["embed", "blocks.1"], ["norm", "head"]], "partition layer 1 = 'blocks.1', but the GPT's layers are"),
+        ([["embed", "blocks.0", "norm"], ["norm", "head"]], "partition layer 3 = 'norm'"),
+        ([["embed"], []], "partition stage 1 holds no layers"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            build_partitioned(partition, layers=None, **sizes)
+    with pytest.raises(InputError, match="partition has 2 stages, but the schedule's placement has 3"):
+        load_model(ModelSpec(partition=(("embed", "blocks.0"), ("norm", "head"))), 3)

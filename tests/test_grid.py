@@ -139,7 +139,8 @@ def test_failing_job_is_recorded_and_batch_goes_on(tmp_path):
 
 
 def test_interrupt_keeps_finished_results_and_resumes(tmp_path):
-    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "solver": ["cpsat"], "time_limit": [3], "seed": [0, 1, 2, 3]})
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "solver": ["cpsat"], "time_limit": [3], "seed": [0, 1, 2, 3],
+                                  "objective": ["span"]})
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "zbsolve", "grid", str(grid), "-o", str(out), "-j", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -215,7 +216,7 @@ def _job(path, solver, time_limit):
     prob = Problem.load(path)
     return Job(problem=prob.name, profile=prob.profile, num_devices=prob.num_devices,
                num_microbatches=prob.num_microbatches, placement="sequential", mem_factor=2.0, solver=solver,
-               time_limit=time_limit, seed=0)
+               objective="span", time_limit=time_limit, seed=0)
 
 
 def test_stopping_early_terminates_the_running_jobs(tmp_path):
@@ -247,7 +248,7 @@ def test_executors_use_no_private_attribute():
 def test_workers_die_with_a_killed_grid(tmp_path):
     """kill -KILL of a grid while its workers run a 60 s CP-SAT search: no process it started survives it by
     more than a few seconds (each worker sees its parent gone and kills itself)."""
-    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [60], "seed": [0, 1]},
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [60], "seed": [0, 1], "objective": ["span"]},
                        problem="problems/iclr/14.6b-p16-m48.yaml")
     proc = subprocess.Popen(_grid_command(grid, tmp_path / "r.jsonl", "-j", 2, "-q"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -376,3 +377,50 @@ def test_a_memory_factor_on_a_chunk_profile_counts_its_merged_stages():
     record = run_job(_job(path, "heuristic", 5).model_copy(update={"placement": "vshape", "mem_factor": 1.0}))
     assert record["status"] == "heuristic", record.get("error")
     assert record["mem_limit"] == pytest.approx(problem_limit(Problem.load(path), mem_factor=1.0))
+
+
+def test_a_grid_of_models_plans_each_setting(tmp_path):
+    from test_planner import heavy_head
+
+    model = tmp_path / "heavy.yaml"
+    heavy_head(blocks=6).save(model)
+    grid = tmp_path / "plans.yaml"
+    grid.write_text(yaml.safe_dump({"name": "plans", "models": [model.name], "axes": {
+        "stages": [2], "microbatches": [4, 8], "device_memory": ["16GiB"], "placement": ["sequential"],
+        "time_limit": [5]}}))
+    jobs = expand(Grid.load(grid))
+    assert [(j.num_devices, j.num_microbatches, j.device_memory, j.placement) for j in jobs] == \
+        [(2, 4, 16 * 2**30, "sequential"), (2, 8, 16 * 2**30, "sequential")]
+    out, summary = tmp_path / "r.jsonl", tmp_path / "s.csv"
+    done = subprocess.run(_grid_command(grid, out, "-j", 1, "--summary", summary, "--schedules", tmp_path / "docs"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    records = read_results(out)
+    assert sorted(r["config"]["num_microbatches"] for r in records) == [4, 8]
+    for record in records:
+        assert record["status"] == "planned" and record["config"]["problem"] == "heavy"
+        assert record["figures"]["step_time"] >= record["figures"]["lower_bound"] > 0
+        assert len(record["baselines"]) == 18
+        check = subprocess.run([sys.executable, "-m", "zbsolve", "check", record["schedule"], "-q"], timeout=120)
+        assert check.returncode == 0
+    assert "step_time" in summary.read_text().splitlines()[0]
+
+
+def test_a_grid_of_models_needs_devices_and_microbatches(tmp_path):
+    from test_planner import heavy_head
+
+    model = tmp_path / "heavy.yaml"
+    heavy_head(blocks=6).save(model)
+    grid = tmp_path / "plans.yaml"
+    grid.write_text(yaml.safe_dump({"models": [model.name], "axes": {"stages": [2]}}))
+    with pytest.raises(InputError, match="axes.stages and axes.microbatches: required with models"):
+        expand(Grid.load(grid))
+    grid.write_text(yaml.safe_dump({"models": [model.name], "problems": ["x.yaml"]}))
+    with pytest.raises(InputError, match="a grid plans models or solves problems, not both"):
+        Grid.load(grid)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parent.parent / "problems" / "grids").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_grid_file_expands(path):
+    assert expand(Grid.load(path))

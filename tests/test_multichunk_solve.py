@@ -103,7 +103,8 @@ def test_exhaustive_search_agrees_with_brute_force_on_a_sequential_problem():
 def test_tiny_multichunk_problems_against_exhaustive_search(profile, name, m, limit):
     """Valid, within the limit, never worse than the heuristic; no order beats the proven bound; the result's
     own order is one the exhaustive search reaches; when the solve says "optimal", no order beats it."""
-    result = solve(profile, limit, num_microbatches=m, num_devices=2, placement=name, time_limit=5, workers=1)
+    result = solve(profile, limit, num_microbatches=m, num_devices=2, placement=name, time_limit=5, workers=1,
+                   objective="span")
     check_result(result, limit)
     layout = vshape(2) if name == "vshape" else interleaved(2)
     form = formulate(profile.per_chunk(2, 2), layout, m, limit)
@@ -128,7 +129,8 @@ def test_same_device_stage_transitions_carry_no_communication():
 def test_never_worse_than_the_warm_starts(factor):
     p, m = 4, 8
     limit = factor * reference_peak(UNIT, p, m)
-    result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement="vshape", time_limit=3, workers=1)
+    result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement="vshape", time_limit=3, workers=1,
+                   objective="span")
     check_result(result, limit)
     starts = [simulate(heuristic(UNIT.per_chunk(p, 2), vshape(p), m, limit))]
     for name in ("zb-v", "v-half", "v-min"):
@@ -142,7 +144,8 @@ def test_never_worse_than_the_warm_starts(factor):
 def test_zb_v_at_1f1b_memory_is_proven_bubble_free():
     """The warm start (ZB-V, the greedy) meets the lower bound: optimal without search."""
     p, m = 4, 8
-    result = solve(UNIT, float(p), num_microbatches=m, num_devices=p, placement="vshape", solver="heuristic")
+    result = solve(UNIT, float(p), num_microbatches=m, num_devices=p, placement="vshape", solver="heuristic",
+                   objective="span")
     check_result(result, float(p))
     assert result.status == "optimal" and result.gap == 0
     assert result.paper_bubble == 0 and result.objective == 3 * m

@@ -68,7 +68,7 @@ def test_never_worse_than_the_heuristic():
 def test_makespan_objective():
     """The makespan objective: the warm start meets the bound on the makespan here (optimal without search),
     so no schedule, the span solve's included, has a shorter makespan."""
-    span = solve(UNEVEN, None, num_microbatches=4, time_limit=5, workers=1)
+    span = solve(UNEVEN, None, num_microbatches=4, time_limit=5, workers=1, objective="span")
     makespan = solve(UNEVEN, None, num_microbatches=4, time_limit=5, workers=1, objective="makespan")
     check_result(span)
     check_result(makespan)
@@ -88,7 +88,7 @@ def test_heterogeneous_stages_beat_planning_with_the_median():
     planned = solve(median, limit, num_microbatches=m, num_devices=p, solver="heuristic")
     assert planned.status == "optimal"
     retimed = simulate(build("median", planned.schedule.placement, m, SLOW_LAST, planned.schedule.devices, limit))
-    result = solve(SLOW_LAST, limit, num_microbatches=m, time_limit=5, workers=1)
+    result = solve(SLOW_LAST, limit, num_microbatches=m, time_limit=5, workers=1, objective="span")
     check_result(result, limit)
     assert result.objective < max(retimed.span)
     assert result.paper_bubble < retimed.paper_bubble
@@ -164,7 +164,7 @@ def test_ctrl_c_returns_the_best_schedule_so_far(monkeypatch):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner started in the background ignores it
     try:
         result = solve(prob.profile, 2 * p * prob.profile.mem_f, num_microbatches=prob.num_microbatches,
-                       num_devices=p, time_limit=60, workers=1)
+                       num_devices=p, time_limit=60, workers=1, objective="span")
     finally:
         signal.signal(signal.SIGINT, previous)
     check_result(result)
@@ -182,7 +182,7 @@ def test_a_worse_or_failed_solver_falls_back_to_the_warm_start(monkeypatch, foun
     monkeypatch.setattr(solve_module, "_run_backend", bad_backend)
     prob = problem("iclr/1.5b-p8-m32")
     p, m, limit = prob.num_devices, prob.num_microbatches, 2 * prob.num_devices * prob.profile.mem_f
-    result = solve(prob.profile, limit, num_microbatches=m, num_devices=p, time_limit=5, workers=1)
+    result = solve(prob.profile, limit, num_microbatches=m, num_devices=p, time_limit=5, workers=1, objective="span")
     check_result(result, limit)
     assert result.status == "heuristic" and result.objective <= heuristic_objective(result)
     assert result.gap > 0 and "stub" in result.solver_log

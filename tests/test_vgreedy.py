@@ -69,7 +69,7 @@ def test_solve_starts_from_the_greedy():
     limit = simulate(make_schedule("zb-v", prob.profile, p, m)).peak
     greedy = simulate(v_greedy(prob.profile, p, m, limit))
     result = solve(prob.profile, limit, num_microbatches=m, num_devices=p, placement="vshape",
-                   solver="heuristic", time_limit=5)
+                   solver="heuristic", time_limit=5, objective="span")
     check_result(result, limit)
     assert "v-greedy" in result.solver_log
     assert result.objective <= max(greedy.span) * (1 + 1e-9)
@@ -85,7 +85,8 @@ def test_nothing_beats_the_greedy_on_a_small_real_profile():
     profile = Profile(**{k: v[:4] if isinstance(v, list) else v for k, v in data.items()})
     limit = 4 * profile.stage_value("mem_f", 0)
     greedy = simulate(v_greedy(profile, 4, 8, limit))
-    result = solve(profile, limit, num_microbatches=8, placement="vshape", time_limit=3, workers=1)
+    result = solve(profile, limit, num_microbatches=8, placement="vshape", time_limit=3, workers=1,
+                   objective="span")
     check_result(result, limit)
     assert "v-greedy" in result.solver_log
     assert result.objective == pytest.approx(max(greedy.span))

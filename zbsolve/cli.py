@@ -11,14 +11,23 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from zbsolve.document import drift_matters, planned_drift, read_document, write_document
+from zbsolve.document import drift_matters, from_document, planned_drift, read_document, read_json, write_document
 from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.files import check_output
 from zbsolve.frontier import DEFAULT_PLACEMENTS, DEFAULT_TIME_LIMIT
 from zbsolve.placement import CHUNKS
 from zbsolve.profile import UNIT, Profile
-from zbsolve.render import figures_table, fmt, frontier_table, records_table, text_table
+from zbsolve.costs import Costs
+from zbsolve.render import (
+    PER_DEVICE,
+    device_memory_table,
+    figures_table,
+    fmt,
+    frontier_table,
+    records_table,
+    text_table,
+)
 from zbsolve.simulator import simulate
 from zbsolve.solve import SOLVERS, TIME_LIMIT
 from zbsolve.spec import SUPPORTED_PLACEMENTS
@@ -34,7 +43,6 @@ wide = Console(width=max(out.width, 180))
 DEVICES = typer.Option(None, "--devices", "-p", min=1, show_default=False,
                        help="Number of pipeline devices p (required).")
 DEVICES_ALIAS = typer.Option(None, "--stages", min=1, hidden=True, help="Another name of --devices.")
-STAGES = typer.Option(..., "--stages", "-p", min=1, help="Number of pipeline stages, one per device.")
 MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
 PROFILE = typer.Option(None, "--profile", help="Profile YAML/JSON (default: unit times, no communication, M_B=1).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
@@ -119,17 +127,27 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
           quiet: bool = QUIET) -> None:
     """Validate a schedule document and print its figures (exit 1 if invalid).
 
+    A document with a "partition" section is also checked to sum its layers into its profile, and one with a
+    "device_memory" to fit every device's static bytes, peak activations and reserve in it.
+
     Example: zbsolve check zb-h1.json
     """
-    sched, planned = read_document(file)
+    from zbsolve.costs import check_fits, document_costs, memory_figures
+
+    data = read_json(file)
+    sched, planned = from_document(data, str(file))
     timeline = simulate(sched)
+    costs = document_costs(data, sched, str(file))
+    if costs is not None:
+        check_fits(costs, timeline)
     drift = planned_drift(timeline, planned)
     if quiet:
         return
+    figures = {**timeline.figures(), **(memory_figures(costs, timeline) if costs is not None else {})}
     if as_json:
-        print(json.dumps({"valid": True, "name": sched.name, **timeline.figures(), "planned_drift": drift}, indent=1))
+        print(json.dumps({"valid": True, "name": sched.name, **figures, "planned_drift": drift}, indent=1))
         return
-    out.print(figures_table({"name": escape(sched.name), **timeline.figures()}, f"{escape(str(file))}: valid"))
+    out.print(figures_table({"name": escape(sched.name), **figures}, f"{escape(str(file))}: valid"))
     if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
@@ -187,35 +205,49 @@ def main() -> None:
 @app.command()
 @cli_errors
 def solve(
-    problem: Path = typer.Argument(..., help="Problem YAML (e.g. problems/iclr/1.5b-p8-m24.yaml)."),
+    problem: Path = typer.Argument(..., help="Problem, model or per-stage profile file (YAML/JSON)."),
+    devices: Optional[int] = typer.Option(None, "--devices", "-p", min=1, show_default=False,
+                                          help="Pipeline devices p (required for a model or a profile)."),
+    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-m", min=1, show_default=False,
+                                               help="Microbatches m (required for a model or a profile)."),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
+                                                help="Memory per device, e.g. 80GiB, 80GB or bytes (default for a "
+                                                     "model: its GPU's)."),
+    reserve: str = typer.Option("4GiB", "--reserve", help="Memory per device kept free of stages and activations."),
+    partition: str = typer.Option("uniform", "--partition",
+                                  help="A model's layers per stage: uniform, or counts such as 5,4,4,4,4,4,4,6."),
     mem_limit: Optional[float] = typer.Option(None, "--mem-limit", help="Memory limit in the profile's unit."),
     mem_factor: Optional[float] = typer.Option(None, "--mem-factor", help="Memory limit as K x 1F1B's peak."),
     solver: str = typer.Option(SOLVERS[0], "--solver", help=f"One of {', '.join(SOLVERS)}."),
     time_limit: float = typer.Option(TIME_LIMIT, "--time-limit", help="Solver time limit in seconds."),
     objective: str = typer.Option(OBJECTIVES[0], "--objective",
-                                  help=f"One of {', '.join(OBJECTIVES)} ({OBJECTIVES[0]} is the paper's)."),
+                                  help=f"One of {', '.join(OBJECTIVES)}: makespan is the step time with an optimizer "
+                                       "barrier, span the paper's objective (a runtime without one)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Solver threads (default: all cores)."),
     seed: int = typer.Option(0, "--seed", help="Solver random seed."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
     as_json: bool = JSON, quiet: bool = QUIET,
     placement: Optional[str] = typer.Option(None, "--placement", help=f"One of {', '.join(SUPPORTED_PLACEMENTS)} "
-                                            "(default: the problem's)."),
+                                            "(default: the problem's, else sequential)."),
     chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
 ) -> None:
-    """Solve a problem for the best schedule under its memory limit.
+    """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
 
     Ctrl-C (or SIGTERM) stops the solve, writes the best schedule found so far and exits 130 (143).
+
+    Example: zbsolve solve problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
     import time
 
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress
 
     from zbsolve.interrupt import exit_code, signals_as_interrupt
-    from zbsolve.limits import problem_limit
-    from zbsolve.problem import Problem
+    from zbsolve.limits import problem_limit, resolve_limit
+    from zbsolve.model import Model
+    from zbsolve.problem import Problem, load_input
     from zbsolve.solve import solve as run_solve
 
     began = time.monotonic()
@@ -224,19 +256,36 @@ def solve(
     if chart:
         from zbsolve.plot import check_chart_path, save_chart
         check_chart_path(chart, "--chart")
-    prob = Problem.load(problem)
-    limit = problem_limit(prob, mem_limit, mem_factor, chunks)
+    given = load_input(problem)
+    published: dict[str, float] = {}
+    if isinstance(given, Problem):
+        costs: Profile | Model = given.profile
+        name, published = given.name, given.published
+        p, m = devices or given.num_devices, microbatches or given.num_microbatches
+        limit = problem_limit(given, mem_limit, mem_factor, chunks)
+        placement = placement or given.placement
+    else:
+        if devices is None or microbatches is None:
+            raise InputError(f"{problem}: give --devices and --microbatches to solve a "
+                             f"{'model' if isinstance(given, Model) else 'profile'}")
+        costs, name, p, m = given, problem.stem, devices, microbatches
+        if isinstance(given, Model):
+            if mem_factor is not None:
+                raise InputError("--mem-factor applies to a problem or a profile; give --device-memory for a model")
+            limit = mem_limit
+        else:
+            limit = resolve_limit(given, p, m, mem_limit, mem_factor, chunks)
     # loading the problem counts against the time limit (a limit that is no positive number goes to solve as given)
     left = max(0.01, time_limit - (time.monotonic() - began)) if time_limit > 0 else time_limit
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
     with signals_as_interrupt():
         try:
-            with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
-                task = bar.add_task(f"{prob.name}: {solver}, limit {time_limit:g}s", total=None, line="")
-                result = run_solve(prob.profile, limit, num_microbatches=prob.num_microbatches,
-                                   num_devices=prob.num_devices, placement=placement or prob.placement, solver=solver,
-                                   time_limit=left, objective=objective, workers=workers, seed=seed,
-                                   chunks=chunks, progress=lambda line: bar.update(task, line=line[:100]))
+            with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
+                task = bar.add_task(f"{name}: {solver}, limit {time_limit:g}s", total=None, line="")
+                result = run_solve(costs, limit, num_microbatches=m, num_devices=p,
+                                   placement=placement or "sequential", solver=solver, time_limit=left,
+                                   objective=objective, workers=workers, seed=seed, chunks=chunks,
+                                   progress=lambda line: bar.update(task, line=line[:100]),
+                                   device_memory=device_memory, reserve=reserve, partition=partition)
             if output:
                 result.to_json(output)
             if chart:
@@ -249,38 +298,88 @@ def solve(
         err.print(f"interrupted: the best schedule found so far{' is in ' + ', '.join(written) if written else ''}",
                   highlight=False, markup=False)
     if not quiet:
-        summary = {"problem": prob.name, "mem_limit": limit, **result.summary()}
+        summary = {"problem": name, **_costs_figures(result.costs, limit), **result.summary()}
         if as_json:
             print(json.dumps(summary, indent=1, default=str))
         else:
-            published = {f"published {key}": value for key, value in prob.published.items()}
-            out.print(figures_table({**summary, **published}, f"{prob.name}: {solver}"))
+            _print_result(summary, published, result.costs, f"{name}: {solver}")
     if result.interrupted:
         raise typer.Exit(exit_code())
+
+
+def _spinner() -> tuple:
+    """Progress columns of a long solve or plan: a spinner, what runs, the time so far and its last log line."""
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("{task.fields[line]}")
+
+
+SECONDS = ("value", "lower_bound", "step_time", "step_time_no_barrier", "makespan")
+"""Figures in the profile's time unit, which is seconds for a model."""
+
+
+def _costs_figures(costs: Optional[Costs], limit: object) -> dict[str, object]:
+    """What the problem's costs are: the partition's layers per stage for a model, else the memory limit."""
+    if costs is not None and costs.model is not None:
+        return {"partition": [b - a for a, b in costs.stages]}
+    return {} if costs is not None and costs.device_memory is not None else {"mem_limit": limit}
+
+
+def _print_result(summary: dict[str, object], published: dict[str, float], costs: Optional[Costs],
+                  title: str) -> None:
+    """The figures table (times in seconds for a model), then memory per device in GiB when it is in bytes."""
+    in_bytes = costs is not None and costs.in_bytes
+    seconds = costs is not None and costs.model is not None
+    shown = {(f"{key} (s)" if seconds and key in SECONDS else key): value for key, value in summary.items()
+             if not (in_bytes and key in PER_DEVICE)}
+    out.print(figures_table({**shown, **{f"published {key}": value for key, value in published.items()}}, title))
+    if in_bytes:
+        out.print(device_memory_table(summary, _device_layers(costs), "memory per device"))
+
+
+def _device_layers(costs: Costs) -> list[str]:
+    """Per device, the model layers it holds as ranges (e.g. "0-4, 30-32"), or "-" for a bare profile."""
+    if costs.model is None:
+        return ["-"] * len(costs.static_bytes)
+    held: list[list[str]] = [[] for _ in costs.static_bytes]
+    for s, (a, b) in enumerate(costs.stages):
+        held[costs.devices[s]].append(f"{a}-{b - 1}" if b - a > 1 else str(a))
+    return [", ".join(ranges) for ranges in held]
 
 
 @app.command()
 @cli_errors
 def export(
     file: Path = typer.Argument(..., help="Schedule document (JSON)."),
-    fmt: str = typer.Option("torch-csv", "--format", "-f", help="Export format: torch-csv."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output file."),
+    fmt: str = typer.Option("torch-csv", "--format", "-f", help="Export format: torch-csv, torchtitan (the CSV and "
+                            "torchtitan's pipeline settings) or megatron (the --pipeline-model-parallel-layout)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default=False,
+                                          help="Output file; a folder for torchtitan; megatron prints without it."),
+    microbatch_size: Optional[int] = typer.Option(None, "--microbatch-size", min=1, show_default=False,
+                                                  help="torchtitan: sequences per microbatch (default 1)."),
+    rename: Optional[list[str]] = typer.Option(None, "--rename", metavar="OLD=NEW", show_default=False,
+                                               help="torchtitan: a layer's module FQN, repeatable (output=lm_head "
+                                                    "unless renamed, for torchtitan 0.3.0)."),
     quiet: bool = QUIET,
 ) -> None:
-    """Export a schedule for torch.distributed.pipelining's runtime (and torchtitan).
+    """Export a schedule for torch.distributed.pipelining's runtime, torchtitan or Megatron (docs/torch.md).
 
     Example: zbsolve export zb-h1.json --format torch-csv -o zb-h1.csv
     """
-    from zbsolve.export import export_schedule
+    from zbsolve.export_configs import export_document
 
-    check_output(output, "--output")
-    export_schedule(read_document(file)[0], output, fmt)
-    if not quiet:
-        out.print(f"wrote {output}", markup=False)
+    if output is not None and fmt != "torchtitan":  # a file; torchtitan's folder is checked by its export
+        check_output(output, "--output")
+    written, text = export_document(file, fmt, output, microbatch_size=microbatch_size, renames=rename or ())
+    if not written:
+        out.print(text, markup=False, highlight=False, soft_wrap=True)
+    elif not quiet:
+        out.print(f"wrote {', '.join(map(str, written))}", markup=False, soft_wrap=True)
 
 
 MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
-LAYERS = typer.Option(None, "--layers", help="GPT layers (default: one per stage).")
+LAYERS = typer.Option(None, "--layers", help="GPT blocks (default: the document's partition's, else one per "
+                                              "stage).")
 HIDDEN = typer.Option(32, "--hidden", help="GPT hidden size.")
 HEADS = typer.Option(2, "--heads", help="GPT attention heads.")
 VOCAB = typer.Option(64, "--vocab", help="GPT vocabulary size.")
@@ -303,10 +402,14 @@ def run(
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Run a schedule on torch.distributed (one process per device, or under torchrun) and print the
-    measured compute times, bubble and memory beside the simulator's prediction.
+    measured compute times, bubble and memory beside the simulator's prediction. A document with a "partition"
+    section (solved from a model) cuts the GPT into the stages it names.
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
+    from dataclasses import replace
+
+    from zbsolve.costs import document_costs
     from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, oversubscription, report_table, run_schedule
     from zbsolve.runtime.launch import torchrun_rank
     from zbsolve.runtime.model import ModelSpec
@@ -314,7 +417,9 @@ def run(
     spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
     options = RunOptions(model=spec, steps=steps, device=device, check=check, batch_size=batch_size,
                          timeout_s=timeout, seed=seed)
-    sched = read_document(file)[0]
+    data = read_json(file)
+    sched = from_document(data, str(file))[0]
+    options = replace(options, costs=document_costs(data, sched, str(file)))
     place = torchrun_rank()
     lead = place is None or place.rank == 0
     warning = oversubscription(sched.num_devices, device)
@@ -333,24 +438,38 @@ def run(
 @cli_errors
 def profile(
     model: str = MODEL,
-    stages: int = STAGES,
+    stages: Optional[int] = typer.Option(None, "--stages", "-p", min=1,
+                                         help="Number of pipeline stages, one per device (not with --per-layer)."),
+    per_layer: bool = typer.Option(False, "--per-layer", help="Measure each layer; write a model description "
+                                                              "(problems/models/) instead of a per-stage Profile."),
     microbatch_size: int = typer.Option(1, "--microbatch-size", "-b", min=1, help="Microbatch size."),
-    output: Path = typer.Option(..., "--output", "-o", help="Profile file to write (.yaml or .json)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Profile (--per-layer: model description) to write "
+                                                            "(.yaml or .json)."),
     repeats: int = typer.Option(10, "--repeats", min=1, help="Measurements per figure (medians are kept)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs first."),
     latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure point-to-point latency (t_comm)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads (1 matches each rank of zbsolve run)."),
-    layers: Optional[int] = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
-    seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
+    memory_model: str = typer.Option("torch", "--memory-model", help="What B frees: torch (almost nothing, as "
+                                     "torch's split backward) or paper (every saved activation W does not read)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage; 1 with "
+                                                                "--per-layer)."),
+    hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB, seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
     quiet: bool = QUIET,
 ) -> None:
-    """Measure each stage's F, B, W times and memory and the communication latency; write a Profile.
+    """Measure each stage's F, B, W times and memory and the communication latency; write a Profile. With
+    --per-layer, measure each layer and write a model description, which zbsolve solve cuts into stages.
 
     Example: zbsolve profile --model gpt --stages 4 --microbatch-size 4 -o profile.yaml
+
+    Example: zbsolve profile --model gpt --layers 8 --per-layer -o gpt.yaml
     """
     check_output(output, "--output")
-    from zbsolve.runtime.model import ModelSpec, load_model
+    if stages is None and not per_layer:
+        raise InputError("--stages is missing: give the number of pipeline stages, or --per-layer")
+    if stages is not None and per_layer:
+        raise InputError(f"--stages {stages} with --per-layer: a per-layer profile has no stages; leave --stages out")
+    from zbsolve.runtime.model import ModelSpec, load_layers, load_model
     from zbsolve.runtime.profiler import (
         NOISE_COLUMNS,
         ProfileOptions,
@@ -363,13 +482,94 @@ def profile(
 
     spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
     options = ProfileOptions(microbatch_size=microbatch_size, repeats=repeats, warmup=warmup, latency=latency,
-                             device=device, threads=threads, seed=seed)
-    measurement = measure(load_model(spec, stages), options)
+                             device=device, threads=threads, seed=seed, memory_model=memory_model)
     header = profile_header(spec, stages, options)
+    if per_layer:
+        from zbsolve.model import LAYER_COLUMNS, layer_rows
+        from zbsolve.runtime.layer_profiler import profile_layers
+
+        gpt = (f" --layers {layers or 1} --hidden {hidden} --heads {heads} --vocab {vocab} --seq-len {seq_len}"
+               if model == "gpt" else "")
+        command = (f"zbsolve profile --model {model} --per-layer --microbatch-size {microbatch_size} --repeats "
+                   f"{repeats} --warmup {warmup} --{'' if latency else 'no-'}latency --device {device} --threads "
+                   f"{threads} --memory-model {memory_model}{gpt} --seed {seed} -o {output}")
+        described = profile_layers(load_layers(spec), options, name=model, source=command,
+                                   seq_len=seq_len if model == "gpt" else None)
+        described.save(output)
+        if not quiet:
+            wide.print(text_table(LAYER_COLUMNS, layer_rows(described), header), highlight=False)
+        return
+    measurement = measure(load_model(spec, stages), options)
     write_profile(measurement, output, header)
     if quiet:
         return
     out.print(text_table(NOISE_COLUMNS, noise_table(measurement), header, latency_line(measurement)))
+
+
+@app.command()
+@cli_errors
+def plan(
+    model: Path = typer.Argument(..., help="Model description (YAML/JSON), e.g. problems/models/llama3-8b.yaml."),
+    devices: int = typer.Option(..., "--devices", "-p", min=1, help="Pipeline devices p."),
+    microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, help="Microbatches m."),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
+                                                help="Memory per device, e.g. 80GiB (default: the model's GPU's)."),
+    placement: str = typer.Option("auto", "--placement",
+                                  help="auto (the best of the others), sequential, interleaved or vshape."),
+    chunks: Optional[int] = typer.Option(None, "--chunks", min=1, show_default=False,
+                                         help="Stages per device of interleaved and vshape (default 2)."),
+    time_limit: float = typer.Option(120.0, "--time-limit", help="Seconds the whole plan may take."),
+    reserve: str = typer.Option("4GiB", "--reserve", help="Memory per device kept free of stages and activations."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes timing candidates (default: "
+                                                                          "all cores)."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to time candidates on Dask."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan (a schedule document)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the plan's Gantt chart beside the baselines' "
+                                                               "step times (.png or .svg)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
+
+    Ctrl-C (or SIGTERM) stops the search and plans with the best partition found so far.
+
+    Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
+    """
+    from rich.progress import Progress
+
+    from zbsolve.interrupt import exit_code, signals_as_interrupt
+    from zbsolve.model import Model
+    from zbsolve.planner import plan as run_plan
+
+    if output:
+        check_output(output, "--output")
+    if chart:
+        from zbsolve.plot import check_chart_path, save_plan_chart
+        check_chart_path(chart, "--chart")
+    loaded = Model.load(model)
+    with signals_as_interrupt():
+        try:
+            with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
+                task = bar.add_task(f"{loaded.name}: plan, limit {time_limit:g}s", total=None, line="")
+                result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
+                                  device_memory=device_memory, placement=placement, chunks=chunks,
+                                  time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor,
+                                  progress=lambda line: bar.update(task, line=line[:100]))
+            if output:
+                result.to_json(output)
+            if chart:
+                save_plan_chart(result, chart)
+        except KeyboardInterrupt:
+            err.print("interrupted before the outputs were written")
+            raise typer.Exit(exit_code()) from None
+    if not quiet:
+        summary = {"model": loaded.name, **result.summary()}
+        if as_json:
+            print(json.dumps({**summary, "baselines": [b.row() for b in result.baselines]}, indent=1, default=str))
+        else:
+            _print_result(summary, {}, result.costs, f"{loaded.name}: plan")
+            wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
+    if result.interrupted:
+        raise typer.Exit(exit_code())
 
 
 @app.command()

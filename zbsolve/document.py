@@ -139,15 +139,17 @@ def from_document(data: object, where: str = "schedule document") -> tuple[Sched
     return schedule, [[(o.start, o.end) for o in dev] for dev in doc.devices]
 
 
-def read_document(path: str | Path) -> tuple[Schedule, Planned]:
-    """Read a schedule document from a JSON file; errors name the file, the field and the value."""
-    path = Path(path)
-    text = read_text(path)
+def read_json(path: str | Path) -> object:
+    """The JSON value in the file at ``path``; an ``InputError`` line naming the file otherwise."""
     try:
-        data = json.loads(text)
+        return json.loads(read_text(path))
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{path} is not valid JSON: {exc}") from None
-    return from_document(data, str(path))
+
+
+def read_document(path: str | Path) -> tuple[Schedule, Planned]:
+    """Read a schedule document from a JSON file; errors name the file, the field and the value."""
+    return from_document(read_json(path), str(path))
 
 
 DRIFT_SHARE = 1e-6

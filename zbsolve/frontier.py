@@ -140,10 +140,11 @@ def check_chart(path: str | Path, what: str = "chart") -> Path:
 
 def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
                time_limit: float) -> tuple[str, Schedule | None, float, str, float]:
-    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap)."""
+    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap); the objective is
+    the span, as the frontier compares the paper's bubble."""
     try:
         result = solve(profile, limit, num_microbatches=m, num_devices=p, placement=placement,
-                       time_limit=time_limit, workers=1, chunks=CHUNKS)
+                       time_limit=time_limit, workers=1, chunks=CHUNKS, objective="span")
     except InfeasibleError:
         return placement, None, math.inf, "infeasible", math.nan
     return placement, result.schedule, result.lower_bound, result.status, result.gap

@@ -7,8 +7,10 @@ through pyplot, and saving picks the Agg (PNG) or SVG renderer from the file's s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from io import BytesIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib import colormaps
@@ -23,6 +25,9 @@ from zbsolve.errors import InputError
 from zbsolve.files import check_output, write_with
 from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Schedule
 from zbsolve.simulator import Timeline
+
+if TYPE_CHECKING:
+    from zbsolve.planner import PlanResult
 
 COLORS = {F: "#4c72b0", B: "#e1812c", W: "#8c6bb1", BW: "#3a923a"}
 """Base colour of each pass kind; a device's later stages (chunks) get lighter shades."""
@@ -121,7 +126,7 @@ def _legend_handles(boxes: list, schedule: Schedule) -> tuple[list, list[str]]:
     return handles, labels
 
 
-def _gantt(ax: Axes, timeline: Timeline) -> None:
+def _gantt(ax: Axes, timeline: Timeline, rows: Sequence[str] | None = None) -> None:
     schedule = timeline.schedule
     p, makespan = schedule.num_devices, timeline.makespan
     boxes = _boxes(timeline)
@@ -134,7 +139,8 @@ def _gantt(ax: Axes, timeline: Timeline) -> None:
     _label(ax, boxes, x_pt, row_pt)
     ax.set_xlim(0.0, makespan)
     ax.set_ylim(p - 0.5, -0.5)
-    ax.set_yticks(range(p), [str(d) for d in range(p)], fontsize=8 if p <= 16 else 6)
+    ax.set_yticks(range(p), list(rows) if rows is not None else [str(d) for d in range(p)],
+                  fontsize=8 if p <= 16 else 6)
     ax.set_ylabel("device")
     for d in range(1, p):
         ax.axhline(d - 0.5, color="0.9", linewidth=0.5, zorder=0)
@@ -181,11 +187,12 @@ def _title(timeline: Timeline, title: str | None) -> str:
 
 
 def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None = None,
-                  ax: Axes | None = None) -> Figure:
+                  ax: Axes | None = None, rows: Sequence[str] | None = None) -> Figure:
     """Gantt chart of ``timeline``; ``memory`` adds a panel of activation memory per device.
 
-    The title's first line is ``title`` (default: the schedule's name), the second its figures.
-    With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s figure is returned.
+    The title's first line is ``title`` (default: the schedule's name), the second its figures. ``rows`` labels
+    the devices (default: their numbers). With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s
+    figure is returned.
     """
     if ax is not None and memory:
         raise InputError("memory = True needs a figure of its own: leave ax = None")
@@ -202,7 +209,7 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
             memory_ax.set_xlabel("time")
         else:
             ax = fig.subplots()
-    _gantt(ax, timeline)
+    _gantt(ax, timeline, rows)
     if not memory:
         ax.set_xlabel("time")
     ax.set_title(_title(timeline, title), loc="left", fontsize=10)
@@ -223,5 +230,48 @@ def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, ti
     path."""
     path = check_chart_path(path)
     fig = plot_timeline(timeline, memory=memory, title=title)
+    write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
+    return path
+
+
+def device_rows(stages: Sequence[tuple[int, int]], devices: Sequence[int], num_devices: int) -> list[str]:
+    """Per device, its number and the layers of the stages it holds, e.g. "0: L0-4, L30-34"."""
+    held: list[list[str]] = [[] for _ in range(num_devices)]
+    for (a, b), d in zip(stages, devices):
+        held[d].append(f"L{a}-{b - 1}" if b - a > 1 else f"L{a}")
+    return [f"{d}: {', '.join(ranges)}" for d, ranges in enumerate(held)]
+
+
+def plot_plan(result: "PlanResult") -> Figure:
+    """The plan's Gantt chart, each device labelled with its layers, above the step times of the plan and of the
+    baselines (hatched: does not fit the device memory)."""
+    timeline, costs = result.timeline, result.costs
+    p = timeline.schedule.num_devices
+    bars = [(f"plan ({result.placement})", result.step_time, True)] + [
+        (f"{b.schedule} ({b.split})", b.step_time, b.fits) for b in result.baselines if b.step_time is not None]
+    gantt_in, bars_in = max(1.2, _ROW_IN * p), max(1.2, 0.2 * len(bars))
+    height = _TOP_IN + gantt_in + _BOTTOM_IN + bars_in + 2 * _GAP_IN
+    fig = Chart(figsize=(_WIDTH_IN, height))
+    fig.subplots_adjust(left=1.6 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
+                        bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
+    ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
+    _gantt(ax, timeline, device_rows(costs.stages, costs.devices, p))
+    ax.set_xlabel("seconds")
+    ax.set_title(_title(timeline, f"plan: {result.placement}, layers per stage {list(result.counts)}"), loc="left",
+                 fontsize=10)
+    names, times, fits = zip(*bars)
+    y = range(len(bars))
+    bar_ax.barh(y, times, color=["#3a923a" if k == 0 else "#4c72b0" for k in y],
+                hatch=[None if ok else "//" for ok in fits], edgecolor="white")
+    bar_ax.set_yticks(y, names, fontsize=7)
+    bar_ax.set_ylim(len(bars) - 0.5, -0.5)
+    bar_ax.set_xlabel("step time with the optimizer barrier (s); hatched: does not fit the device memory")
+    return fig
+
+
+def save_plan_chart(result: "PlanResult", path: str | Path) -> Path:
+    """Write ``plot_plan(result)`` as PNG or SVG, chosen by ``path``'s suffix, whole or not at all; return the path."""
+    path = check_chart_path(path)
+    fig = plot_plan(result)
     write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
     return path

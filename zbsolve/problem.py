@@ -3,11 +3,13 @@ as stored in the YAML files under problems/."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
-from zbsolve.profile import InputModel, Profile
+from zbsolve.model import Model
+from zbsolve.profile import InputModel, Profile, load_mapping
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A positive finite number."""
@@ -43,3 +45,14 @@ class Problem(InputModel):
         if self.mem_limit is not None and self.mem_factor is not None:
             raise ValueError("give mem_limit or mem_factor, not both")
         return self
+
+
+def load_input(path: str | Path) -> Problem | Model | Profile:
+    """What a file given to ``zbsolve solve`` holds, told by its keys: a model (``layers``), a problem
+    (``num_devices``/``num_microbatches``), or else a bare per-stage profile (as ``zbsolve profile`` writes it)."""
+    data = load_mapping(path)
+    if "layers" in data:
+        return Model.load(path)
+    if "num_devices" in data or "num_microbatches" in data:
+        return Problem.load(path)
+    return Profile.load(path)

@@ -85,3 +85,17 @@ def frontier_table(frontier: Frontier, title: str) -> Table:
     points = [{"placement": f"{f.name} ({f.placement})", "factor": f.factor, "mem_limit": f.peak_memory,
                "paper_bubble": f.paper_bubble, "status": "family"} for f in frontier.families]
     return records_table([r.as_dict() for r in frontier.rows] + points, title, FRONTIER_COLUMNS)
+
+
+PER_DEVICE = ("static_gib", "activation_gib", "memory_gib")
+"""Figures with one value per device, which ``device_memory_table`` shows as columns."""
+DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total GiB")
+"""Columns of ``device_memory_table``."""
+
+
+def device_memory_table(figures: Mapping[str, object], layers: Sequence[str], title: str) -> Table:
+    """Memory per device in GiB, one row per device: the layers it holds, its static bytes, its peak activations
+    and their sum (``figures`` as ``SolveResult.summary()`` gives them)."""
+    rows = [[str(d), names, *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
+            for d, names in enumerate(layers)]
+    return text_table(DEVICE_COLUMNS, rows, title)

@@ -20,27 +20,33 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
 
 from zbsolve.backends import BACKENDS, BackendResult, Log
 from zbsolve.bound import lower_bound, warmup_bound
 from zbsolve.checks import TOLERANCE, check_count, exceeds, room
+from zbsolve.costs import DEFAULT_RESERVE, Costs, memory_figures, model_costs, profile_costs
 from zbsolve.document import to_document
 from zbsolve.errors import BudgetError, InfeasibleError, InputError, ZbsolveError
 from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.files import write_atomic
 from zbsolve.formulation import Formulation, formulate
+from zbsolve.gpus import GPUS
 from zbsolve.heuristic import heuristic, min_feasible_limits, one_at_a_time
-from zbsolve.placement import CHUNKS, vshape
+from zbsolve.model import Model
+from zbsolve.placement import CHUNKS, make_placement, vshape
 from zbsolve.profile import Profile
 from zbsolve.render import figures_html, figures_table
 from zbsolve.schedule import Schedule, build, passes_of
 from zbsolve.simulator import Timeline, simulate
-from zbsolve.spec import PlacementName, Spec, make_spec
+from zbsolve.spec import SUPPORTED_PLACEMENTS, PlacementName, Spec, make_spec
+from zbsolve.steps import StepTimes, step_times
 from zbsolve.timing import OBJECTIVES, Objective
 from zbsolve.transforms import with_limit
+from zbsolve.units import gib
 from zbsolve.vgreedy import v_greedy
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]
@@ -74,7 +80,8 @@ class SolveResult:
     timeline: Timeline
     """The simulator's timing of ``schedule``."""
     objective: float
-    """Objective value: longest per-device span ("span") or makespan, in profile time units."""
+    """Objective value: makespan (the step time with an optimizer barrier) or longest per-device span ("span"),
+    in profile time units."""
     objective_kind: str
     """Which objective was minimised: "span" or "makespan"."""
     lower_bound: float
@@ -91,6 +98,23 @@ class SolveResult:
     """What the warm start and the backend did, line by line."""
     interrupted: bool = False
     """Whether an interrupt stopped the solve (the schedule is the best found until then)."""
+    costs: Costs | None = field(default=None)
+    """Where the profile's figures come from: the model and its partition, and the device memory."""
+
+    @cached_property
+    def step_times(self) -> StepTimes:
+        """Step time with and without an optimizer barrier, and their bubbles."""
+        return step_times(self.timeline)
+
+    @property
+    def step_time(self) -> float:
+        """One training step with an optimizer barrier: the makespan."""
+        return self.timeline.makespan
+
+    @property
+    def step_time_no_barrier(self) -> float:
+        """One training step when steps overlap (no barrier): the steady-state period."""
+        return self.step_times.step_time_no_barrier
 
     @property
     def bubble_rate(self) -> float:
@@ -108,16 +132,22 @@ class SolveResult:
         return self.timeline.peak_memory
 
     def summary(self) -> dict[str, object]:
-        """The headline figures as plain values."""
-        return {"solver": self.solver, "status": self.status, "objective": self.objective_kind,
-                "value": self.objective, "lower_bound": self.lower_bound, "gap": self.gap,
-                "paper_bubble": self.paper_bubble, "bubble_rate": self.bubble_rate,
-                "makespan": self.timeline.makespan, "peak_memory": list(self.peak_memory),
-                "solve_time": self.solve_time, "interrupted": self.interrupted}
+        """The headline figures as plain values: step times and bubbles first, then the paper's bubble; memory per
+        device in GiB (static bytes, peak activations, their sum) when the profile is in bytes."""
+        figures = {"solver": self.solver, "status": self.status, "objective": self.objective_kind,
+                   "value": self.objective, "lower_bound": self.lower_bound, "gap": self.gap,
+                   **self.step_times.figures(), "paper_bubble": self.paper_bubble, "makespan": self.timeline.makespan}
+        if self.costs is not None and self.costs.in_bytes:
+            figures.update(memory_figures(self.costs, self.timeline))
+        else:
+            figures["peak_memory"] = list(self.peak_memory)
+        return {**figures, "solve_time": self.solve_time, "interrupted": self.interrupted}
 
     def to_json(self, path: str | Path | None = None) -> dict:
-        """The schedule document with a "solver" section; written to ``path`` (whole or not at all) when given."""
-        doc = to_document(self.timeline, solver={**self.summary(), "log": self.solver_log})
+        """The schedule document with a "solver" section (and the costs' "partition" and "device_memory");
+        written to ``path`` (whole or not at all) when given."""
+        extra = self.costs.section() if self.costs is not None else {}
+        doc = to_document(self.timeline, **extra, solver={**self.summary(), "log": self.solver_log})
         if path is not None:
             write_atomic(path, json.dumps(doc, indent=1) + "\n")
         return doc
@@ -146,14 +176,20 @@ def _check_search(solver: str, time_limit: object, objective: str, workers: obje
         check_count("workers", workers)
 
 
-def _check_feasible(spec: Spec) -> None:
+def _check_feasible(spec: Spec, costs: Costs) -> None:
     """Raise InfeasibleError, stating the smallest feasible limit, when some device's limit is below what one
-    microbatch needs there."""
+    microbatch needs there (in GiB, naming the shortfall, when the device memory is given)."""
     need = min_feasible_limits(spec.profile, spec.placement)
     for d, (limit, n) in enumerate(zip(spec.limits, need)):
-        if n > room(limit):
-            raise InfeasibleError(f"mem_limit {limit:g} on device {d} is below {n:g}, the memory one microbatch "
-                                  f"needs there; the smallest feasible limit is {max(need):g}", min_feasible=max(need))
+        if n <= room(limit):
+            continue
+        if costs.device_memory is not None:
+            raise InfeasibleError(f"device {d} does not fit: static {gib(costs.static_bytes[d]):.2f} GiB + one "
+                                  f"microbatch's activations {gib(n):.2f} GiB + reserve {gib(costs.reserve):.2f} GiB "
+                                  f"exceed device_memory {gib(costs.device_memory):.2f} GiB by {gib(n - limit):.2f} "
+                                  "GiB", min_feasible=max(need))
+        raise InfeasibleError(f"mem_limit {limit:g} on device {d} is below {n:g}, the memory one microbatch "
+                              f"needs there; the smallest feasible limit is {max(need):g}", min_feasible=max(need))
 
 
 @dataclass
@@ -358,22 +394,37 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         best.proven(best.value, True)
 
 
-def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_microbatches: int,
+def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = None, *, num_microbatches: int,
           num_devices: int | None = None, placement: PlacementName = "sequential", solver: SolverName = "cpsat",
-          time_limit: float = TIME_LIMIT, objective: Objective = "span", workers: int | None = None,
-          seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None) -> SolveResult:
-    """Find a schedule minimising ``objective`` under ``mem_limit`` (profile memory units; one number,
-    one per device, or None for unlimited) within ``time_limit`` seconds. ``placement`` "interleaved" and
-    "vshape" run ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks,
-    a profile of ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
+          time_limit: float = TIME_LIMIT, objective: Objective = "makespan", workers: int | None = None,
+          seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None,
+          device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE,
+          partition: str | Sequence[int] = "uniform") -> SolveResult:
+    """Find a schedule minimising ``objective`` (the makespan: the step time with an optimizer barrier; or "span",
+    for a runtime without one) under ``mem_limit`` (profile memory units; one number, one per device, or None for
+    unlimited) within ``time_limit`` seconds.
+
+    ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), cut into the
+    placement's stages by ``partition`` ("uniform" or layer counts per stage). ``device_memory`` (bytes, or text
+    such as "80GiB") replaces ``mem_limit``: each device's activation budget is the device memory minus the static
+    bytes of the stages it holds minus ``reserve``; a model whose setting names a GPU preset gets that GPU's memory
+    unless a limit is given. ``placement`` "interleaved" and "vshape" run ``chunks`` stages
+    per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
+    ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). An interrupt
     returns the best schedule found so far with ``interrupted`` set. Raises InputError on bad arguments and
-    InfeasibleError (stating the smallest feasible limit) when no schedule fits the limit."""
+    InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB) when no schedule
+    fits."""
     began = time.monotonic()
+    profile, costs = _costs(profile, mem_limit, num_devices, placement, chunks, partition, device_memory, reserve)
+    if costs.device_memory is not None:
+        if mem_limit is not None:
+            raise InputError("give mem_limit or device_memory, not both")
+        mem_limit = costs.limits()
     spec = make_spec(profile, mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
                      placement=placement, chunks=chunks)
     _check_search(solver, time_limit, objective, workers)
-    _check_feasible(spec)
+    _check_feasible(spec, costs)
     log = Log(progress)
     best = _Best(objective)
     try:
@@ -390,4 +441,28 @@ def solve(profile: Profile, mem_limit: float | Sequence[float] | None, *, num_mi
     bound = min(best.bound, value)
     gap = (value - bound) / value if value > 0 else 0.0
     return SolveResult(best.timeline.schedule, best.timeline, value, objective, bound, gap, best.status, solver,
-                       time.monotonic() - began, "\n".join(log), best.interrupted)
+                       time.monotonic() - began, "\n".join(log), best.interrupted, costs)
+
+
+def _costs(profile: Profile | Model, mem_limit: object, num_devices: int | None, placement: str, chunks: int,
+           partition: str | Sequence[int], device_memory: int | str | None,
+           reserve: int | str) -> tuple[Profile, Costs]:
+    """The per-stage profile and its costs: a model cut into the placement's stages (its GPU's memory the device
+    memory unless a limit is given), or a bare profile."""
+    if isinstance(profile, Model):
+        gpu = profile.setting.gpu if profile.setting is not None else None
+        if device_memory is None and mem_limit is None and gpu in GPUS:
+            device_memory = GPUS[gpu].memory_bytes
+        if num_devices is None:
+            raise InputError("num_devices = None: give num_devices to cut a model into stages")
+        p = check_count("num_devices", num_devices)
+        if placement not in SUPPORTED_PLACEMENTS:
+            raise InputError(f"placement = {placement!r} is unknown; choose one of {', '.join(SUPPORTED_PLACEMENTS)}")
+        layout = make_placement(placement, p, 1 if placement == "sequential" else check_count("chunks", chunks))
+        return model_costs(profile, layout, partition, device_memory, reserve)
+    if partition != "uniform":
+        raise InputError(f"partition = {partition!r}: a partition cuts a model; this is a per-stage profile")
+    if not isinstance(profile, Profile):
+        raise InputError(f"profile = {profile!r} must be a Profile or a Model")
+    p = num_devices if num_devices is not None else profile.num_stages
+    return profile, profile_costs(p if isinstance(p, int) and p > 0 else 1, device_memory, reserve)

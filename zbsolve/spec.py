@@ -19,6 +19,8 @@ from zbsolve.profile import Profile
 PlacementName = Literal["sequential", "interleaved", "vshape"]
 """Placements the optimizer solves (the bidirectional one is DualPipe's family alone)."""
 SUPPORTED_PLACEMENTS: tuple[str, ...] = get_args(PlacementName)
+PlanPlacement = Literal["auto", "sequential", "interleaved", "vshape"]
+"""A placement to plan for, or "auto" for the best of them."""
 
 @dataclass(frozen=True)
 class Spec:

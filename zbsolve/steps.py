@@ -33,9 +33,9 @@ class StepTimes:
     """1 - work / (devices x step_time_no_barrier)."""
 
     def figures(self) -> dict[str, float]:
-        """The four figures as plain values."""
+        """The four figures as plain values (the barrier's bubble is the timeline's ``bubble_rate``)."""
         return {"step_time": self.step_time, "step_time_no_barrier": self.step_time_no_barrier,
-                "step_bubble": self.bubble, "step_bubble_no_barrier": self.bubble_no_barrier}
+                "bubble_rate": self.bubble, "bubble_no_barrier": self.bubble_no_barrier}
 
 
 def steady_period(timeline: Timeline) -> float:

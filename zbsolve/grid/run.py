@@ -11,12 +11,14 @@ from typing import Iterable, Iterator
 from zbsolve.errors import InputError
 from zbsolve.grid.executors import make_executor
 from zbsolve.grid.results import ResultsFile, skipped
-from zbsolve.grid.spec import Grid, Job, expand
+from zbsolve.grid.spec import Grid, Job, PlanJob, expand
 from zbsolve.limits import resolve_limit
 
 
-def _record(job: Job) -> dict:
-    """The fields of every record of ``job``: its hash, config and profile."""
+def _record(job: Job | PlanJob) -> dict:
+    """The fields of every record of ``job``: its hash, config and profile (a plan job's model by name)."""
+    if isinstance(job, PlanJob):
+        return {"hash": job.key, "config": job.model_dump(mode="json", exclude={"model"})}
     return {"hash": job.key, "config": job.model_dump(mode="json", exclude={"profile"}),
             "profile": job.profile.model_dump()}
 
@@ -26,23 +28,46 @@ def _failure(job: Job, exc: Exception, solve_time: float | None) -> dict:
     return {**_record(job), "status": "error", "error": f"{type(exc).__name__}: {exc}", "solve_time": solve_time}
 
 
-def run_job(job: Job, schedules_dir: str | None = None) -> dict:
-    """Solve one job with one solver thread; a failure becomes a record with its error, not an exception. A memory
-    factor counts 1F1B's peak on the profile with one stage per device (chunk stages merged)."""
+def run_job(job: Job | PlanJob, schedules_dir: str | None = None) -> dict:
+    """Solve (or plan) one job with one solver thread; a failure becomes a record with its error, not an exception.
+    A memory factor counts 1F1B's peak on the profile with one stage per device (chunk stages merged)."""
     from zbsolve.solve import solve
 
+    if isinstance(job, PlanJob):
+        return _run_plan(job, schedules_dir)
     began = time.monotonic()
     try:
         limit = resolve_limit(job.profile, job.num_devices, job.num_microbatches, job.mem_limit, job.mem_factor)
         result = solve(job.profile, limit, num_microbatches=job.num_microbatches, num_devices=job.num_devices,
-                       placement=job.placement, solver=job.solver, time_limit=job.time_limit, workers=1,
-                       seed=job.seed)
+                       placement=job.placement, solver=job.solver, objective=job.objective,
+                       time_limit=job.time_limit, workers=1, seed=job.seed)
     except Exception as exc:
         return _failure(job, exc, time.monotonic() - began)
     figures = result.summary()
     record = {**_record(job), "status": result.status, "mem_limit": limit,
               "figures": {k: v for k, v in figures.items() if k != "status"}, "solve_time": result.solve_time,
               "schedule": None}
+    if schedules_dir is not None:
+        path = Path(schedules_dir) / f"{job.key}.json"
+        result.to_json(path)
+        record["schedule"] = str(path)
+    return record
+
+
+def _run_plan(job: PlanJob, schedules_dir: str | None) -> dict:
+    """Plan one model, timing its candidates one at a time in this process."""
+    from zbsolve.planner import plan
+
+    began = time.monotonic()
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            result = plan(job.model, num_devices=job.num_devices, num_microbatches=job.num_microbatches,
+                          device_memory=job.device_memory, placement=job.placement, time_limit=job.time_limit,
+                          executor=pool)
+    except Exception as exc:
+        return _failure(job, exc, time.monotonic() - began)
+    record = {**_record(job), "status": "planned", "figures": result.summary(),
+              "baselines": [b.row() for b in result.baselines], "solve_time": result.plan_time, "schedule": None}
     if schedules_dir is not None:
         path = Path(schedules_dir) / f"{job.key}.json"
         result.to_json(path)
@@ -89,7 +114,7 @@ def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: str | cf.
                 seen.add(job.key)
                 todo.append(job)
         pool, release = make_executor(executor, jobs)
-        futures: dict[cf.Future, Job] = {}
+        futures: dict[cf.Future, Job | PlanJob] = {}
         finished = False
 
         def stop() -> None:

@@ -1,5 +1,5 @@
-"""The grid file: problems and the axes to sweep, expanded into fully resolved jobs, every one checked before any
-runs."""
+"""The grid file: problems (solve jobs) or models (plan jobs) and the axes to sweep, expanded into fully resolved
+jobs, every one checked before any runs."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
 from zbsolve.errors import InputError
+from zbsolve.model import Model
 from zbsolve.problem import Problem
 from zbsolve.profile import Profile, load_mapping, pydantic_message
 from zbsolve.solve import SolverName
-from zbsolve.spec import PlacementName, make_spec
+from zbsolve.spec import PlacementName, PlanPlacement, make_spec
+from zbsolve.timing import Objective
+from zbsolve.units import parse_bytes
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A finite number > 0."""
@@ -27,17 +30,21 @@ class Axes(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     stages: Optional[list[PositiveInt]] = Field(None, min_length=1)
-    """Numbers of devices p."""
+    """Numbers of devices p (required for plan jobs)."""
     microbatches: Optional[list[PositiveInt]] = Field(None, min_length=1)
-    """Numbers of microbatches m."""
+    """Numbers of microbatches m (required for plan jobs)."""
+    device_memory: Optional[list[Union[str, PositiveInt]]] = Field(None, min_length=1)
+    """Memory per device of plan jobs, e.g. "80GiB" (default: each model's GPU's)."""
     mem_factor: Optional[list[Positive]] = Field(None, min_length=1)
     """Memory limits as multiples of 1F1B's peak."""
     mem_limit: Optional[list[Positive]] = Field(None, min_length=1)
     """Memory limits in the profile's unit."""
-    placement: list[PlacementName] = Field(["sequential"], min_length=1)
-    """Placements: sequential, interleaved, vshape."""
+    placement: Optional[list[PlanPlacement]] = Field(None, min_length=1)
+    """Placements: sequential, interleaved, vshape (default: sequential), and for plan jobs auto (the default)."""
     solver: list[SolverName] = Field(["cpsat"], min_length=1)
     """Solvers: cpsat, cbc, heuristic."""
+    objective: list[Objective] = Field(["makespan"], min_length=1)
+    """Objectives: makespan (the step time with an optimizer barrier) or span (the paper's)."""
     time_limit: list[Positive] = Field([60.0], min_length=1)
     """Solver time limits in seconds."""
     seed: list[int] = Field([0], min_length=1)
@@ -59,6 +66,8 @@ class Grid(BaseModel):
     """Name of the sweep."""
     problems: list[str] = []
     """Problem YAML files, relative to the grid file."""
+    models: list[str] = []
+    """Model descriptions (plan jobs), relative to the grid file."""
     profile: Optional[Profile] = None
     """An inline profile, used when no problem files are named."""
     axes: Axes = Field(default_factory=Axes)
@@ -72,8 +81,10 @@ class Grid(BaseModel):
 
     @model_validator(mode="after")
     def _has_problem(self) -> "Grid":
-        if not self.problems and self.profile is None:
-            raise ValueError("name at least one problem file or give an inline profile")
+        if not self.problems and self.profile is None and not self.models:
+            raise ValueError("name at least one problem or model file, or give an inline profile")
+        if self.models and (self.problems or self.profile is not None):
+            raise ValueError("a grid plans models or solves problems, not both: give models or problems")
         return self
 
     @classmethod
@@ -86,6 +97,7 @@ class Grid(BaseModel):
         except ValidationError as exc:
             raise InputError(pydantic_message(str(path), exc)) from None
         grid.problems = [str((path.parent / p) if not Path(p).is_absolute() else p) for p in grid.problems]
+        grid.models = [str((path.parent / p) if not Path(p).is_absolute() else p) for p in grid.models]
         grid._source = str(path)
         return grid
 
@@ -111,6 +123,8 @@ class Job(BaseModel):
     """Memory limit as a multiple of 1F1B's peak."""
     solver: SolverName
     """Solver name."""
+    objective: Objective = "makespan"
+    """What the solve minimises."""
     time_limit: Positive
     """Time limit in seconds."""
     seed: int
@@ -121,6 +135,55 @@ class Job(BaseModel):
         """Content hash: equal for equal jobs, whatever the grid they come from."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class PlanJob(BaseModel):
+    """One plan, fully resolved: everything its result depends on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["plan"] = "plan"
+    """What the job does."""
+    problem: str
+    """Model name."""
+    model: Model
+    """The model's layers and costs."""
+    num_devices: PositiveInt
+    """Devices p."""
+    num_microbatches: PositiveInt
+    """Microbatches m."""
+    device_memory: Optional[PositiveInt] = None
+    """Bytes of memory per device (None: the model's GPU's)."""
+    placement: PlanPlacement
+    """Placement to plan for, or auto."""
+    time_limit: Positive
+    """Time limit in seconds."""
+
+    @property
+    def key(self) -> str:
+        """Content hash: equal for equal jobs, whatever the grid they come from."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plans(grid: Grid) -> list[PlanJob]:
+    """The plan jobs of a grid of models: models x devices x microbatches x device memory x placement x time."""
+    a = grid.axes
+    if not a.stages or not a.microbatches:
+        raise InputError(f"{grid.source}: axes.stages and axes.microbatches: required with models")
+    jobs = []
+    for i, path in enumerate(grid.models):
+        try:
+            model = Model.load(path)
+        except InputError as exc:
+            raise InputError(f"{grid.source}: models.{i}: {exc}") from None
+        memories = [None] if a.device_memory is None else \
+            [parse_bytes(x, f"{grid.source}: axes.device_memory") for x in a.device_memory]
+        for p, m, memory, placement, t in itertools.product(a.stages, a.microbatches, memories,
+                                                            a.placement or ["auto"], a.time_limit):
+            jobs.append(PlanJob(problem=model.name, model=model, num_devices=p, num_microbatches=m,
+                                device_memory=memory, placement=placement, time_limit=t))
+    return jobs
 
 
 def _problems(grid: Grid) -> list[Problem]:
@@ -140,9 +203,12 @@ def _problems(grid: Grid) -> list[Problem]:
     return [Problem(name=grid.name, num_devices=p, num_microbatches=grid.axes.microbatches[0], profile=grid.profile)]
 
 
-def expand(grid: Grid) -> list[Job]:
-    """The grid's job list: problems x every axis, each checked before any job runs; an ``InputError`` names
-    the grid file, the problem and the axis values at fault."""
+def expand(grid: Grid) -> list[Job | PlanJob]:
+    """The grid's job list: problems x every axis (or models x devices, microbatches, device memory, placement
+    and time limit), each checked before any job runs; an ``InputError`` names the grid file, the problem and the
+    axis values at fault."""
+    if grid.models:
+        return _plans(grid)
     problems, a = _problems(grid), grid.axes
     jobs = []
     for prob in problems:
@@ -150,15 +216,18 @@ def expand(grid: Grid) -> list[Job]:
                   [("mem_limit", x) for x in a.mem_limit] if a.mem_limit else
                   [("mem_factor", prob.mem_factor)] if prob.mem_factor else [("mem_limit", prob.mem_limit)])
         for p, m, (kind, limit), placement in itertools.product(
-                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], limits, a.placement):
+                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], limits,
+                a.placement or ["sequential"]):
             where = (f"{grid.source}: problem {prob.name} with stages = {p}, microbatches = {m}, "
                      f"placement = {placement}" + ("" if limit is None else f", {kind} = {limit}"))
             try:
                 make_spec(prob.profile, limit if kind == "mem_limit" else None, num_microbatches=m, num_devices=p,
                           placement=placement)
                 jobs += [Job(problem=prob.name, profile=prob.profile, num_devices=p, num_microbatches=m,
-                             placement=placement, solver=solver, time_limit=t, seed=seed, **{kind: limit})
-                         for solver, t, seed in itertools.product(a.solver, a.time_limit, a.seed)]
+                             placement=placement, solver=solver, objective=objective, time_limit=t, seed=seed,
+                             **{kind: limit})
+                         for solver, objective, t, seed in itertools.product(a.solver, a.objective, a.time_limit,
+                                                                             a.seed)]
             except InputError as exc:
                 raise InputError(f"{where}: {exc}") from None
             except ValidationError as exc:

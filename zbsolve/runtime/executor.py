@@ -1,7 +1,8 @@
 """Run a zbsolve schedule for real on torch.distributed and compare it with the simulator.
 
-Each rank builds torch pipeline stages for its stages (ascending), loads the exported CSV into torch's pipeline
-runtime (``zbsolve.torch_compat``) and runs ``steps`` training steps (forward and backward, no optimizer).
+Each rank builds torch pipeline stages for its stages (ascending; the GPT cut as the document's partition says when
+it has one), loads the exported CSV into torch's pipeline runtime (``zbsolve.torch_compat``) and runs ``steps``
+training steps (forward and backward, no optimizer).
 Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation memory counted
 through saved-tensor hooks; the first step is a warm-up and is not timed when there are more.
 ``check`` compares every gradient with a single-process run of the whole model on the same batch.
@@ -9,6 +10,7 @@ through saved-tensor hooks; the first step is a warm-up and is not timed when th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -24,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from zbsolve import torch_compat
+from zbsolve.costs import Costs
 from zbsolve.document import from_document, to_document
 from zbsolve.errors import InputError, ZbsolveError
 from zbsolve.export import torch_csv
@@ -66,6 +69,9 @@ class RunOptions:
     """Process-group timeout: seconds before a silent peer is an error."""
     seed: int = 0
     """Seed of the batches: step i runs the batch of seed + i."""
+    costs: Costs | None = None
+    """The schedule document's costs (``zbsolve.costs.document_costs``): with a partition, the GPT is cut into the
+    stages it names (``ModelSpec.partition``) and the plan's seconds and bytes are reported in ms and MiB."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -279,14 +285,17 @@ def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
     return Profile(**t)
 
 
-def _with_predictions(schedule: Schedule, rows: list[dict]) -> list[dict]:
-    """Add the measured makespan and bubble, and the simulator's figures, to each rank's row."""
+def _with_predictions(schedule: Schedule, rows: list[dict], costs: Costs | None) -> list[dict]:
+    """Add the measured makespan and bubble, and the simulator's figures, to each rank's row; the plan's makespan
+    in ms when its times are a model's seconds, its peak in MiB when its memory is in bytes."""
     steps = len(rows[0]["step_ms_each"])
     makespan = _mean([max(row["step_ms_each"][i] for row in rows) for i in range(steps)])
     planned = simulate(schedule)
     measured = build(schedule.name, schedule.placement, schedule.num_microbatches, _measured_profile(schedule, rows),
                      schedule.devices, None, schedule.microbatch_route)
     replay = simulate(measured)
+    seconds = costs is not None and costs.model is not None
+    in_bytes = costs is not None and costs.in_bytes
     out = []
     for row in rows:
         d = row["rank"]
@@ -294,7 +303,9 @@ def _with_predictions(schedule: Schedule, rows: list[dict]) -> list[dict]:
                     "peak_saved_mib": row["peak_saved_bytes"] / _MIB,
                     "sim_bubble": 1.0 - planned.work[d] / planned.makespan, "sim_peak": planned.peak_memory[d],
                     "sim_makespan_ms": replay.makespan, "sim_bubble_measured": 1.0 - replay.work[d] / replay.makespan,
-                    "sim_peak_mib": replay.peak_memory[d]})
+                    "sim_peak_mib": replay.peak_memory[d],
+                    "plan_makespan_ms": 1e3 * planned.makespan if seconds else None,
+                    "plan_peak_mib": planned.peak_memory[d] / _MIB if in_bytes else None})
     return out
 
 
@@ -314,6 +325,10 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     """Run ``schedule`` on one process per device (the built-in launcher, or the current torchrun job) and return
     one report row per rank, each with the simulator's prediction beside the measurement, this machine's CPU cores
     and whether the ranks outnumber them (``oversubscription``)."""
+    costs = options.costs
+    if costs is not None and costs.model is not None:
+        names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.stages)
+        options = dataclasses.replace(options, model=dataclasses.replace(options.model, partition=names))
     timeline = simulate(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
     csv_text = torch_csv(schedule)
@@ -338,11 +353,12 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
         rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
     crowded = oversubscription(p, options.device) is not None
     return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded}
-            for row in _with_predictions(schedule, rows)]
+            for row in _with_predictions(schedule, rows, costs)]
 
 
 REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "sim bubble", "sim bubble (measured t)",
-                  "makespan ms", "sim makespan ms", "peak MiB", "sim peak MiB", "sim peak", "grad check")
+                  "makespan ms", "sim makespan ms", "plan makespan ms", "peak MiB", "sim peak MiB", "sim peak",
+                  "grad check")
 """Columns of ``report_table``."""
 
 
@@ -351,7 +367,13 @@ def report_table(rows: list[dict]) -> list[list[str]]:
     def ms(row: dict, kind: str) -> str:
         return f"{row['pass_ms'][kind]:.2f}" if kind in row["pass_ms"] else "-"
 
+    def plan(row: dict) -> str:
+        return "-" if row["plan_makespan_ms"] is None else f"{row['plan_makespan_ms']:.1f}"
+
+    def peak(row: dict) -> str:
+        return f"{row['sim_peak']:g}" if row["plan_peak_mib"] is None else f"{row['plan_peak_mib']:.3f} MiB"
+
     return [[str(r["rank"]), ",".join(map(str, r["stages"])), ms(r, F), ms(r, B), ms(r, W), ms(r, BW),
              f"{r['bubble']:.3f}", f"{r['sim_bubble']:.3f}", f"{r['sim_bubble_measured']:.3f}",
-             f"{r['makespan_ms']:.1f}", f"{r['sim_makespan_ms']:.1f}", f"{r['peak_saved_mib']:.3f}",
-             f"{r['sim_peak_mib']:.3f}", f"{r['sim_peak']:g}", r["grad_check"]] for r in rows]
+             f"{r['makespan_ms']:.1f}", f"{r['sim_makespan_ms']:.1f}", plan(r), f"{r['peak_saved_mib']:.3f}",
+             f"{r['sim_peak_mib']:.3f}", peak(r), r["grad_check"]] for r in rows]

@@ -1,9 +1,9 @@
-"""Models split into pipeline stages: a small GPT, or a user's ``module:function``."""
+"""Models split into pipeline stages, or into their layers: a small GPT, or a user's ``module:function``."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -35,25 +35,55 @@ class Block(nn.Module):
 
 
 class GPTStage(nn.Module):
-    """A run of consecutive blocks; the first stage embeds token ids, the last ends with the LM head."""
+    """A run of consecutive blocks: the first stage embeds token ids before them, the last ends with the final norm
+    and the LM head (the norm may end the stage before it instead)."""
 
-    def __init__(self, blocks: int, *, first: bool, last: bool, hidden: int, heads: int, vocab: int,
+    def __init__(self, blocks: int, *, embed: bool, norm: bool, head: bool, hidden: int, heads: int, vocab: int,
                  seq_len: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab, hidden) if first else None
-        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, hidden)) if first else None
+        self.embed = nn.Embedding(vocab, hidden) if embed else None
+        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, hidden)) if embed else None
         self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(blocks))
-        self.norm = nn.LayerNorm(hidden) if last else None
-        self.head = nn.Linear(hidden, vocab, bias=False) if last else None
+        self.norm = nn.LayerNorm(hidden) if norm else None
+        self.head = nn.Linear(hidden, vocab, bias=False) if head else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
-            x = self.embed(x) + self.pos[: x.shape[1]]
+            x = embed_tokens(self.embed, self.pos, x)
         for block in self.blocks:
             x = block(x)
+        if self.norm is not None:
+            x = self.norm(x)
         if self.head is not None:
-            x = self.head(self.norm(x))
+            x = self.head(x)
         return x
+
+
+def embed_tokens(embed: nn.Embedding, pos: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Token embeddings of ``ids`` (batch, seq_len) plus the learned positions ``pos``."""
+    return embed(ids) + pos[: ids.shape[1]]
+
+
+class Embedding(nn.Module):
+    """The GPT's first layer as a module of its own: a first stage's token embedding and positions."""
+
+    def __init__(self, embed: nn.Embedding, pos: nn.Parameter) -> None:
+        super().__init__()
+        self.embed = embed
+        self.pos = pos
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return embed_tokens(self.embed, self.pos, ids)
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """The GPT layers one stage holds."""
+
+    embed: bool
+    blocks: int
+    norm: bool
+    head: bool
 
 
 def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
@@ -64,15 +94,54 @@ def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab
     """
     if num_stages < 1 or layers < num_stages:
         raise InputError(f"layers = {layers} must be >= num_stages = {num_stages} >= 1")
+    counts = [layers // num_stages + (1 if s < layers % num_stages else 0) for s in range(num_stages)]
+    last = num_stages - 1
+    return _build([_Cut(s == 0, c, s == last, s == last) for s, c in enumerate(counts)], hidden=hidden, heads=heads,
+                  vocab=vocab, seq_len=seq_len, seed=seed)
+
+
+def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None, hidden: int, heads: int, vocab: int,
+                      seq_len: int, seed: int) -> list[nn.Module]:
+    """The GPT cut as ``partition`` names each stage's layers (a schedule document's partition: ``embed``,
+    ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is cut.
+
+    ``layers`` (None: the partition's) must be the number of blocks the partition names. An ``InputError`` line
+    names the stage or layer at fault otherwise.
+    """
+    for s, names in enumerate(partition):
+        if not names:
+            raise InputError(f"partition stage {s} holds no layers; every stage needs at least one")
+    if partition[0][0] != "embed":
+        raise InputError(f"partition stage 0 starts with layer {partition[0][0]!r}, but the GPT's first stage must "
+                         "start with 'embed'")
+    if partition[-1][-1] != "head":
+        raise InputError(f"partition stage {len(partition) - 1} ends with layer {partition[-1][-1]!r}, but the GPT's "
+                         "last stage must end with 'head' (it takes the loss)")
+    names = [name for stage in partition for name in stage]
+    blocks = sum(1 for name in names if name.startswith("blocks."))
+    expected = ["embed", *(f"blocks.{i}" for i in range(blocks)), "norm", "head"]
+    if names != expected:  # both end with "head", so the first difference lies within names
+        i = next((i for i, (got, want) in enumerate(zip(names, expected)) if got != want), len(expected))
+        raise InputError(f"partition layer {i} = {names[i]!r}, but the GPT's layers are embed, blocks.0, blocks.1, "
+                         "..., norm, head, in that order")
+    if layers is not None and layers != blocks:
+        raise InputError(f"layers = {layers}, but the partition holds {blocks} GPT blocks; leave layers out or give "
+                         f"{blocks}")
+    cuts = [_Cut("embed" in stage, sum(1 for name in stage if name.startswith("blocks.")), "norm" in stage,
+                 "head" in stage) for stage in partition]
+    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
+
+
+def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: int, seed: int) -> list[nn.Module]:
+    """One ``GPTStage`` per cut, built in forward order under ``seed`` so that the weights do not depend on the cut."""
     if hidden < 1 or heads < 1 or hidden % heads:
         raise InputError(f"hidden = {hidden} must be a positive multiple of heads = {heads}")
     if vocab < 2 or seq_len < 1:
         raise InputError(f"vocab = {vocab} must be >= 2 and seq_len = {seq_len} >= 1")
-    counts = [layers // num_stages + (1 if s < layers % num_stages else 0) for s in range(num_stages)]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return [GPTStage(c, first=s == 0, last=s == num_stages - 1, hidden=hidden, heads=heads, vocab=vocab,
-                         seq_len=seq_len) for s, c in enumerate(counts)]
+        return [GPTStage(c.blocks, embed=c.embed, norm=c.norm, head=c.head, hidden=hidden, heads=heads, vocab=vocab,
+                         seq_len=seq_len) for c in cuts]
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -106,7 +175,10 @@ class ModelSpec:
     name: str = "gpt"
     """"gpt" (the built-in small GPT) or a user's "module:function" returning the stages."""
     layers: int | None = None
-    """GPT blocks (None: one per stage)."""
+    """GPT blocks (None: the partition's, else one per stage)."""
+    partition: tuple[tuple[str, ...], ...] | None = None
+    """The GPT's layer names per stage (a schedule document's partition, see ``build_partitioned``); None: blocks
+    spread evenly over the stages. A user's model ignores it."""
     hidden: int = 32
     """GPT hidden size."""
     heads: int = 2
@@ -122,16 +194,70 @@ class ModelSpec:
 def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
     """The model of ``spec`` cut into ``num_stages`` stages, with its loss and batch maker.
 
-    "gpt" is the small GPT of ``build_stages`` on random token batches. A user's ``module:function`` is called
+    "gpt" is the small GPT of ``build_stages`` (``build_partitioned`` with ``spec.partition``) on random token
+    batches. A user's ``module:function`` is called
     with ``num_stages`` and returns that many modules; the module must also define
     ``make_batch(batch_size, seed) -> (inputs, target)`` and ``loss_fn(output, target)``.
     """
     return _gpt(spec, num_stages) if spec.name == "gpt" else _user(spec.name, num_stages)
 
 
+@dataclass(frozen=True)
+class NamedLayer:
+    """One layer of a model, as the per-layer profiler measures it."""
+
+    name: str
+    """The module's FQN in the model, e.g. ``blocks.0``."""
+    module: nn.Module
+    """The layer: takes the previous layer's output (the first, the model's inputs)."""
+    block: bool
+    """One of the model's repeated blocks."""
+
+
+@dataclass(frozen=True)
+class LayeredModel:
+    """A model as its layers in forward order, with its loss (of the last layer's output) and a batch maker."""
+
+    layers: list[NamedLayer]
+    """The layers in the order the forward pass runs them."""
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """Loss of the last layer's output against the target."""
+    make_batch: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+    """(batch_size, seed) -> (inputs of the first layer, target)."""
+
+
+def load_layers(spec: ModelSpec) -> LayeredModel:
+    """The model of ``spec`` built as one stage (``load_model(spec, 1)``) and cut into its layers.
+
+    "gpt": ``embed`` (token embedding and positions), ``blocks.0`` ... (``spec.layers`` of them, None: 1), ``norm``
+    and ``head``; the blocks are its only blocks. A user's ``module:function`` must return one
+    ``torch.nn.Sequential`` when called with 1: its children are the layers, named as in it, and a child is a block
+    when its class occurs more than once among them.
+    """
+    staged = load_model(spec, 1)
+    stage = staged.stages[0]
+    if isinstance(stage, GPTStage):
+        layers = [NamedLayer("embed", Embedding(stage.embed, stage.pos), False),
+                  *(NamedLayer(f"blocks.{i}", block, True) for i, block in enumerate(stage.blocks)),
+                  NamedLayer("norm", stage.norm, False), NamedLayer("head", stage.head, False)]
+    elif isinstance(stage, nn.Sequential) and len(stage):
+        kinds = [type(child) for child in stage]
+        layers = [NamedLayer(name, child, kinds.count(type(child)) > 1) for name, child in stage.named_children()]
+    else:
+        raise InputError(f"model = {spec.name!r}: a per-layer profile needs it to return one non-empty "
+                         f"torch.nn.Sequential for 1 stage (its children are the layers), got {type(stage).__name__}")
+    return LayeredModel(layers, staged.loss_fn, staged.make_batch)
+
+
 def _gpt(spec: ModelSpec, num_stages: int) -> StagedModel:
-    stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, hidden=spec.hidden,
-                          heads=spec.heads, vocab=spec.vocab, seq_len=spec.seq_len, seed=spec.seed)
+    sizes = {"hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab, "seq_len": spec.seq_len,
+             "seed": spec.seed}
+    if spec.partition is None:
+        stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, **sizes)
+    elif len(spec.partition) != num_stages:
+        raise InputError(f"partition has {len(spec.partition)} stages, but the schedule's placement has {num_stages}")
+    else:
+        stages = build_partitioned(spec.partition, layers=spec.layers, **sizes)
     vocab, seq_len = spec.vocab, spec.seq_len
     return StagedModel(stages, loss_fn,
                        lambda batch_size, seed: make_batch(batch_size, vocab=vocab, seq_len=seq_len, seed=seed))

@@ -1,9 +1,15 @@
 """Measure a Profile from a real model: per-stage F, B, W times and memory deltas, and the point-to-point latency.
 
 B and W follow torch.distributed.pipelining's split (``torch_compat.backward_input`` and ``backward_weight``): B is
-the gradient with respect to the stage input with the graph retained, W the weight gradients afterwards. A first
-stage whose input is not differentiable (token ids) is split after its first layer whose output needs a gradient
-(the embedding): B runs down to that layer's output, W includes that layer's weight gradient.
+the gradient with respect to the stage input with the graph retained, W the weight gradients afterwards. The first
+stage is measured as torch's runtime runs it: its B does nothing (there is no input gradient to send) and its W runs
+the whole backward, so its t_b is the measured time of that no-op, tiny but positive as a Profile needs.
+
+Two memory models (``MEMORY_MODELS``): "torch", the measured deltas of torch's split backward, whose B keeps for W
+every node of the graph below the last weight-gradient op and so frees almost nothing (what the loss and the ops after
+the last weight saved); "paper", the Zero Bubble paper's runtime, where B frees every saved activation except those W
+reads (``ReadBytes``): M_B = the saved bytes F leaves, M_W = the saved bytes torch's W reads, mem_b = M_W - M_B,
+mem_w = -M_W. "paper" counts saved bytes on every device.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import queue
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,8 +39,13 @@ from zbsolve.profile import STAGE_FIELDS, Profile
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, StagedModel
 
+Batches = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+"""A batch maker: (batch_size, seed) -> (inputs, target)."""
 DEVICES = ("cpu", "cuda")
 """Where ``measure`` runs the stages."""
+MEMORY_MODELS = ("torch", "paper")
+"""What B frees: "torch", the measured deltas of torch's split backward (B frees almost nothing); "paper", every
+saved activation W does not read (the Zero Bubble paper's runtime)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,8 @@ class ProfileOptions:
     """CPU threads torch runs meanwhile (1, as each rank of ``zbsolve run`` does)."""
     seed: int = 0
     """Seed of the microbatch and of the output gradients."""
+    memory_model: str = "torch"
+    """One of ``MEMORY_MODELS``: what the memory deltas describe."""
 
     def __post_init__(self) -> None:
         if self.microbatch_size < 1 or self.repeats < 1 or self.threads < 1 or self.warmup < 0:
@@ -62,6 +75,8 @@ class ProfileOptions:
                              f"{self.threads} must be >= 1, warmup = {self.warmup} >= 0")
         if self.device.partition(":")[0] not in DEVICES:
             raise InputError(f"device = {self.device!r} must be cpu or cuda")
+        if self.memory_model not in MEMORY_MODELS:
+            raise InputError(f"memory_model = {self.memory_model!r} must be one of {', '.join(MEMORY_MODELS)}")
 
 
 @dataclass(frozen=True)
@@ -99,62 +114,64 @@ def relative_iqr(values: list[float]) -> float:
     return (q3 - q1) / abs(statistics.median(values))
 
 
-@contextlib.contextmanager
-def first_activation(stage: nn.Module, active: bool) -> Iterator[list[torch.Tensor]]:
-    """While ``active``, the output of ``stage``'s first leaf module that needs a gradient is cut off the graph:
-    the yielded list receives [that output, the leaf tensor that replaces it]."""
-    cut: list[torch.Tensor] = []
+class ReadBytes(SavedBytes):
+    """``SavedBytes`` that also records, pass by pass, the counted storages backward reads."""
 
-    def hook(_module: nn.Module, _args: object, output: object) -> object:
-        if cut or not isinstance(output, torch.Tensor) or not output.requires_grad:
-            return None
-        cut.extend([output, output.detach().requires_grad_()])
-        return cut[1]
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        super().__init__(exclude)
+        self.reads: list[dict[int, int]] = [{}]
+        """Per pass (one entry per ``next_pass``, the last one current): the storages read, with their bytes."""
 
-    handles = [m.register_forward_hook(hook) for m in stage.modules() if active and not any(m.children())]
-    try:
-        yield cut
-    finally:
-        for h in handles:
-            h.remove()
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """Context in which the tensors autograd saves are counted, and their reads recorded."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def next_pass(self) -> int:
+        """Start recording the next pass's reads; returns the bytes counted now."""
+        self.reads.append({})
+        return self.current
+
+    def _unpack(self, saved: object) -> torch.Tensor:
+        if isinstance(saved, torch.Tensor):
+            return saved
+        self.reads[-1][saved.key] = saved.tensor.untyped_storage().nbytes()  # type: ignore[attr-defined]
+        return saved.tensor  # type: ignore[attr-defined]
 
 
 def run_passes(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None,
-               mark: Callable[[], None], saved: SavedBytes | None = None) -> None:
+               mark: Callable[[], None], saved: SavedBytes | None = None, *, split: bool) -> None:
     """F, B and W of ``stage`` on input ``x``; ``tail`` is the output gradient, or the target when ``loss_fn``
-    is given (last stage). ``mark()`` runs after each pass, with the pass's transient tensors dropped. A stage
-    with nothing differentiable to cut at does its whole backward in W, as torch's runtime does."""
+    is given (last stage). ``mark()`` runs after each pass, with the pass's transient tensors dropped. ``split``:
+    B is the input gradient and W the weight gradients (torch's split backward); otherwise B does nothing and W
+    runs the whole backward, as torch's runtime does for the first stage."""
     params = [p for p in stage.parameters() if p.requires_grad]
-    x = x.detach().requires_grad_(x.is_floating_point())
-    with first_activation(stage, active=not x.requires_grad) as cut, \
-            saved.hooks() if saved else contextlib.nullcontext():
+    x = x.detach().requires_grad_(split)
+    with saved.hooks() if saved else contextlib.nullcontext():
         out = stage(x)
         outputs = [loss_fn(out, tail) if loss_fn else out]
         del out
     mark()
     grads = None if loss_fn else [tail]
-    split = bool(cut) or x.requires_grad
     groups = []
     if split:
-        groups = torch_compat.backward_input(outputs, grads, [cut[1]] if cut else [x], params)
+        groups = torch_compat.backward_input(outputs, grads, [x], params)
         outputs.clear()
         x.grad = None
     mark()
     if split:
         torch_compat.backward_weight(params, groups)
-        if cut and cut[1].grad is not None:
-            torch.autograd.backward(cut[0], cut[1].grad)
     else:
         torch.autograd.backward(outputs, grads)
-    del groups, outputs, cut[:]
+    del groups, outputs
     mark()
 
 
-def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None, *,
-                  repeats: int, warmup: int) -> dict[str, list[float]]:
-    """``repeats`` timed runs of F, B, W after ``warmup`` untimed ones, then ``repeats`` memory runs; returns
-    samples per Profile field. Memory: CUDA allocator differences (the stage output counts until B), on CPU the
-    bytes autograd saves for backward. mem_w holds the measured W delta."""
+def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None, *, split: bool,
+                  repeats: int, warmup: int, memory_model: str = "torch") -> dict[str, list[float]]:
+    """``repeats`` timed runs of F, B, W (``run_passes``) after ``warmup`` untimed ones, then ``repeats`` memory
+    runs; returns samples per Profile field (µs, bytes). Memory, "torch" model: CUDA allocator differences (the
+    stage output counts until B), on CPU the bytes autograd saves for backward; mem_w holds the measured W delta.
+    "paper" model: the saved bytes on every device, with mem_b = M_W - M_B (``MEMORY_MODELS``)."""
     cuda = x.device.type == "cuda"
 
     def now() -> float:
@@ -164,60 +181,76 @@ def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn
 
     samples: dict[str, list[float]] = {name: [] for name in STAGE_FIELDS}
     for i in range(warmup + repeats):
-        deltas = pass_deltas(stage, x, tail, loss_fn, now)
+        deltas = pass_deltas(stage, x, tail, loss_fn, now, split=split)
         for name, value in zip(("t_f", "t_b", "t_w"), deltas if i >= warmup else ()):
             samples[name].append(value)
     for _ in range(repeats):
-        saved = None if cuda else SavedBytes([*stage.parameters(), *stage.buffers()])
-        probe = functools.partial(torch.cuda.memory_allocated, x.device) if cuda else lambda: saved.current
-        for name, value in zip(("mem_f", "mem_b", "mem_w"), pass_deltas(stage, x, tail, loss_fn, probe, saved)):
+        saved = None if cuda and memory_model == "torch" else ReadBytes([*stage.parameters(), *stage.buffers()])
+        probe = functools.partial(torch.cuda.memory_allocated, x.device) if saved is None else saved.next_pass
+        mem_f, mem_b, mem_w = pass_deltas(stage, x, tail, loss_fn, probe, saved, split=split)
+        if saved is not None and memory_model == "paper":
+            m_w = float(sum(saved.reads[3].values()))  # reads[1], [2], [3]: F, B, W (probed before each)
+            mem_b, mem_w = m_w - mem_f, -m_w
+        for name, value in zip(("mem_f", "mem_b", "mem_w"), (mem_f, mem_b, mem_w)):
             samples[name].append(value)
     return samples
 
 
 def pass_deltas(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None,
-                probe: Callable[[], float], saved: SavedBytes | None = None) -> list[float]:
+                probe: Callable[[], float], saved: SavedBytes | None = None, *, split: bool) -> list[float]:
     """How much ``probe()`` changes over each of F, B and W (``run_passes``'s arguments)."""
     levels = [float(probe())]
-    run_passes(stage, x, tail, loss_fn, lambda: levels.append(float(probe())), saved)
+    run_passes(stage, x, tail, loss_fn, lambda: levels.append(float(probe())), saved, split=split)
     return [after - before for before, after in itertools.pairwise(levels)]
 
 
-def stage_inputs(model: StagedModel, microbatch_size: int, device: torch.device,
+def chain_inputs(modules: Sequence[nn.Module], make_batch: Batches, microbatch_size: int, device: torch.device,
                  seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each stage's input for one microbatch (stage 0: the model's batch, then each stage's output), and its
-    tail: a random output gradient, or the target for the last stage."""
-    inputs, target = model.make_batch(microbatch_size, seed)
+    """``modules`` run one after the other on one microbatch: the inputs along the chain (the batch, then each
+    module's output, the last one's included), and each module's tail: a random output gradient, or the target for
+    the last module."""
+    inputs, target = make_batch(microbatch_size, seed)
     xs = [inputs.to(device)]
     with torch.no_grad():
-        for stage in model.stages[:-1]:
-            xs.append(stage(xs[-1]))
+        for module in modules:
+            xs.append(module(xs[-1]))
     gen = torch.Generator().manual_seed(seed)
-    tails = [torch.randn(x.shape, generator=gen).to(device, x.dtype) for x in xs[1:]]
+    tails = [torch.randn(x.shape, generator=gen).to(device, x.dtype) for x in xs[1:-1]]
     return xs, tails + [target.to(device)]
 
 
-def measure(model: StagedModel, options: ProfileOptions = ProfileOptions()) -> Measurement:
-    """Measure every stage of ``model`` on one microbatch, and (``options.latency``, more than one stage) the
-    one-way latency of the largest activation passed between stages."""
+def measure_chain(modules: Sequence[nn.Module], make_batch: Batches, loss_fn: Callable, options: ProfileOptions, *,
+                  split_first: bool) -> tuple[list[dict[str, list[float]]], list[torch.Tensor], list[float]]:
+    """Measure each of ``modules`` as ``chain_inputs`` runs them, the last one's output into ``loss_fn``: per module
+    its samples (``measure_stage``), the chain's inputs and outputs, and (``options.latency``, more than one module)
+    the one-way latency samples of the largest output passed on. A module splits its backward (``run_passes``)
+    when its input is floating point, the first module only if ``split_first``."""
     if options.device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"device = {options.device!r} but CUDA is not available")
     dev = torch.device(options.device)
-    stages = [stage.to(dev) for stage in model.stages]
+    modules = [module.to(dev) for module in modules]
     previous = torch.get_num_threads()
     torch.set_num_threads(options.threads if dev.type == "cpu" else previous)
     try:
-        xs, tails = stage_inputs(model, options.microbatch_size, dev, options.seed)
-        per_stage = [measure_stage(stage, x, tail, model.loss_fn if s == len(stages) - 1 else None,
-                                   repeats=options.repeats, warmup=options.warmup)
-                     for s, (stage, x, tail) in enumerate(zip(stages, xs, tails))]
+        xs, tails = chain_inputs(modules, make_batch, options.microbatch_size, dev, options.seed)
+        samples = [measure_stage(module, x, tail, loss_fn if i == len(modules) - 1 else None,
+                                 split=(i > 0 or split_first) and x.is_floating_point(), repeats=options.repeats,
+                                 warmup=options.warmup, memory_model=options.memory_model)
+                   for i, (module, x, tail) in enumerate(zip(modules, xs, tails))]
     finally:
         torch.set_num_threads(previous)
-    samples = {name: [m[name] for m in per_stage] for name in STAGE_FIELDS}
-    sent = max(xs[1:], key=lambda t: t.nbytes, default=None)
+    sent = max(xs[1:-1], key=lambda t: t.nbytes, default=None)
     lat = measure_latency(sent.numel(), sent.dtype, repeats=options.repeats) \
         if options.latency and sent is not None else []
-    return Measurement(samples, lat)
+    return samples, xs, lat
+
+
+def measure(model: StagedModel, options: ProfileOptions = ProfileOptions()) -> Measurement:
+    """Measure every stage of ``model`` on one microbatch, the first as torch's runtime runs it (B a no-op, W the
+    whole backward), and (``options.latency``, more than one stage) the one-way latency of the largest activation
+    passed between stages."""
+    per_stage, _, lat = measure_chain(model.stages, model.make_batch, model.loss_fn, options, split_first=False)
+    return Measurement({name: [m[name] for m in per_stage] for name in STAGE_FIELDS}, lat)
 
 
 def measure_latency(numel: int, dtype: torch.dtype = torch.float32, *, repeats: int = 10, rounds: int = 20,
@@ -279,11 +312,13 @@ def _ping_pong(rank: int, init_method: str, numel: int, dtype: torch.dtype, repe
         answers.put(f"rank {rank}: {type(exc).__name__}: {exc}")
 
 
-def profile_header(spec: ModelSpec, num_stages: int, options: ProfileOptions) -> str:
-    """One line saying what was measured and how: the profile file's first comment."""
-    return (f"zbsolve profile of {spec.name}: {num_stages} stages, microbatch size {options.microbatch_size}, "
-            f"{options.repeats} repeats after {options.warmup} warm-up, device {options.device}"
-            + (f", {options.threads} threads" if options.device == "cpu" else "") + f", torch {torch.__version__}")
+def profile_header(spec: ModelSpec, num_stages: int | None, options: ProfileOptions) -> str:
+    """One line saying what was measured and how (``num_stages`` None: per layer): the profile file's first
+    comment."""
+    return (f"zbsolve profile of {spec.name}: {'per layer' if num_stages is None else f'{num_stages} stages'}, "
+            f"microbatch size {options.microbatch_size}, {options.repeats} repeats after {options.warmup} warm-up, "
+            f"device {options.device}" + (f", {options.threads} threads" if options.device == "cpu" else "")
+            + f", torch {torch.__version__}, memory model {options.memory_model}")
 
 
 def write_profile(measurement: Measurement, path: Path, header: str) -> Profile:

@@ -1,0 +1,160 @@
+"""A model solved in real units: device memory in bytes around the static bytes, step times in the result, the
+schedule document's "partition" and "device_memory" sections, and what `zbsolve check` verifies of them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT, check_result
+from test_model import LAYERS, toy
+from zbsolve.cli import app
+from zbsolve.costs import check_fits, device_static_bytes, document_costs
+from zbsolve.document import from_document
+from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError
+from zbsolve.model import Model, partition
+from zbsolve.placement import sequential, vshape
+from zbsolve.profile import Profile
+from zbsolve.simulator import simulate
+from zbsolve.solve import solve
+from zbsolve.steps import steady_period
+from zbsolve.transforms import repeat
+from zbsolve.units import GIB
+
+runner = CliRunner()
+LLAMA = ROOT / "problems" / "models" / "llama3-8b.yaml"
+STATIC = [layer["static_bytes"] for layer in LAYERS]
+
+
+def test_static_bytes_per_device_count_a_tied_weight_once():
+    model = toy()
+    ranges = partition(model, 4)
+    seq = device_static_bytes(model.layers, ranges, sequential(4))
+    assert seq == tuple(sum(STATIC[a:b]) for a, b in ranges)  # the head is not beside the embedding it is tied to
+    # On a V-shape over two devices, device 0 holds stages 0 and 3: the embedding and the head it is tied to.
+    v = device_static_bytes(model.layers, ranges, vshape(2))
+    held0 = set(range(*ranges[0])) | set(range(*ranges[3]))
+    assert v[0] == sum(STATIC[i] for i in held0 if model.layers[i].name != "output")
+    assert v[1] == sum(STATIC[i] for i in set(range(*ranges[1])) | set(range(*ranges[2])))
+
+
+def test_device_memory_is_the_activation_budget_after_static_bytes_and_reserve():
+    model = toy()
+    result = solve(model, num_devices=2, num_microbatches=4, device_memory=6 * GIB, reserve="1GiB",
+                   solver="heuristic")
+    static = result.costs.static_bytes
+    limits = result.schedule.mem_limit
+    assert tuple(limits) == tuple(5 * GIB - s for s in static)
+    check_result(result, limits)
+    summary = result.summary()
+    assert summary["memory_gib"] == pytest.approx([(s + a) / GIB for s, a in zip(static, result.peak_memory)])
+    assert summary["device_memory_gib"] == 6 and "peak_memory" not in summary
+
+
+def test_step_times_are_the_makespan_and_the_period_of_back_to_back_steps():
+    result = solve(toy(t_comm=0.05), num_devices=3, num_microbatches=6, solver="heuristic", objective="span")
+    assert result.step_time == result.timeline.makespan
+    many = [simulate(repeat(result.schedule, k)).makespan for k in (6, 7)]
+    assert result.step_time_no_barrier == pytest.approx(many[1] - many[0], rel=1e-9)
+    assert result.step_time_no_barrier == steady_period(result.timeline) <= result.step_time + 1e-9
+    figures = result.summary()
+    work = sum(result.timeline.work) / 3
+    assert figures["bubble_no_barrier"] == pytest.approx(1 - work / result.step_time_no_barrier)
+    assert figures["bubble_rate"] == pytest.approx(1 - work / result.step_time)
+
+
+def test_the_default_objective_is_the_step_time_with_a_barrier():
+    result = solve(toy(), num_devices=3, num_microbatches=6, time_limit=5, workers=1)
+    assert result.objective_kind == "makespan" and result.objective == result.step_time
+
+
+def test_static_bytes_that_do_not_fit_name_the_device_and_the_shortfall():
+    # Device 0 holds the embedding and three blocks: 4e9 + 6 bytes, 3.73 GiB.
+    with pytest.raises(InfeasibleError, match=r"device 0 does not fit: static 3\.73 GiB \+ reserve 0\.00 GiB exceed "
+                                              r"device_memory 2\.00 GiB by 1\.73 GiB"):
+        solve(toy(), num_devices=2, num_microbatches=4, device_memory="2GiB", reserve=0)
+
+
+def test_activations_that_do_not_fit_name_the_device_and_the_shortfall():
+    model = Model.load(LLAMA)
+    # The last stage holds 20.83 GiB and one microbatch's activations need 8.29 GiB there (the first: 20.83 + 4.31).
+    with pytest.raises(InfeasibleError, match=r"device 7 does not fit: static 20\.83 GiB \+ one microbatch's "
+                                              r"activations 8\.29 GiB \+ reserve 0\.00 GiB exceed device_memory "
+                                              r"28\.00 GiB by 1\.12 GiB"):
+        solve(model, num_devices=8, num_microbatches=8, device_memory="28GiB", reserve=0)
+
+
+def test_bad_memory_arguments_are_one_line_errors():
+    with pytest.raises(InputError, match="give mem_limit or device_memory, not both"):
+        solve(toy(), 10.0, num_devices=2, num_microbatches=4, device_memory="80GiB")
+    with pytest.raises(InputError, match=r"device_memory = '80 parsecs' is not a size"):
+        solve(toy(), num_devices=2, num_microbatches=4, device_memory="80 parsecs")
+    with pytest.raises(InputError, match="num_devices = None: give num_devices to cut a model"):
+        solve(toy(), num_microbatches=4)
+    with pytest.raises(InputError, match="a partition cuts a model"):
+        solve(Profile(), num_devices=2, num_microbatches=4, partition="1,1")
+
+
+def test_a_bare_profile_takes_device_memory_in_bytes():
+    profile = Profile(mem_f=GIB, mem_b=-GIB // 2, mem_w=-GIB // 2)
+    result = solve(profile, num_devices=4, num_microbatches=8, device_memory="6GiB", reserve="1GiB",
+                   solver="heuristic")
+    assert result.schedule.mem_limit == (5 * GIB,) * 4 and max(result.peak_memory) <= 5 * GIB
+    assert result.costs.static_bytes == (0,) * 4 and result.summary()["activation_gib"][0] <= 5
+
+
+def solved_document(tmp_path, *args: str) -> tuple[dict, str]:
+    path = tmp_path / "plan.json"
+    done = runner.invoke(app, ["solve", str(LLAMA), "-p", "8", "-m", "16", "--device-memory", "80GiB",
+                               "--solver", "heuristic", "-o", str(path), *args])
+    assert done.exit_code == 0, done.output
+    return json.loads(path.read_text()), done.output
+
+
+def test_solve_a_model_prints_seconds_and_gib_and_its_document_checks(tmp_path):
+    doc, output = solved_document(tmp_path, "--partition", "5,4,4,4,4,4,4,6")
+    assert "step_time (s)" in output and "step_time_no_barrier (s)" in output and "total GiB" in output
+    assert doc["partition"]["stages"] == [[0, 5], [5, 9], [9, 13], [13, 17], [17, 21], [21, 25], [25, 29], [29, 35]]
+    assert [layer["name"] for layer in doc["partition"]["layers"]][:2] == ["tok_embeddings", "layers.0"]
+    assert doc["device_memory"] == 80 * GIB
+    schedule, _ = from_document(doc)
+    costs = document_costs(doc, schedule, "doc")
+    check_fits(costs, simulate(schedule))
+    path = tmp_path / "plan.json"
+    checked = runner.invoke(app, ["check", str(path), "--json"])
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.output)["memory_gib"] == pytest.approx(doc["solver"]["memory_gib"])
+
+
+def test_check_refuses_a_partition_that_does_not_sum_to_the_profile(tmp_path):
+    doc, _ = solved_document(tmp_path)
+    doc["partition"]["layers"][3]["t_b"] *= 1.01
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    done = runner.invoke(app, ["check", str(path)])
+    assert done.exit_code == 2 and "profile.t_b[0] = " in done.output and "layers [0, 5) sum to" in done.output
+
+
+def test_check_refuses_a_device_that_does_not_fit_its_memory(tmp_path):
+    doc, _ = solved_document(tmp_path)
+    doc["device_memory"] = 60 * GIB
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(doc))
+    done = runner.invoke(app, ["check", str(path)])
+    assert done.exit_code == 1 and "does not fit: static" in done.output and "exceed device_memory 60.00 GiB" \
+        in " ".join(done.output.split())
+    with pytest.raises(MemoryLimitError, match="device 7 does not fit"):
+        check_fits(document_costs(doc, from_document(doc)[0], "doc"), simulate(from_document(doc)[0]))
+
+
+def test_solve_takes_a_bare_profile_file(tmp_path):
+    path = tmp_path / "measured.yaml"
+    Profile(t_f=[1, 1, 1.2], t_b=1, t_w=1, mem_f=100, mem_b=-60, mem_w=-40).save(path)
+    done = runner.invoke(app, ["solve", str(path), "--devices", "3", "--microbatches", "6", "--solver", "heuristic",
+                               "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["step_time"] > 0
+    missing = runner.invoke(app, ["solve", str(path), "--solver", "heuristic"])
+    assert missing.exit_code == 2 and "give --devices and --microbatches to solve a profile" in missing.output
