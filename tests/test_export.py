@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from zbsolve.document import write_document
+from zbsolve.document import read_document, write_document
 from zbsolve.errors import InfeasibleError, InputError
 from zbsolve.export import export_schedule, torch_csv
+from zbsolve.export_configs import (
+    Plan,
+    export_document,
+    megatron_export,
+    read_plan,
+    torchtitan_args,
+    torchtitan_config,
+    torchtitan_schedule_name,
+)
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.heuristic import heuristic
-from zbsolve.placement import Placement, interleaved, sequential, vshape
+from zbsolve.model import Layer, Model
+from zbsolve.placement import Placement, bidirectional, interleaved, sequential, vshape
 from zbsolve.profile import UNIT, Profile
 from zbsolve.schedule import BW, B, F, Pair, Pass, W, build, passes_of
 from zbsolve.simulator import simulate
+from zbsolve.solve import solve
 from zbsolve.torch_compat import lower_csv
 from zbsolve.transforms import renumber_last_stage, torch_actions
 
@@ -166,8 +179,8 @@ def test_export_schedule(tmp_path: Path) -> None:
     out.write_text("old")
     assert export_schedule(schedule, out) == out.read_text() == torch_csv(schedule)
     assert [p.name for p in tmp_path.iterdir()] == ["zbv.csv"]
-    with pytest.raises(InputError, match="format = 'megatron' is unknown"):
-        export_schedule(schedule, tmp_path / "x", "megatron")
+    with pytest.raises(InputError, match="format = 'onnx' is unknown"):
+        export_schedule(schedule, tmp_path / "x", "onnx")
     with pytest.raises(InputError, match="output = .*missing/zbv.csv: the folder .*missing does not exist"):
         export_schedule(schedule, tmp_path / "missing" / "zbv.csv")
     with pytest.raises(InputError, match="is bidirectional"):
@@ -184,9 +197,10 @@ def test_export_command(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"wrote {out}"
     assert out.read_text() == torch_csv(make_schedule("zb-v", UNIT, 2, 4))
-    run = subprocess.run([sys.executable, "-m", "zbsolve", "export", str(doc), "-f", "megatron", "-o", str(out)],
+    run = subprocess.run([sys.executable, "-m", "zbsolve", "export", str(doc), "-f", "onnx", "-o", str(out)],
                          capture_output=True, text=True)
-    assert run.returncode == 2 and "format = 'megatron' is unknown" in run.stderr
+    assert run.returncode == 2 and "format = 'onnx' is unknown; choose one of torch-csv, torchtitan, megatron" in \
+        run.stderr
 
 
 def test_export_without_torch(tmp_path: Path) -> None:
@@ -211,3 +225,265 @@ def test_optimizer_schedule_loads_in_torch() -> None:
     simulate(result.schedule)
     actions = _lower(result.schedule)
     assert _last_stage_forwards(actions, 2) == list(range(6))
+
+
+# -- torchtitan and Megatron exports (zbsolve.export_configs) ------------------------------------------------------
+
+TORCHTITAN_PARALLELISM_KEYS = {
+    "pipeline_parallel_degree",
+    "pipeline_parallel_schedule",
+    "pipeline_parallel_schedule_csv",
+    "pipeline_parallel_microbatch_size",
+    "module_fqns_per_model_part",
+}
+"""The ``ParallelismConfig`` fields the torchtitan export writes, read in torchtitan 0.3.0 (the PyPI wheel),
+``torchtitan/config/configs.py``, class ``ParallelismConfig`` (l.112; these fields at l.174-226). On torchtitan main
+``pipeline_parallel_microbatch_size`` is gone (``num_pp_microbatches`` instead, 2026-08-20)."""
+TORCHTITAN_TRAINING_KEYS = {"local_batch_size"}
+"""The ``TrainingConfig`` fields it writes: torchtitan 0.3.0 ``torchtitan/config/configs.py`` l.37; the pipeline
+runs ``local_batch_size // pipeline_parallel_microbatch_size`` microbatches (``pipeline_parallel.py`` l.303)."""
+SCHEDULE_NAMES = {"sequential": "1F1B", "interleaved": "Interleaved1F1B", "vshape": "ZBVZeroBubble"}
+MEGATRON_STAGE = r"E?(?:t(?:\*\d+)?)?L?"
+MEGATRON_LAYOUT = re.compile(rf"{MEGATRON_STAGE}(?:\|{MEGATRON_STAGE})*")
+"""The part of Megatron's layout grammar the export writes (``parse_str_to_list`` in megatron-core 0.16.1
+``megatron/core/transformer/pipeline_parallel_layer_layout.py``): stages split at ``|``, each an optional ``E``,
+``t`` blocks (``t*n`` for n), an optional ``L``."""
+
+
+def _toy_model() -> Model:
+    """An embedding, six blocks ``layers.0``..., a final norm and the head ``output``, as zbsolve estimates them."""
+    def layer(name: str, block: bool) -> Layer:
+        return Layer(name=name, block=block, t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1,
+                     static_bytes=10, out_bytes=1)
+
+    return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}", True) for i in range(6)),
+                                     layer("norm", False), layer("output", False)])
+
+
+def _plan_document(tmp_path: Path, placement: str) -> Path:
+    """A solved plan of the toy model on 2 devices, 4 microbatches, with its "partition" section."""
+    path = tmp_path / f"{placement}.json"
+    solve(_toy_model(), num_devices=2, num_microbatches=4, placement=placement, solver="heuristic").to_json(path)
+    return path
+
+
+def _stage_names(doc: Path) -> list[list[str]]:
+    data = json.loads(doc.read_text())
+    names = [layer["name"] for layer in data["partition"]["layers"]]
+    return [names[a:b] for a, b in data["partition"]["stages"]]
+
+
+def _torchtitan_stages_of_rank(name: str, rank: int, p: int, num_stages: int) -> tuple[int, ...]:
+    """The stages torchtitan 0.3.0 builds on ``rank`` for schedule ``name`` (``_get_pp_rank_to_stage_indices_mapping``
+    in ``torchtitan/distributed/pipeline_parallel.py``): "v" for ZBVZeroBubble and DualPipeV, looped otherwise."""
+    if name in ("ZBVZeroBubble", "DualPipeV"):
+        return (rank, num_stages - 1 - rank)
+    return tuple(range(rank, num_stages, p))
+
+
+@pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
+def test_torchtitan_export(tmp_path: Path, placement: str) -> None:
+    doc = _plan_document(tmp_path, placement)
+    folder = tmp_path / "tt"
+    written, text = export_document(doc, "torchtitan", folder)
+    assert written == [folder / "schedule.csv", folder / "torchtitan.json", folder / "torchtitan-args.txt"]
+    schedule = read_document(doc)[0]
+    assert text == (folder / "schedule.csv").read_text() == torch_csv(schedule)
+    config = json.loads((folder / "torchtitan.json").read_text())
+    assert set(config) == {"parallelism", "training"}
+    assert set(config["parallelism"]) == TORCHTITAN_PARALLELISM_KEYS
+    assert set(config["training"]) == TORCHTITAN_TRAINING_KEYS
+    parallelism = config["parallelism"]
+    name = SCHEDULE_NAMES[placement]
+    assert parallelism["pipeline_parallel_schedule"] == name
+    assert parallelism["pipeline_parallel_degree"] == 2
+    assert parallelism["pipeline_parallel_schedule_csv"] == str((folder / "schedule.csv").resolve())
+    assert parallelism["pipeline_parallel_microbatch_size"] == 1 and config["training"]["local_batch_size"] == 4
+    stages = _stage_names(doc)
+    assert stages[-1][-1] == "output"
+    assert parallelism["module_fqns_per_model_part"] == [[n.replace("output", "lm_head") for n in s] for s in stages]
+    assert shlex.split((folder / "torchtitan-args.txt").read_text()) == torchtitan_args(config)
+    # The stages torchtitan builds on each rank for this name are the ones the plan puts there.
+    routes = schedule.placement.routes[0]
+    for rank in range(2):
+        built = _torchtitan_stages_of_rank(name, rank, 2, len(routes))
+        assert sorted(built) == [s for s, d in enumerate(routes) if d == rank]
+
+
+@pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
+def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -> None:
+    """torchtitan's own config classes take the JSON fragment, and its command-line parser the arguments file."""
+    configs = pytest.importorskip("torchtitan.config")
+    manager = pytest.importorskip("torchtitan.config.manager")
+    import dataclasses
+
+    import tyro
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    assert TORCHTITAN_PARALLELISM_KEYS <= {f.name for f in dataclasses.fields(configs.ParallelismConfig)}
+    assert TORCHTITAN_TRAINING_KEYS <= {f.name for f in dataclasses.fields(configs.TrainingConfig)}
+    folder = tmp_path / "tt"
+    export_document(_plan_document(tmp_path, placement), "torchtitan", folder)
+    config = json.loads((folder / "torchtitan.json").read_text())
+    parallelism = configs.ParallelismConfig(**config["parallelism"])
+    training = configs.TrainingConfig(**config["training"])
+    get_schedule_class(parallelism.pipeline_parallel_schedule)
+
+    sections = dataclasses.make_dataclass("Sections", [
+        ("parallelism", configs.ParallelismConfig, dataclasses.field(default_factory=configs.ParallelismConfig)),
+        ("training", configs.TrainingConfig, dataclasses.field(default_factory=configs.TrainingConfig))])
+    manager.ConfigManager()  # registers torchtitan's command-line rules (a list[str] as A,B,C)
+    parsed = tyro.cli(sections, args=shlex.split((folder / "torchtitan-args.txt").read_text()),
+                      registry=manager.custom_registry)
+    assert parsed.parallelism == parallelism and parsed.training == training
+
+
+@pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
+def test_torchtitan_builds_the_plans_stages(tmp_path: Path, placement: str) -> None:
+    """torchtitan's stage placement for the exported schedule name matches the plan's."""
+    pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+    doc = _plan_document(tmp_path, placement)
+    export_document(doc, "torchtitan", tmp_path / "tt")
+    name = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())["parallelism"]["pipeline_parallel_schedule"]
+    routes = read_document(doc)[0].placement.routes[0]
+    for rank in range(2):
+        built = pp._get_pp_rank_to_stage_indices_mapping(rank, 2, name, len(routes))
+        assert tuple(built) == _torchtitan_stages_of_rank(name, rank, 2, len(routes))
+
+
+def test_torchtitan_renames_and_microbatch_size(tmp_path: Path) -> None:
+    plan = read_plan(_plan_document(tmp_path, "sequential"), "torchtitan")
+    assert torchtitan_config(plan, "s.csv")["parallelism"]["module_fqns_per_model_part"][-1][-2:] == ["norm",
+                                                                                                       "lm_head"]
+    config = torchtitan_config(plan, "s.csv", 2, ["output=output", "norm=final_norm"])
+    assert config["parallelism"]["module_fqns_per_model_part"][-1][-2:] == ["final_norm", "output"]
+    assert config["parallelism"]["pipeline_parallel_microbatch_size"] == 2 and config["training"] == {
+        "local_batch_size": 8}
+    for renames, message in ((["norm"], r"^rename = 'norm' should be OLD=NEW"),
+                             (["head=x"], r"^rename = 'head=x': the partition has no layer 'head'$"),
+                             (["norm=lm_head"], r"^rename = \['norm=lm_head'\]: module FQN 'lm_head' would name two")):
+        with pytest.raises(InputError, match=message):
+            torchtitan_config(plan, "s.csv", renames=renames)
+    with pytest.raises(InputError, match=r"^microbatch_size = 0 must be an integer >= 1"):
+        torchtitan_config(plan, "s.csv", 0)
+
+
+def test_torchtitan_refuses_what_it_cannot_place() -> None:
+    assert torchtitan_schedule_name(sequential(4)) == "1F1B"
+    assert torchtitan_schedule_name(interleaved(4, 3)) == "Interleaved1F1B"
+    assert torchtitan_schedule_name(vshape(4)) == "ZBVZeroBubble"
+    for placement in (vshape(2, 4), bidirectional(2), Placement(2, ((1, 0),))):
+        with pytest.raises(InputError, match=r"^placement routes = .* is neither looped .* nor a V-shape with two"):
+            torchtitan_schedule_name(placement)
+    with pytest.raises(InputError, match=r"^num_devices = 1: torchtitan runs no pipeline"):
+        torchtitan_schedule_name(sequential(1))
+
+
+def test_torchtitan_export_writes_nothing_when_refused(tmp_path: Path) -> None:
+    doc = _plan_document(tmp_path, "vshape")
+    with pytest.raises(InputError, match="the partition has no layer 'x'"):
+        export_document(doc, "torchtitan", tmp_path / "tt", renames=["x=y"])
+    assert not (tmp_path / "tt").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match=r"^output = .*file is a file; format 'torchtitan' writes a folder$"):
+        export_document(doc, "torchtitan", tmp_path / "file")
+    with pytest.raises(InputError, match=r"^output = .*tt: the folder .*missing does not exist$"):
+        export_document(doc, "torchtitan", tmp_path / "missing" / "tt")
+
+
+@pytest.mark.parametrize("placement,layout", [("sequential", "Et*3|t*3L"), ("interleaved", "Et*2|t*2|t|tL")])
+def test_megatron_export(tmp_path: Path, placement: str, layout: str) -> None:
+    doc = _plan_document(tmp_path, placement)
+    assert export_document(doc, "megatron", None) == ([], layout)
+    assert MEGATRON_LAYOUT.fullmatch(layout)
+    blocks = [sum(n.startswith("layers.") for n in stage) for stage in _stage_names(doc)]
+    assert [int(m.group(1) or 1) if (m := re.search(r"t(?:\*(\d+))?", stage)) else 0
+            for stage in layout.split("|")] == blocks
+    out = tmp_path / "layout.txt"
+    assert export_document(doc, "megatron", out) == ([out], layout) and out.read_text() == layout + "\n"
+
+
+@pytest.mark.parametrize("placement", ["sequential", "interleaved"])
+def test_megatron_export_parses_in_megatron(tmp_path: Path, placement: str) -> None:
+    """megatron-core's own parser takes the layout, and puts each stage's blocks on the plan's rank."""
+    mod = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+    from megatron.core.transformer.enums import LayerType
+
+    doc = _plan_document(tmp_path, placement)
+    _, text = export_document(doc, "megatron", None)
+    layout = mod.PipelineParallelLayerLayout(text, 2)
+    assert layout.validate_layer_layout(num_layers=6, mtp_num_layers=None) is False
+    blocks = [sum(n.startswith("layers.") for n in stage) for stage in _stage_names(doc)]
+    routes = read_document(doc)[0].placement.routes[0]
+    for s, count in enumerate(blocks):
+        assert layout.layout[routes[s]][s // 2].count(LayerType.decoder) == count
+
+
+def test_megatron_refuses_vshape_and_two_routes(tmp_path: Path) -> None:
+    result = _zbsolve("export", _plan_document(tmp_path, "vshape"), "--format", "megatron")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.strip() == ("error: placement routes = [[0, 1, 1, 0]] is a V-shape: Megatron's "
+                                     "--pipeline-model-parallel-layout places stage i on pipeline rank i % 2 only "
+                                     "(sequential and interleaved placements)")
+    plan = Plan(make_schedule("dualpipe", UNIT, 2, 4), _toy_model(), ((0, 4), (4, 9)))
+    with pytest.raises(InputError, match=r"^placement routes = \[\[0, 1\], \[1, 0\]\] is not looped"):
+        megatron_export(plan)
+
+
+def test_blocks_from_the_records_else_from_the_names(tmp_path: Path) -> None:
+    """A layer's record says whether it is a block; a record without the flag (an older document) counts a layer
+    named as an indexed entry (layers.3) as a block."""
+    doc = _plan_document(tmp_path, "sequential")
+    data = json.loads(doc.read_text())
+    assert [r["block"] for r in data["partition"]["layers"]][:2] == [False, True]
+    for i, record in enumerate(data["partition"]["layers"]):
+        del record["block"]
+        if 1 <= i < 7:
+            record["name"] = f"h{i}"
+    doc.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="model toy has no blocks"):
+        export_document(doc, "megatron", None)
+    for record in data["partition"]["layers"][1:7]:
+        record["block"] = True
+    doc.write_text(json.dumps(data))
+    assert export_document(doc, "megatron", None)[1] == "Et*3|t*3L"
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "megatron"])
+def test_missing_partition(tmp_path: Path, fmt: str) -> None:
+    doc = tmp_path / "zbv.json"
+    write_document(simulate(make_schedule("zb-v", UNIT, 2, 4)), doc)
+    result = _zbsolve("export", doc, "--format", fmt, "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {doc}: partition is missing; format {fmt!r} needs the model's layers "
+                                     "and stages (solve a model description, e.g. problems/models/llama3-8b.yaml)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_command_formats(tmp_path: Path) -> None:
+    doc = _plan_document(tmp_path, "interleaved")
+    folder = tmp_path / "tt"
+    result = _zbsolve("export", doc, "-f", "torchtitan", "-o", folder, "--microbatch-size", "2", "--rename",
+                      "output=output")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip() == f"wrote {folder / 'schedule.csv'}, {folder / 'torchtitan.json'}, " \
+                                    f"{folder / 'torchtitan-args.txt'}"
+    config = json.loads((folder / "torchtitan.json").read_text())
+    assert config["training"] == {"local_batch_size": 8}
+    assert config["parallelism"]["module_fqns_per_model_part"][-1][-1] == "output"
+    result = _zbsolve("export", doc, "-f", "megatron")
+    assert result.exit_code == 0 and result.stdout == "Et*2|t*2|t|tL\n"
+    for args, message in ((["-f", "torch-csv"], "output is missing: format 'torch-csv' writes files"),
+                          (["-f", "megatron", "--rename", "a=b"],
+                           "rename = 'a=b' applies to format 'torchtitan' only, not 'megatron'")):
+        result = _zbsolve("export", doc, *args)
+        assert result.exit_code == 2 and result.stderr.strip() == f"error: {message}"
+
+
+def _zbsolve(*args: object):
+    """The command line run in-process on a wide terminal (result: exit_code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from zbsolve.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "100000"})

@@ -46,15 +46,22 @@ def torch_csv(schedule: Schedule) -> str:
     return buffer.getvalue()
 
 
+def checked_csv(schedule: Schedule) -> str:
+    """``torch_csv(schedule)``, loaded by torch's own loader first when torch is installed (an ``InputError`` if it
+    refuses the text)."""
+    text = torch_csv(schedule)
+    if torch_compat.has_pipelining():
+        torch_compat.lower_csv(text, num_stages=schedule.num_stages, num_microbatches=schedule.num_microbatches,
+                               num_devices=schedule.num_devices)
+    return text
+
+
 def export_schedule(schedule: Schedule, output: str | Path, fmt: str = "torch-csv") -> str:
     """Write ``schedule`` in format ``fmt`` to ``output`` and return the text written. The path is checked first;
     when torch is installed its loader checks the text; the file is replaced whole, never left half-written."""
     if fmt not in FORMATS:
         raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
     check_output(output, "output")
-    text = torch_csv(schedule)
-    if torch_compat.has_pipelining():
-        torch_compat.lower_csv(text, num_stages=schedule.num_stages, num_microbatches=schedule.num_microbatches,
-                               num_devices=schedule.num_devices)
+    text = checked_csv(schedule)
     write_atomic(output, text)
     return text

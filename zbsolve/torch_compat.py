@@ -1,9 +1,10 @@
 """Everything zbsolve uses of torch.distributed.pipelining, private names included; checked against torch 2.13.0.
 
 torch's CSV loader (``_PipelineScheduleRuntime._load_csv``), its runtime, its stages' per-pass methods and its
-split backward (``_backward.stage_backward_input``/``stage_backward_weight``) are not public API and may change
-between torch versions: this is the one module of zbsolve that touches them, so a new torch means checking this
-file alone. torch is imported only when a function here is called; zbsolve works without it.
+split backward (``_backward.stage_backward_input``/``stage_backward_weight``) and its schedule classes' orders
+(``pipeline_order``, ``_Action``, single-stage ``_step_microbatches``) are not public API and may change between
+torch versions: this is the one module of zbsolve that touches them, so a new torch means checking this file alone.
+torch is imported only when a function here is called; zbsolve works without it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.errors import InputError
-from zbsolve.schedule import BW, B, F, W
+from zbsolve.schedule import BW, B, F, Op, Pair, Pass, W
+from zbsolve.transforms import TORCH_KIND
 
 TORCH_VERSION = "2.13.0"
 """The torch release this module was checked against."""
@@ -28,6 +30,9 @@ _PASS_METHODS: tuple[tuple[str, Callable[[dict], str]], ...] = (
     ("backward_weight_one_chunk", lambda kwargs: W),
 )
 """A pipeline stage's method for each pass, and the zbsolve pass kind of a call (given its keyword arguments)."""
+
+_KIND_OF = {torch: kind for kind, torch in TORCH_KIND.items()}
+"""torch's computation type (F, I, W, B) -> zbsolve pass kind (F, B, W, BW)."""
 
 
 def has_pipelining() -> bool:
@@ -66,6 +71,84 @@ def lower_csv(csv_text: str, *, num_stages: int, num_microbatches: int, num_devi
     _load_csv_text(runtime, csv_text)
     lowered = runtime.pipeline_order_with_comms
     return [[str(action) for action in lowered[rank]] for rank in sorted(lowered)]
+
+
+class _StageStandIn:
+    """A pipeline stage as far as torch's schedule classes read it, without a module or a process group: the
+    constructors read its sizes; a single-stage class's ``_step_microbatches`` gets no communication from it and
+    records the passes it runs in ``ran``."""
+
+    submod = None
+    """No module: ``_check_torch_compile_compatibility`` skips the stage."""
+    is_last = False
+    """No loss to compute."""
+
+    def __init__(self, stage_index: int, num_stages: int, num_devices: int) -> None:
+        self.stage_index, self.num_stages, self.group_size, self.group_rank = stage_index, num_stages, num_devices, 0
+        self.ran: list[Op] = []
+        for name, kind_of in _PASS_METHODS:
+            setattr(self, name, self._recorder(kind_of))
+
+    def _recorder(self, kind_of: Callable[[dict], str]) -> Callable[..., None]:
+        def run(mb: int, *args: Any, **kwargs: Any) -> None:
+            self.ran.append(Pass(kind_of(kwargs), mb, self.stage_index))
+        return run
+
+    def get_fwd_recv_ops(self, mb: int) -> list:
+        """No communication."""
+        return []
+
+    get_fwd_send_ops = get_bwd_recv_ops = get_bwd_send_ops = get_fwd_recv_ops
+
+    def perform_reduce_grad(self, scale: int) -> None:
+        """No gradients to reduce."""
+
+
+def schedule_order(name: str, *, num_devices: int, stages_per_rank: int, num_microbatches: int) -> list[list[Op]]:
+    """The order torch's own schedule class ``name`` (``schedules.get_schedule_class``, case-insensitive) runs on
+    ``num_devices`` ranks of ``stages_per_rank`` stages each with ``num_microbatches`` microbatches, without a
+    process group: per rank, its compute actions as zbsolve ops, torch's F, I, W and B as F, B, W and BW and an
+    ``OVERLAP_F_B`` as an F&B ``Pair``.
+
+    A ``PipelineScheduleMulti`` subclass is constructed on stand-in stages (every rank computes every rank's
+    order): its ``pipeline_order`` (``_calculate_single_rank_operations``, validated and lowered by
+    ``_prepare_schedule_with_comms``) without bubbles (None) and ``REDUCE_GRAD``. A ``PipelineScheduleSingle``
+    one (GPipe, 1F1B) is constructed once per rank and its ``_step_microbatches`` run on a stand-in stage that
+    records each ``forward_one_chunk`` and ``backward_one_chunk``: its ``_get_pipeline_order`` is not what it
+    runs (in torch 2.13, 1F1B's last rank starts there at microbatch 1). ``InputError`` of one line, naming the
+    schedule, when torch refuses ``name`` or the combination."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
+
+    p, v, m = num_devices, stages_per_rank, num_microbatches
+    what = f"torch's {name} schedule (ranks = {p}, stages per rank = {v}, microbatches = {m})"
+    try:
+        cls = get_schedule_class(name)
+        if issubclass(cls, PipelineScheduleSingle):
+            if v != 1:
+                raise ValueError(f"{cls.__name__} runs one stage per rank")
+            return [_run_single(cls, _StageStandIn(rank, p, p), m) for rank in range(p)]
+        order = cls([_StageStandIn(i, p * v, p) for i in range(v)], m).pipeline_order
+    except (*_REJECTIONS, TypeError) as exc:
+        raise InputError(f"{what} is refused: {str(exc).splitlines()[0]}") from None
+    if sorted(order) != list(range(p)):
+        raise InputError(f"{what} is refused: {cls.__name__} gives no order for every rank")
+    return [[_op(action) for action in order[rank] if action is not None and action.is_compute_op]
+            for rank in range(p)]
+
+
+def _run_single(cls: type, stage: _StageStandIn, num_microbatches: int) -> list[Op]:
+    """The passes single-stage schedule class ``cls`` runs on ``stage``, in order (its ``_step_microbatches``)."""
+    schedule = cls(stage, num_microbatches)
+    schedule._stage_forward_initialized = True  # no shapes to infer: no module, no peers
+    schedule._step_microbatches()
+    return stage.ran
+
+
+def _op(action: Any) -> Op:
+    """A torch compute ``_Action`` as a zbsolve op."""
+    if action.sub_actions is not None:
+        return Pair(*(_op(sub) for sub in action.sub_actions))
+    return Pass(_KIND_OF[action.computation_type.value], action.microbatch_index, action.stage_index)
 
 
 def pipeline_stage(module: Any, stage_index: int, num_stages: int, device: Any) -> Any:

@@ -1,0 +1,152 @@
+"""The planner: the split bound against every partition of small models, plans that are valid, fit their memory,
+never lose to a baseline that fits and never beat their bound, and `zbsolve plan` end to end."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from zbsolve.cli import app
+from zbsolve.costs import check_fits, document_costs
+from zbsolve.document import from_document
+from zbsolve.errors import InfeasibleError, InputError
+from zbsolve.model import Layer, Model, stage_profile
+from zbsolve.placement import interleaved, sequential, vshape
+from zbsolve.planner import baselines, plan
+from zbsolve.simulator import simulate
+from zbsolve.solve import solve
+from zbsolve.split_bound import split_bound
+from zbsolve.units import GIB
+
+runner = CliRunner()
+
+
+def heavy_head(blocks: int = 12, head: float = 3.0, t_comm: float = 0.0) -> Model:
+    """Equal blocks (F = B = W = 1), a head of F = B = W = ``head``, and a tiny embedding and norm."""
+    def layer(name: str, t: float, block: bool = True) -> Layer:
+        return Layer(name=name, block=block, t_f=t, t_b=t, t_w=t, mem_f=2**26, mem_b=-2**25, mem_w=-2**25,
+                     static_bytes=2**30, out_bytes=2**20)
+    return Model(name="heavy", t_comm=t_comm, layers=[
+        layer("tok_embeddings", 0.01, False), *(layer(f"layers.{i}", 1.0) for i in range(blocks)),
+        layer("norm", 0.01, False), layer("output", head, False)])
+
+
+def compositions(total: int, parts: int):
+    """Every way to cut ``total`` layers into ``parts`` non-empty contiguous stages."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        ends = (0, *cuts, total)
+        yield tuple(b - a for a, b in zip(ends, ends[1:]))
+
+
+def brute_largest(model: Model, counts, layout, m: int) -> float:
+    ends = [sum(counts[:s]) for s in range(len(counts) + 1)]
+    work = [sum(x.t_f + x.t_b + x.t_w for x in model.layers[a:b]) for a, b in zip(ends, ends[1:])]
+    heads = [sum(x.t_f for x in model.layers[:a]) + s * model.t_comm for s, a in enumerate(ends[:-1])]
+    held = [[s for s, d in enumerate(layout.routes[0]) if d == dev] for dev in range(layout.num_devices)]
+    return max(heads[st[0]] + m * sum(work[s] for s in st) for st in held)
+
+
+@pytest.mark.parametrize("layout", [sequential(3), interleaved(2, 2), vshape(2, 2)], ids=["seq", "int", "v"])
+def test_split_bound_is_the_least_head_plus_work_over_every_partition(layout):
+    model = heavy_head(blocks=6, head=2.5, t_comm=0.25)
+    found = split_bound(model, layout, 4)
+    best = min(brute_largest(model, c, layout, 4) for c in compositions(len(model.layers), layout.num_stages))
+    assert found.optimal and found.value == pytest.approx(best)
+    assert found.bound == pytest.approx(best, rel=1e-6) and found.bound <= best
+    assert brute_largest(model, found.counts, layout, 4) == pytest.approx(best)
+
+
+def test_split_bound_is_below_every_schedule_on_every_partition():
+    """The bound holds for the heuristic's schedule (with the makespan) on every partition of a small model."""
+    model, layout, m = heavy_head(blocks=4, head=2.0, t_comm=0.1), sequential(2), 4
+    bound = split_bound(model, layout, m).bound
+    steps = []
+    for counts in compositions(len(model.layers), 2):
+        steps.append(solve(model, num_devices=2, num_microbatches=m, partition=list(counts), solver="heuristic")
+                     .step_time)
+    assert bound <= min(steps) + 1e-9
+
+
+@pytest.fixture(scope="module")
+def planned():
+    with cf.ThreadPoolExecutor(1) as pool:
+        return plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve=0,
+                    time_limit=20, executor=pool)
+
+
+def test_a_plan_is_valid_fits_and_never_loses_to_a_fitting_baseline(planned):
+    timeline = simulate(planned.timeline.schedule)
+    assert timeline.makespan == planned.step_time
+    assert sum(planned.counts) == len(heavy_head().layers) and len(planned.counts) == 4 * planned.chunks
+    for static, peak in zip(planned.costs.static_bytes, timeline.peak_memory):
+        assert static + peak <= 16 * GIB
+    fitting = [b.step_time for b in planned.baselines if b.fits and b.step_time is not None]
+    assert fitting and planned.step_time <= min(fitting) * (1 + 1e-9)
+    assert planned.lower_bound <= planned.step_time and 0 <= planned.gap < 1
+    # The head weighs three blocks: moving blocks off the last stage beats the uniform split.
+    assert planned.step_time < planned.best_baseline("uniform").step_time
+    profile = stage_profile(planned.costs.model, planned.costs.stages)
+    assert planned.timeline.schedule.profile.t_f == profile.t_f
+
+
+def test_baselines_cover_every_split_and_builtin(planned):
+    names = {(b.split, b.schedule) for b in planned.baselines}
+    assert {s for s, _ in names} == {"uniform", "torchtitan", "megatron"} and len(names) == 18
+    for b in planned.baselines:
+        if b.step_time is not None:
+            assert b.bubble == pytest.approx(1 - sum(planned.costs.model.layers[i].t_f + planned.costs.model.layers[i]
+                                                     .t_b + planned.costs.model.layers[i].t_w
+                                                     for i in range(len(planned.costs.model.layers))) * 8
+                                             / (4 * b.step_time), rel=1e-6)
+        else:
+            assert b.note and not b.fits
+
+
+def test_gpipe_does_not_fit_where_1f1b_does():
+    model = heavy_head()
+    rows = {(b.split, b.schedule): b for b in baselines(model, 4, 8, int(6.5 * GIB), reserve=0)}
+    assert rows["uniform", "1F1B"].fits and not rows["uniform", "GPipe"].fits
+
+
+def test_plan_refuses_bad_input_and_names_what_does_not_fit():
+    model = heavy_head()
+    with pytest.raises(InputError, match="placement = 'ring' is unknown"):
+        plan(model, num_devices=4, num_microbatches=8, device_memory="16GiB", placement="ring")
+    with pytest.raises(InputError, match="device_memory = None: give the memory per device"):
+        plan(model, num_devices=4, num_microbatches=8)
+    with pytest.raises(InfeasibleError, match="no partition of heavy over 4 devices fits device_memory 2.00 GiB"):
+        with cf.ThreadPoolExecutor(1) as pool:
+            plan(model, num_devices=4, num_microbatches=8, device_memory="2GiB", reserve=0, time_limit=5,
+                 executor=pool)
+
+
+def test_plan_command_writes_a_document_that_checks(tmp_path):
+    out, chart = tmp_path / "plan.json", tmp_path / "plan.png"
+    path = tmp_path / "heavy.yaml"
+    heavy_head().save(path)
+    done = runner.invoke(app, ["plan", str(path), "-p", "2", "-m", "4", "--device-memory", "16GiB", "--placement",
+                               "sequential", "--time-limit", "10", "--jobs", "1", "-o", str(out), "--chart",
+                               str(chart)])
+    assert done.exit_code == 0, done.output
+    assert "baselines on the same costs" in done.output and "ZBVZeroBubble" in done.output
+    doc = json.loads(out.read_text())
+    assert doc["plan"]["placement"] == "sequential" and doc["partition"]["stages"][0][0] == 0
+    schedule, _ = from_document(doc)
+    check_fits(document_costs(doc, schedule, "plan"), simulate(schedule))
+    assert runner.invoke(app, ["check", str(out), "-q"]).exit_code == 0
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_of_a_real_model_file():
+    """Llama-3-8B's estimate on 4 devices: the plan fits its H100s and beats the uniform split."""
+    model = Model.load(ROOT / "problems" / "models" / "llama3-8b.yaml")
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = plan(model, num_devices=4, num_microbatches=8, placement="sequential", time_limit=10,
+                      executor=pool)
+    assert result.costs.device_memory == 80 * 10**9
+    assert result.step_time <= result.best_baseline("uniform").step_time

@@ -1,0 +1,473 @@
+"""plan(): the split of a model's layers into stages, the placement and the schedule, chosen together for the
+shortest step time (with an optimizer barrier) that fits the device memory.
+
+Under one time limit:
+
+1. **Split bound.** Per placement, CP-SAT finds the partition minimising the largest (head + work) over devices
+   (``zbsolve.split_bound``): a lower bound on the step time of every schedule on every partition of that
+   placement, and the first candidate.
+2. **Candidates.** That partition, the work-balancing partition, and the baselines' splits (uniform,
+   torchtitan's, Megatron's) are timed by the heuristic and the simulator (``solve(..., solver="heuristic")``),
+   in parallel processes (or on a Dask cluster); then the best is improved by moving one stage boundary by one
+   layer at a time, the moves ranked by the largest (head + work) they leave, until none improves or the search's
+   share of the time is spent.
+3. **Schedule.** The best candidate is solved by CP-SAT for the time left. The plan is the best schedule found,
+   and never worse than a baseline that fits (a baseline that beats it is taken, and the log says so).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from zbsolve.baselines import BUILTINS, builtin_schedule
+from zbsolve.checks import check_count
+from zbsolve.costs import DEFAULT_RESERVE, Costs, device_static_bytes, memory_figures, model_costs
+from zbsolve.document import to_document
+from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
+from zbsolve.files import write_atomic
+from zbsolve.grid.executors import make_executor
+from zbsolve.model import Model, partition, stage_profile
+from zbsolve.placement import make_placement
+from zbsolve.render import figures_html, figures_table
+from zbsolve.simulator import Timeline, simulate
+from zbsolve.solve import solve
+from zbsolve.spec import PlanPlacement
+from zbsolve.split_bound import split_bound
+from zbsolve.splits import megatron_split, torchtitan_split
+from zbsolve.steps import StepTimes, step_times
+from zbsolve.transforms import with_limit
+from zbsolve.units import gib, parse_bytes
+
+AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
+"""(placement, stages per device) that "auto" searches."""
+TIME_LIMIT = 60.0
+"""Seconds a plan may take unless told."""
+BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
+"""Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
+solve's)."""
+MOVES_PER_ROUND = 8
+"""Boundary moves timed per round of the search (the most promising by the split model's figure)."""
+SPLITS = ("uniform", "torchtitan", "megatron")
+"""The splits of the baselines: equal blocks per stage, torchtitan's default, Megatron's with the embedding and
+the loss counted as layers."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A partition of a placement, timed by the heuristic and the simulator."""
+
+    placement: str
+    """"sequential", "interleaved" or "vshape"."""
+    chunks: int
+    """Stages per device."""
+    counts: tuple[int, ...]
+    """Layers per stage."""
+    origin: str
+    """Where it comes from: "split bound", "balance", a baseline's split, or "move"."""
+    step_time: float
+    """Seconds of a step with the barrier (infinity when nothing fits)."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A built-in torch schedule on a baseline split, simulated on the same costs."""
+
+    split: str
+    """"uniform", "torchtitan" or "megatron"."""
+    schedule: str
+    """torch's schedule name (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)."""
+    counts: tuple[int, ...] | None
+    """Layers per stage (None when the split does not exist for this model)."""
+    step_time: float | None
+    """Seconds of a step with the barrier."""
+    bubble: float | None
+    """1 - work / (devices x step_time)."""
+    memory_gib: tuple[float, ...] | None
+    """Per device, static bytes + peak activations + reserve, GiB."""
+    fits: bool
+    """Whether every device's memory fits the device memory."""
+    note: str = ""
+    """Why there is no figure, when there is none."""
+
+    def row(self) -> dict[str, object]:
+        """The baseline as a table row."""
+        return {"split": self.split, "schedule": self.schedule, "step_time": self.step_time, "bubble": self.bubble,
+                "max GiB": max(self.memory_gib) if self.memory_gib else None, "fits": self.fits,
+                "note": self.note}
+
+
+@dataclass(frozen=True, repr=False)
+class PlanResult:
+    """The plan: partition, placement, schedule, step times, the bound over partitions, and the baselines."""
+
+    placement: str
+    """The chosen placement."""
+    chunks: int
+    """Stages per device."""
+    costs: Costs
+    """The model, its partition (``costs.stages``) and the device memory."""
+    timeline: Timeline
+    """The schedule (``timeline.schedule``) as the simulator times it."""
+    source: str
+    """Who made the schedule: "cpsat", "heuristic" or "baseline <split> <schedule>"."""
+    lower_bound: float
+    """Seconds no schedule on any partition of the placements searched beats."""
+    baselines: tuple[Baseline, ...]
+    """Built-in schedules on the baseline splits."""
+    candidates: tuple[Candidate, ...]
+    """Every partition timed, in the order timed."""
+    plan_time: float
+    """Wall time of the plan, seconds."""
+    log: str
+    """What each phase did."""
+    interrupted: bool = False
+    """Whether an interrupt stopped the search (the plan is the best found until then)."""
+
+    @property
+    def step_time(self) -> float:
+        """Seconds of one step with an optimizer barrier: the makespan."""
+        return self.timeline.makespan
+
+    @cached_property
+    def step_times(self) -> StepTimes:
+        """Step time with and without the barrier, and their bubbles."""
+        return step_times(self.timeline)
+
+    @property
+    def gap(self) -> float:
+        """(step_time - lower_bound) / step_time."""
+        return (self.step_time - self.lower_bound) / self.step_time if self.step_time > 0 else 0.0
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Layers per stage."""
+        return tuple(b - a for a, b in self.costs.stages)
+
+    def best_baseline(self, split: str | None = None) -> Baseline | None:
+        """The fastest baseline that fits (on ``split`` alone when given)."""
+        fitting = [b for b in self.baselines if b.fits and b.step_time is not None and split in (None, b.split)]
+        return min(fitting, key=lambda b: b.step_time, default=None)
+
+    def summary(self) -> dict[str, object]:
+        """The headline figures as plain values."""
+        uniform, titan = self.best_baseline("uniform"), self.best_baseline("torchtitan")
+        return {"placement": self.placement, "chunks": self.chunks, "partition": list(self.counts),
+                "source": self.source, **self.step_times.figures(), "lower_bound": self.lower_bound, "gap": self.gap,
+                "best uniform baseline": _named(uniform), "vs best uniform": _ratio(self.step_time, uniform),
+                "best torchtitan baseline": _named(titan), "vs best torchtitan": _ratio(self.step_time, titan),
+                **memory_figures(self.costs, self.timeline), "plan_time": self.plan_time,
+                "interrupted": self.interrupted}
+
+    def to_json(self, path: str | Path | None = None) -> dict:
+        """The schedule document with the costs' sections and a "plan" section (bound, baselines, candidates);
+        written to ``path`` (whole or not at all) when given."""
+        plan = {**self.summary(), "baselines": [b.__dict__ | {"counts": list(b.counts or []) or None}
+                                                for b in self.baselines],
+                "candidates": [c.__dict__ | {"counts": list(c.counts)} for c in self.candidates], "log": self.log}
+        doc = to_document(self.timeline, **self.costs.section(), plan=_finite(plan))
+        if path is not None:
+            write_atomic(path, json.dumps(doc, indent=1) + "\n")
+        return doc
+
+    def __repr__(self) -> str:
+        return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "
+                f"step_time={self.step_time:.6g}, gap={self.gap:.4g}, source={self.source!r})")
+
+    def _repr_html_(self) -> str:
+        return figures_html(self.summary())
+
+    def __rich__(self) -> object:
+        return figures_table(self.summary(), "zbsolve plan")
+
+
+def _named(baseline: Baseline | None) -> str | None:
+    return None if baseline is None else f"{baseline.schedule} ({baseline.split})"
+
+
+def _ratio(step: float, baseline: Baseline | None) -> float | None:
+    return None if baseline is None or not baseline.step_time else step / baseline.step_time
+
+
+def _finite(value: object) -> object:
+    """``value`` with infinite floats as None, for JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# -- baselines ------------------------------------------------------------------------------------------------
+def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
+              reserve: int = DEFAULT_RESERVE) -> list[Baseline]:
+    """Every built-in torch schedule on every baseline split, simulated on the model's costs."""
+    rows = []
+    for split in SPLITS:
+        for name, builtin in BUILTINS.items():
+            layout = make_placement(builtin.placement, num_devices, builtin.chunks)
+            try:
+                ranges = _split(split, model, layout.num_stages)
+            except InputError as exc:
+                rows.append(Baseline(split, name, None, None, None, None, False, str(exc)))
+                continue
+            counts = tuple(b - a for a, b in ranges)
+            try:
+                timeline = simulate(builtin_schedule(name, stage_profile(model, ranges), num_devices,
+                                                     num_microbatches))
+            except ZbsolveError as exc:
+                rows.append(Baseline(split, name, counts, None, None, None, False, str(exc)))
+                continue
+            static = device_static_bytes(model.layers, ranges, timeline.schedule.placement)
+            used = tuple(s + a + reserve for s, a in zip(static, timeline.peak_memory))
+            rows.append(Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate,
+                                 tuple(gib(u) for u in used), all(u <= device_memory for u in used)))
+    return rows
+
+
+def _split(split: str, model: Model, num_stages: int) -> list[tuple[int, int]]:
+    if split == "uniform":
+        return partition(model, num_stages)
+    if split == "torchtitan":
+        return torchtitan_split(model, num_stages)
+    return megatron_split(model, num_stages)
+
+
+# -- the search -----------------------------------------------------------------------------------------------
+@dataclass
+class _Search:
+    """The problem, the deadline, and what the search has found."""
+
+    model: Model
+    num_devices: int
+    num_microbatches: int
+    device_memory: int
+    reserve: int
+    deadline: float
+    executor: cf.Executor
+    log: list[str]
+    progress: Callable[[str], None] | None
+    timed: dict[tuple[str, int, tuple[int, ...]], Candidate] = field(default_factory=dict)
+
+    def say(self, line: str) -> None:
+        self.log.append(line)
+        if self.progress is not None:
+            self.progress(line)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def time_all(self, jobs: Sequence[tuple[str, int, tuple[int, ...], str]]) -> list[Candidate]:
+        """Time every (placement, chunks, counts, origin) not timed before, in parallel; all of them, in order."""
+        new: dict[tuple[str, int, tuple[int, ...]], str] = {}
+        for pl, c, counts, origin in jobs:
+            if (pl, c, counts) not in self.timed:
+                new.setdefault((pl, c, counts), origin)
+        futures = {self.executor.submit(_time_candidate, self.model, self.num_devices, self.num_microbatches, pl, c,
+                                        counts, self.device_memory, self.reserve): (pl, c, counts, origin)
+                   for (pl, c, counts), origin in new.items()}
+        for future in cf.as_completed(futures):
+            pl, c, counts, origin = futures[future]
+            self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
+        return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs]
+
+    def best(self) -> Candidate | None:
+        found = [c for c in self.timed.values() if math.isfinite(c.step_time)]
+        return min(found, key=lambda c: c.step_time, default=None)
+
+
+def _time_candidate(model: Model, num_devices: int, num_microbatches: int, placement: str, chunks: int,
+                    counts: tuple[int, ...], device_memory: int, reserve: int) -> float:
+    """Seconds of a step with the heuristic's schedule on this partition (infinity when nothing fits)."""
+    try:
+        result = solve(model, num_devices=num_devices, num_microbatches=num_microbatches, placement=placement,
+                       chunks=chunks, partition=list(counts), device_memory=device_memory, reserve=reserve,
+                       solver="heuristic", time_limit=30.0, workers=1)
+    except InfeasibleError:
+        return math.inf
+    return result.step_time
+
+
+def _moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Partitions one layer away: a boundary moved by one, every stage left with some F, B and W time."""
+    out = []
+    for s in range(len(counts) - 1):
+        for step in (-1, 1):
+            moved = list(counts)
+            moved[s] += step
+            moved[s + 1] -= step
+            if min(moved[s], moved[s + 1]) >= 1 and _timed(model, moved):
+                out.append(tuple(moved))
+    return out
+
+
+def _timed(model: Model, counts: Sequence[int]) -> bool:
+    """Whether every stage of the partition has positive F, B and W times (as a profile needs)."""
+    first = 0
+    for count in counts:
+        chunk = model.layers[first:first + count]
+        if not all(any(getattr(x, name) > 0 for x in chunk) for name in ("t_f", "t_b", "t_w")):
+            return False
+        first += count
+    return True
+
+
+def _largest(model: Model, counts: tuple[int, ...], placement: str, chunks: int, num_devices: int, m: int) -> float:
+    """The largest (head + work) over devices of a partition: how the search ranks moves."""
+    layout = make_placement(placement, num_devices, chunks)
+    ends = [sum(counts[:s]) for s in range(len(counts) + 1)]
+    work = [sum(x.t_f + x.t_b + x.t_w for x in model.layers[a:b]) for a, b in zip(ends, ends[1:])]
+    heads = [sum(x.t_f for x in model.layers[:a]) for a in ends[:-1]]
+    held = [[s for s, d in enumerate(layout.routes[0]) if d == dev] for dev in range(num_devices)]
+    return max(heads[stages[0]] + m * sum(work[s] for s in stages) for stages in held)
+
+
+def _placements(placement: str, chunks: int | None) -> list[tuple[str, int]]:
+    if placement == "auto":
+        return [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
+    if placement not in ("sequential", "interleaved", "vshape"):
+        raise InputError(f"placement = {placement!r} is unknown; choose auto, sequential, interleaved or vshape")
+    return [(placement, 1 if placement == "sequential" else chunks or 2)]
+
+
+def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory: int | str | None = None,
+         placement: PlanPlacement = "auto", chunks: int | None = None, time_limit: float = TIME_LIMIT,
+         reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None, executor: str | cf.Executor | None = None,
+         progress: Callable[[str], None] | None = None) -> PlanResult:
+    """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
+    interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
+    every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
+    GPU's). Candidates are timed ``jobs`` at a time in local processes (default: all cores) or on ``executor``
+    ("dask://HOST:PORT" or a ``concurrent.futures.Executor``). An interrupt returns the best plan found so far."""
+    began = time.monotonic()
+    p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
+    if not isinstance(model, Model):
+        raise InputError(f"model = {model!r} must be a zbsolve.model.Model")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
+            or not math.isfinite(time_limit):
+        raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
+    if chunks is not None:
+        check_count("chunks", chunks)
+    memory = _device_memory(model, device_memory)
+    spare = parse_bytes(reserve, "reserve") if reserve != 0 else 0
+    options = _placements(placement, chunks)
+    log: list[str] = []
+    pool, release = make_executor(executor, jobs or os.cpu_count() or 1)
+    search = _Search(model, p, m, memory, spare, began + time_limit, pool, log, progress)
+    interrupted, finished = False, False
+    bound = math.inf
+    try:
+        bound = _bounds(search, options, time_limit * BOUND_SHARE)
+        _search(search, options, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
+        finished = True
+    except KeyboardInterrupt:
+        interrupted = True
+        search.say("interrupted: planning with the best partition found so far")
+    finally:
+        release(finished)
+    rows = baselines(model, p, m, memory, spare)
+    best = search.best()
+    if best is None and not any(b.fits for b in rows):
+        raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
+                              f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched")
+    timeline, source, costs, chosen = _schedule(search, best, interrupted)
+    fitting = [b for b in rows if b.fits and b.step_time is not None]
+    top = min(fitting, key=lambda b: b.step_time, default=None)
+    if top is not None and (timeline is None or top.step_time < timeline.makespan):
+        timeline, costs, chosen = _baseline_plan(model, p, m, memory, spare, top)
+        source = f"baseline {top.split} {top.schedule}"
+        search.say(f"the baseline {top.schedule} on the {top.split} split is the best schedule found: taking it")
+    return PlanResult(chosen[0], chosen[1], costs, timeline, source, min(bound, timeline.makespan), tuple(rows),
+                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted)
+
+
+def _device_memory(model: Model, device_memory: int | str | None) -> int:
+    """The device memory in bytes: as given, else the model's GPU's."""
+    if device_memory is not None:
+        return parse_bytes(device_memory, "device_memory")
+    from zbsolve.gpus import GPUS
+    gpu = model.setting.gpu if model.setting is not None else None
+    if gpu not in GPUS:
+        raise InputError("device_memory = None: give the memory per device (e.g. 80GiB); the model names no GPU "
+                         "preset to take it from")
+    return GPUS[gpu].memory_bytes
+
+
+def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> float:
+    """Time the split model's partitions and the baselines' splits of every placement; the least split bound."""
+    bound, jobs = math.inf, []
+    each = seconds / (2 * len(options))
+    for name, c in options:
+        layout = make_placement(name, search.num_devices, c)
+        if layout.num_stages > len(search.model.layers):
+            search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
+            continue
+        tight = split_bound(search.model, layout, search.num_microbatches, time_limit=each)
+        even = split_bound(search.model, layout, search.num_microbatches, time_limit=each, heads=False)
+        bound = min(bound, tight.bound)
+        search.say(f"{name} x{c}: split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})")
+        jobs += [(name, c, tight.counts, "split bound"), (name, c, even.counts, "balance")]
+        for split in SPLITS:
+            try:
+                counts = tuple(b - a for a, b in _split(split, search.model, layout.num_stages))
+            except InputError:
+                continue
+            jobs.append((name, c, counts, split))
+    for candidate in search.time_all(jobs):
+        search.say(f"{candidate.placement} x{candidate.chunks} {candidate.origin} {list(candidate.counts)}: "
+                   f"{candidate.step_time:.6g}s")
+    return bound
+
+
+def _search(search: _Search, options: list[tuple[str, int]], until: float) -> None:
+    """Move stage boundaries of each placement's best partition by one layer while a move improves it."""
+    for name, c in options:
+        mine = [x for x in search.timed.values() if x.placement == name and x.chunks == c
+                and math.isfinite(x.step_time)]
+        if not mine:
+            continue
+        current = min(mine, key=lambda x: x.step_time)
+        while time.monotonic() < until:
+            moves = sorted(_moves(search.model, current.counts), key=lambda counts: _largest(
+                search.model, counts, name, c, search.num_devices, search.num_microbatches))
+            timed = search.time_all([(name, c, counts, "move") for counts in moves[:MOVES_PER_ROUND]])
+            better = min(timed, key=lambda x: x.step_time, default=None)
+            if better is None or better.step_time >= current.step_time:
+                break
+            current = better
+            search.say(f"{name} x{c} move {list(current.counts)}: {current.step_time:.6g}s")
+
+
+def _schedule(search: _Search, best: Candidate | None,
+              interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int]]:
+    """The best candidate solved by CP-SAT for the time left (the heuristic's schedule when no time is left)."""
+    if best is None:
+        return None, "", None, ("", 0)
+    left = search.left()
+    solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
+    result = solve(search.model, num_devices=search.num_devices, num_microbatches=search.num_microbatches,
+                   placement=best.placement, chunks=best.chunks, partition=list(best.counts),
+                   device_memory=search.device_memory, reserve=search.reserve, solver=solver,
+                   time_limit=max(left, 1.0), progress=search.progress)
+    search.say(f"{solver} on {best.placement} x{best.chunks} {list(best.counts)}: {result.step_time:.6g}s "
+               f"({result.status})")
+    return result.timeline, solver, result.costs, (best.placement, best.chunks)
+
+
+def _baseline_plan(model: Model, p: int, m: int, memory: int, reserve: int,
+                   top: Baseline) -> tuple[Timeline, Costs, tuple[str, int]]:
+    """A baseline taken as the plan: its schedule under the activation budgets, re-simulated."""
+    name, c = BUILTINS[top.schedule].placement, BUILTINS[top.schedule].chunks
+    layout = make_placement(name, p, c)
+    profile, costs = model_costs(model, layout, list(top.counts), memory, reserve)
+    schedule = with_limit(builtin_schedule(top.schedule, profile, p, m), costs.limits())
+    return simulate(schedule), costs, (name, c)
