@@ -8,11 +8,12 @@ Under one time limit:
    placement, and the first candidate.
 2. **Candidates.** That partition, the work-balancing partition, and the baselines' splits (uniform,
    torchtitan's, Megatron's) are timed by the heuristic and the simulator (``solve(..., solver="heuristic")``),
-   in parallel processes (or on a Dask cluster); then the best is improved by moving one stage boundary by one
-   layer at a time, the moves ranked by the largest (head + work) they leave, until none improves or the search's
-   share of the time is spent.
-3. **Schedule.** The best candidate is solved by CP-SAT for the time left. The plan is the best schedule found,
-   and never worse than a baseline that fits (a baseline that beats it is taken, and the log says so).
+   in parallel processes (or on a Dask cluster); then each placement's best is improved by moving one stage
+   boundary by one layer at a time (the moves ranked by the largest (head + work) they leave) until none improves,
+   and the search goes on from the best partitions not yet searched from until its share of the time is spent.
+3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left. The plan is the best
+   schedule found, and never worse than a baseline that fits (a baseline that beats it is taken, and the log says
+   so).
 """
 
 from __future__ import annotations
@@ -280,10 +281,6 @@ class _Search:
             self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
         return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs]
 
-    def best(self) -> Candidate | None:
-        found = [c for c in self.timed.values() if math.isfinite(c.step_time)]
-        return min(found, key=lambda c: c.step_time, default=None)
-
 
 def _time_candidate(model: Model, num_devices: int, num_microbatches: int, placement: str, chunks: int,
                     counts: tuple[int, ...], device_memory: int, reserve: int) -> float:
@@ -375,11 +372,10 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
     finally:
         release(finished)
     rows = baselines(model, p, m, memory, spare)
-    best = search.best()
-    if best is None and not any(b.fits for b in rows):
+    if _best_of(search, lambda x: True) is None and not any(b.fits for b in rows):
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched")
-    timeline, source, costs, chosen = _schedule(search, best, interrupted)
+    timeline, source, costs, chosen = _schedule(search, interrupted)
     fitting = [b for b in rows if b.fits and b.step_time is not None]
     top = min(fitting, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
@@ -429,38 +425,71 @@ def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> 
 
 
 def _search(search: _Search, options: list[tuple[str, int]], until: float) -> None:
-    """Move stage boundaries of each placement's best partition by one layer while a move improves it."""
-    for name, c in options:
-        mine = [x for x in search.timed.values() if x.placement == name and x.chunks == c
-                and math.isfinite(x.step_time)]
-        if not mine:
-            continue
-        current = min(mine, key=lambda x: x.step_time)
-        while time.monotonic() < until:
-            moves = sorted(_moves(search.model, current.counts), key=lambda counts: _largest(
-                search.model, counts, name, c, search.num_devices, search.num_microbatches))
-            timed = search.time_all([(name, c, counts, "move") for counts in moves[:MOVES_PER_ROUND]])
-            better = min(timed, key=lambda x: x.step_time, default=None)
-            if better is None or better.step_time >= current.step_time:
+    """Local search until ``until``: from each placement's best partition, then from the best partitions not yet
+    searched from, move stage boundaries by one layer while a move improves the step."""
+    visited: set[tuple[str, int, tuple[int, ...]]] = set()
+    firsts = [_best_of(search, lambda x, o=o: (x.placement, x.chunks) == o) for o in options]
+    for start in [x for x in firsts if x is not None]:
+        _descend(search, start, until, visited)
+    while time.monotonic() < until:
+        start = _best_of(search, lambda x: (x.placement, x.chunks, x.counts) not in visited)
+        if start is None:
+            return
+        _descend(search, start, until, visited)
+
+
+def _best_of(search: _Search, keep: Callable[[Candidate], bool]) -> Candidate | None:
+    """The fastest timed candidate that ``keep`` accepts."""
+    found = [x for x in search.timed.values() if math.isfinite(x.step_time) and keep(x)]
+    return min(found, key=lambda x: x.step_time, default=None)
+
+
+def _descend(search: _Search, current: Candidate, until: float, visited: set) -> None:
+    """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
+    leave the least (head + work) first, the others when none of those improves."""
+    name, c = current.placement, current.chunks
+    visited.add((name, c, current.counts))
+    while time.monotonic() < until:
+        moves = sorted(_moves(search.model, current.counts), key=lambda counts: _largest(
+            search.model, counts, name, c, search.num_devices, search.num_microbatches))
+        better = None
+        for batch in (moves[:MOVES_PER_ROUND], moves[MOVES_PER_ROUND:]):
+            timed = search.time_all([(name, c, counts, "move") for counts in batch])
+            better = min((x for x in timed if x.step_time < current.step_time), key=lambda x: x.step_time,
+                         default=None)
+            if better is not None or time.monotonic() >= until:
                 break
-            current = better
-            search.say(f"{name} x{c} move {list(current.counts)}: {current.step_time:.6g}s")
+        if better is None:
+            return
+        current = better
+        visited.add((name, c, current.counts))
+        search.say(f"{name} x{c} move {list(current.counts)}: {current.step_time:.6g}s")
 
 
-def _schedule(search: _Search, best: Candidate | None,
-              interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int]]:
-    """The best candidate solved by CP-SAT for the time left (the heuristic's schedule when no time is left)."""
-    if best is None:
+FINALISTS = 3
+"""Candidates the final CP-SAT solves share the time left between, best first."""
+
+
+def _schedule(search: _Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int]]:
+    """The ``FINALISTS`` best candidates solved by CP-SAT in turn, each given an equal share of the time left (the
+    best candidate's heuristic schedule when no time is left); the best schedule of them."""
+    ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
+    if not ranked:
         return None, "", None, ("", 0)
-    left = search.left()
-    solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
-    result = solve(search.model, num_devices=search.num_devices, num_microbatches=search.num_microbatches,
-                   placement=best.placement, chunks=best.chunks, partition=list(best.counts),
-                   device_memory=search.device_memory, reserve=search.reserve, solver=solver,
-                   time_limit=max(left, 1.0), progress=search.progress)
-    search.say(f"{solver} on {best.placement} x{best.chunks} {list(best.counts)}: {result.step_time:.6g}s "
-               f"({result.status})")
-    return result.timeline, solver, result.costs, (best.placement, best.chunks)
+    finalists = ranked[:FINALISTS] if search.left() > FINALISTS and not interrupted else ranked[:1]
+    best: tuple[Timeline | None, str, Costs | None, tuple[str, int]] = (None, "", None, ("", 0))
+    for k, candidate in enumerate(finalists):
+        left = search.left() / (len(finalists) - k)
+        solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
+        result = solve(search.model, num_devices=search.num_devices, num_microbatches=search.num_microbatches,
+                       placement=candidate.placement, chunks=candidate.chunks, partition=list(candidate.counts),
+                       device_memory=search.device_memory, reserve=search.reserve, solver=solver,
+                       time_limit=max(left, 1.0), progress=search.progress)
+        search.say(f"{solver} on {candidate.placement} x{candidate.chunks} {list(candidate.counts)}: "
+                   f"{result.step_time:.6g}s ({result.status})")
+        if best[0] is None or result.step_time < best[0].makespan:
+            best = (result.timeline, solver, result.costs, (candidate.placement, candidate.chunks))
+    return best
 
 
 def _baseline_plan(model: Model, p: int, m: int, memory: int, reserve: int,

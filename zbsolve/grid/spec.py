@@ -102,7 +102,17 @@ class Grid(BaseModel):
         return grid
 
 
-class Job(BaseModel):
+class _Keyed(BaseModel):
+    """A job with a content hash: equal for equal jobs, whatever the grid they come from."""
+
+    @property
+    def key(self) -> str:
+        """The job's content hash."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Job(_Keyed):
     """One solve, fully resolved: everything its result depends on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -130,14 +140,8 @@ class Job(BaseModel):
     seed: int
     """Solver seed."""
 
-    @property
-    def key(self) -> str:
-        """Content hash: equal for equal jobs, whatever the grid they come from."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-
-class PlanJob(BaseModel):
+class PlanJob(_Keyed):
     """One plan, fully resolved: everything its result depends on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -158,12 +162,6 @@ class PlanJob(BaseModel):
     """Placement to plan for, or auto."""
     time_limit: Positive
     """Time limit in seconds."""
-
-    @property
-    def key(self) -> str:
-        """Content hash: equal for equal jobs, whatever the grid they come from."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _plans(grid: Grid) -> list[PlanJob]:
