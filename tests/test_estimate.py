@@ -1,6 +1,7 @@
 """The cost model of docs/cost-model.md against figures written out by hand for a tiny config, against torch's
-FLOP counter on the same layers built in plain torch, and through ``zbsolve estimate``; the model files under
-problems/models/ are what their recorded command writes."""
+FLOP counter on the same layers built in plain torch and on the transformers model (the counting path, where
+transformers is installed), and through ``zbsolve estimate``; the model files under problems/models/ are what their
+recorded command writes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from zbsolve.cli import app
 from zbsolve.errors import InputError
-from zbsolve.estimate import count_parameters, estimate, reference_flops_per_token
+from zbsolve import counting
+from zbsolve.estimate import architecture, count_parameters, estimate, reference_flops_per_token
 from zbsolve.gpus import GPUS, P2P_LATENCY
 from zbsolve.model import Model, partition, stage_profile
 
@@ -30,6 +32,7 @@ PEAK = H100.flops * 0.4
 HBM = H100.hbm_bytes_per_s * 0.4
 """The H100 preset's FLOP/s and HBM bytes/s at the default efficiency."""
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
+CONFIGS = ROOT / "problems" / "models" / "configs"
 RUNNER = CliRunner()
 
 
@@ -182,6 +185,82 @@ def test_flop_counter_agrees():
     assert (model.layers[1].flops_f, model.layers[1].flops_b + model.layers[1].flops_w) == (block_f, block_bw)
 
 
+# -- FLOPs and activation bytes counted on the transformers model ----------------------------------------------
+@pytest.mark.parametrize("config, seq_len, batch", [(TINY, S, B), (CONFIGS / "llama3-8b.json", 8192, 1),
+                                                    (CONFIGS / "qwen2-7b.json", 4096, 2)],
+                         ids=["tiny", "llama3-8b", "qwen2-7b"])
+def test_counted_agrees_with_the_formula(config, seq_len, batch):
+    """Counted and closed-form figures differ by what each of them is known to leave out or add, exactly."""
+    pytest.importorskip("transformers")
+    counted = estimate(config, seq_len=seq_len, microbatch_size=batch, method="count")
+    formula = estimate(config, seq_len=seq_len, microbatch_size=batch)
+    arch, n = architecture(config), seq_len * batch
+    h, f, a = arch.hidden, arch.ffn, arch.heads
+    assert [layer.name for layer in counted.layers] == [layer.name for layer in formula.layers]
+    assert "method='count'" in counted.source
+    for c, k in zip(counted.layers, formula.layers):
+        # torch's counter adds flash attention's recomputation of QK^T in the backward (2·N·s·a·d), which the
+        # closed form leaves out; everything else is the same FLOPs.
+        recompute = 2 * n * seq_len * arch.q_width if c.block else 0
+        assert (c.flops_f, c.flops_b, c.flops_w) == (k.flops_f, k.flops_b + recompute, k.flops_w)
+        assert (c.static_bytes, c.out_bytes) == (k.static_bytes, k.out_bytes)
+        assert c.mem_w == k.mem_w  # what W needs: matmul inputs and output gradients (and the embedding's)
+    emb, block, norm, head = (counted.layers[i] for i in (0, 1, -2, -1))
+    # F keeps more than the closed form: transformers' RMSNorm keeps its input in fp32 (4h), the reciprocal root
+    # (4) and the normalized input (2h) where the closed form counts the input (2h); the SiLU keeps its output
+    # (2f); flash attention its log-sum-exp (4a a token) and its random seed and offset (24 bytes).
+    assert block.mem_f == formula.layers[1].mem_f + n * (2 * (4 * h + 4) + 2 * f + 4 * a) + 24
+    assert norm.mem_f == n * (4 * h + 4 + 2 * h)
+    # The loss also keeps a total (4) and its shifted labels (int64; with b = 1 a view of n + 1 padded ones).
+    assert head.mem_f - formula.layers[-1].mem_f - 4 == 8 * (n + (batch == 1))
+    assert emb.mem_f == formula.layers[0].mem_f  # token ids until W, and the output gradient
+
+
+def test_counted_without_flash_attention():
+    """Without flash attention, attention runs as torch's math kernel: its backward is four products, as in the
+    closed form, and it keeps the s x s probabilities (more than the closed form: scores, weights, GQA copies)."""
+    pytest.importorskip("transformers")
+    counted = tiny(method="count", flash_attention=False).layers[1]
+    formula = tiny(flash_attention=False).layers[1]
+    assert (counted.flops_f, counted.flops_b, counted.flops_w) == (formula.flops_f, formula.flops_b, formula.flops_w)
+    assert counted.mem_f > formula.mem_f > tiny().layers[1].mem_f
+
+
+def test_counted_tensor_parallel():
+    pytest.importorskip("transformers")
+    whole, split = tiny(method="count").layers[1], tiny(method="count", tp=2).layers[1]
+    assert (split.flops_f, split.flops_b, split.mem_f) == (whole.flops_f / 2, whole.flops_b / 2,
+                                                           -(-whole.mem_f // 2))
+
+
+def test_cli_counts(tmp_path):
+    pytest.importorskip("transformers")
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    for method in ("count", "auto"):
+        output = tmp_path / f"{method}.yaml"
+        result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", method, "-o", output)
+        assert result.exit_code == 0, result.output
+        model = Model.load(output)
+        assert "--method count " in model.source
+        assert model == estimate(config, seq_len=S, microbatch_size=B, method="count", source=model.source)
+
+
+def test_count_without_transformers(tmp_path, monkeypatch):
+    """Where transformers is missing, auto takes the closed form and count is one line of error."""
+    monkeypatch.setattr(counting, "available", lambda: False)
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "-o", tmp_path / "auto.yaml")
+    assert result.exit_code == 0, result.output
+    assert "--method formula " in Model.load(tmp_path / "auto.yaml").source
+    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", "count", "-o", tmp_path / "m.yaml")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == ("error: method = 'count': transformers is not installed (pip install "
+                                     "transformers), or use --method formula")
+    assert not (tmp_path / "m.yaml").exists()
+
+
 # -- bad input -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config, options, message", [
     ({**TINY, "model_type": "mixtral"}, {}, "config: model_type = 'mixtral': should be one of llama"),
@@ -195,6 +274,7 @@ def test_flop_counter_agrees():
     (TINY, {"zero": 2}, "zero = 2: should be 0 or 1"),
     (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1]"),
     (TINY, {"link": "pcie"}, "link = 'pcie': should be one of nvlink, network"),
+    (TINY, {"method": "guess"}, "method = 'guess': should be one of auto, count, formula"),
     (TINY, {"seq_len": 0}, "seq_len = 0 must be an integer >= 1"),
     ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 8}, {},
      "seq_len = 16: the config has 8 learned positions"),
@@ -216,12 +296,13 @@ def test_bad_config_file_is_named(tmp_path):
 def test_cli_writes_a_loadable_model(tmp_path):
     config, output = tmp_path / "tiny.json", tmp_path / "tiny.yaml"
     config.write_text(json.dumps(TINY))
-    result = zbsolve("estimate", config, "--seq-len", S, "--microbatch-size", B, "-o", output)
+    result = zbsolve("estimate", config, "--seq-len", S, "--microbatch-size", B, "--method", "formula", "-o", output)
     assert result.exit_code == 0, result.output
     assert "layers.0..1 (x2)" in result.stdout and "FLOPs per token" in result.stdout
     model = Model.load(output)
     assert model.source == (f"zbsolve estimate {config} --gpu h100 --seq-len 16 --microbatch-size 2 --tp 1 --dp 1 "
-                            f"--zero 0 --dtype bf16 --efficiency 0.4 --flash-attention --link nvlink -o {output}")
+                            f"--zero 0 --dtype bf16 --efficiency 0.4 --flash-attention --link nvlink "
+                            f"--method formula -o {output}")
     assert model == estimate(config, seq_len=S, microbatch_size=B, source=model.source)
 
 
@@ -243,6 +324,8 @@ def test_model_files_are_what_their_command_writes(path, tmp_path, monkeypatch):
     model = Model.load(path)
     args = shlex.split(model.source)
     assert args[:2] == ["zbsolve", "estimate"] and args[-2:] == ["-o", f"problems/models/{path.name}"]
+    if "--method" not in args:  # written before the counting path existed, by the closed form
+        args[-2:-2] = ["--method", "formula"]
     monkeypatch.chdir(ROOT)
     result = zbsolve(*args[1:-1], tmp_path / path.name)
     assert result.exit_code == 0, result.output

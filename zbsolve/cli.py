@@ -588,26 +588,32 @@ def estimate(
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="Flash attention keeps no s x s attention probabilities."),
     link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
+    method: str = typer.Option("auto", "--method", help="FLOPs and activation bytes counted by torch on the "
+                                                        "transformers model (count), from the closed form "
+                                                        "(formula), or auto: count where transformers is "
+                                                        "installed."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the config file's name)."),
     output: Path = typer.Option(..., "--output", "-o", help="Model description to write (.yaml or .json)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
-    """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description.
+    """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description;
+    FLOPs and activation bytes are counted by torch on the transformers model where transformers is installed.
 
     Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
     """
     from zbsolve.estimate import estimate as estimate_model
-    from zbsolve.estimate import flops_note
+    from zbsolve.estimate import flops_note, resolve_method
     from zbsolve.model import LAYER_COLUMNS, layer_rows
 
     check_output(output, "--output")
+    method = resolve_method(method)
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
                f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
-               f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
+               f"--{'' if flash_attention else 'no-'}flash-attention --link {link} --method {method}"
                + (f" --name {name}" if name else "") + f" -o {output}")
     model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
                            zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
-                           name=name, source=command)
+                           name=name, source=command, method=method)
     model.save(output)
     note = flops_note(model, config)
     if quiet:

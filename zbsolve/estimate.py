@@ -1,16 +1,20 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
 GPT-2, GPT-NeoX) and the closed-form cost model of ``docs/cost-model.md``: FLOPs per pass over a GPU preset's
 peak throughput times an efficiency, activation bytes after Korthikanti et al. 2022, static bytes of
-mixed-precision Adam after the ZeRO paper. Every figure is per device of the tensor-parallel group.
+mixed-precision Adam after the ZeRO paper. Every figure is per device of the tensor-parallel group. With
+``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
+(``zbsolve.counting``); the rest stays the closed form's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zbsolve import counting
 from zbsolve.checks import check_count
 from zbsolve.errors import InputError
 from zbsolve.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
@@ -30,6 +34,19 @@ FP32_BYTES = 4
 """Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """The ``model_type`` values of config.json that ``estimate`` takes."""
+METHODS = ("auto", "count", "formula")
+"""Where FLOPs and activation bytes come from: counted by torch on the transformers model, the closed form, or
+"auto": counted where transformers is installed."""
+
+
+def resolve_method(method: str) -> str:
+    """"count" or "formula": the method ``method`` comes to here ("auto" is "count" where transformers is
+    installed)."""
+    if method not in METHODS:
+        raise InputError(f"method = {method!r}: should be one of {', '.join(METHODS)}")
+    if method == "auto":
+        return "count" if counting.available() else "formula"
+    return method
 
 
 @dataclass(frozen=True)
@@ -216,14 +233,16 @@ class _Costs:
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
              dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float = EFFICIENCY,
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
-             source: str | None = None) -> Model:
+             source: str | None = None, method: str = "formula") -> Model:
     """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
     ``zero=1`` shards the optimizer states over the ``dp`` replicas; ``link`` ("nvlink" or "network") carries the
     activations between stages. Layers are named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ...,
-    ``norm``, ``output``.
+    ``norm``, ``output``. ``method`` (``METHODS``): "count" takes each layer's FLOPs and activation bytes from
+    ``zbsolve.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
     """
+    used = resolve_method(method)
     arch = architecture(config)
     device = gpu if isinstance(gpu, Gpu) else get_gpu(gpu)
     for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp)):
@@ -245,9 +264,16 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
 
     tokens, e = seq_len * microbatch_size, DTYPE_BYTES[dtype]
     shard = _Shard(tokens, tp)
-    block = _block(arch, shard, e, seq_len, flash_attention)
-    costs = ([("tok_embeddings", _embedding(arch, shard, e))] + [(f"layers.{i}", block) for i in range(arch.layers)]
-             + [("norm", _norm(arch, shard, e)), ("output", _output(arch, shard, e))])
+    parts = [_embedding(arch, shard, e), _block(arch, shard, e, seq_len, flash_attention), _norm(arch, shard, e),
+             _output(arch, shard, e)]
+    if used == "count":
+        counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
+                                 flash_attention=flash_attention)
+        parts = [_counted(part, counts, tp) for part, counts in
+                 zip(parts, (counted.embedding, counted.block, counted.norm, counted.output))]
+    block = parts[1]
+    costs = ([("tok_embeddings", parts[0])] + [(f"layers.{i}", block) for i in range(arch.layers)]
+             + [("norm", parts[2]), ("output", parts[3])])
     collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
 
     def seconds(c: _Costs, p: int) -> float:
@@ -268,7 +294,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                  source=source or f"zbsolve.estimate.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
                                   f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
                                   f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
-                                  f"link={link!r}); cost model: docs/cost-model.md",
+                                  f"link={link!r}, method={used!r}); cost model: docs/cost-model.md",
                  link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
                  setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp, zero=zero,
                                  dtype=dtype, gpu=gpu_name, efficiency=efficiency),
@@ -286,6 +312,12 @@ class _Shard:
         """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
         (sequence parallelism: each device holds a 1/tp slice, rounded up)."""
         return -(-self.tokens * per_token // self.tp)
+
+
+def _counted(part: _Costs, counts: counting.Counts, tp: int) -> _Costs:
+    """``part`` with the counted FLOPs and activation bytes, each divided over the ``tp`` devices (rounded up)."""
+    f, b, w = (-(-flops // tp) for flops in counts.flops)
+    return dataclasses.replace(part, flops=(f, b, w), m_b=-(-counts.m_b // tp), m_w=-(-counts.m_w // tp))
 
 
 def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
@@ -352,8 +384,11 @@ def flops_note(model: Model, config: dict | str | Path) -> str:
     attention = 12 * arch.layers * arch.q_width * model.setting.seq_len
     reference = 6 * params + attention
     ours = model.flops_per_token()
+    no_matmul = params - arch.layers * arch.matmul_params - arch.vocab * arch.hidden
+    counted = ours - reference + 6 * no_matmul
     return (f"FLOPs per token: estimate {ours / 1e9:.2f} G (F + B + W of every layer) vs 6·N + 12·L·a·d·s = "
             f"{reference / 1e9:.2f} G (N = {params / 1e9:.3f}e9 parameters: 6·N = {6 * params / 1e9:.2f} G, "
-            f"attention {attention / 1e9:.2f} G), ratio {ours / reference:.3f}; the difference, "
-            f"{(reference - ours) / 6 / 1e6:.1f}e6 parameters x 6, is the weights that are no matmul here (input "
-            "embedding, norms, biases)")
+            f"attention {attention / 1e9:.2f} G), ratio {ours / reference:.3f}; 6·N also counts the "
+            f"{no_matmul / 1e6:.1f}e6 weights that are no matmul here (input embedding, norms, biases)"
+            + (f"; the estimate counts {counted / 1e9:.2f} G more (counted by torch: flash attention's recomputation "
+               "of QK^T in B)" if abs(counted) >= 5e6 else ""))

@@ -53,7 +53,9 @@ TIME_LIMIT = 60.0
 """Seconds a plan may take unless told."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
-solve's)."""
+solves')."""
+BOUND_SECONDS = 5.0
+"""The least time a placement's split model gets (a model of 80 layers in 32 stages takes about that)."""
 MOVES_PER_ROUND = 8
 """Boundary moves timed per round of the search (the most promising by the split model's figure)."""
 SPLITS = ("uniform", "torchtitan", "megatron")
@@ -399,19 +401,26 @@ def _device_memory(model: Model, device_memory: int | str | None) -> int:
 
 
 def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> float:
-    """Time the split model's partitions and the baselines' splits of every placement; the least split bound."""
-    bound, jobs = math.inf, []
-    each = seconds / (2 * len(options))
+    """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
+    ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits; the least split bound."""
+    layouts = []
     for name, c in options:
         layout = make_placement(name, search.num_devices, c)
         if layout.num_stages > len(search.model.layers):
             search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
-            continue
-        tight = split_bound(search.model, layout, search.num_microbatches, time_limit=each)
-        even = split_bound(search.model, layout, search.num_microbatches, time_limit=each, heads=False)
+        else:
+            layouts.append((name, c, layout))
+    each = max(BOUND_SECONDS, 2 * seconds / max(1, len(layouts)))
+    futures = {(name, c, heads): search.executor.submit(split_bound, search.model, layout, search.num_microbatches,
+                                                          time_limit=each if heads else each / 4, heads=heads)
+               for name, c, layout in layouts for heads in (True, False)}
+    bound, jobs = math.inf, []
+    for name, c, layout in layouts:
+        tight, even = futures[name, c, True].result(), futures[name, c, False].result()
         bound = min(bound, tight.bound)
         search.say(f"{name} x{c}: split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})")
-        jobs += [(name, c, tight.counts, "split bound"), (name, c, even.counts, "balance")]
+        jobs += [(name, c, found.counts, origin) for found, origin in ((tight, "split bound"), (even, "balance"))
+                 if found.counts is not None]
         for split in SPLITS:
             try:
                 counts = tuple(b - a for a, b in _split(split, search.model, layout.num_stages))

@@ -30,8 +30,8 @@ class SplitBound:
 
     bound: float
     """Seconds no schedule on any partition of the placement beats."""
-    counts: tuple[int, ...]
-    """Layers per stage of the best partition found."""
+    counts: tuple[int, ...] | None
+    """Layers per stage of the best partition found (None when the time ran out before one was)."""
     value: float
     """Its largest head + work, in seconds (the bound when proven optimal)."""
     optimal: bool
@@ -90,19 +90,21 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
         model_.add(objective >= at_forward[first] + first * H
                    + sum(at_work[s + 1] - at_work[s] for s in stages))
 
-    # -- objective and solve -------------------------------------------------------------------------------
+    # -- objective, a hint (even blocks of layers), and solve ----------------------------------------------------
     model_.minimize(objective)
+    for s in range(1, S):
+        model_.add_hint(bounds[s], round(s * L / S))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = workers
     status = solver.solve(model_)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise RuntimeError(f"the split model found no partition in {time_limit:g}s")
-    ends = [solver.value(b) for b in bounds]
-    counts = tuple(b - a for a, b in zip(ends, ends[1:]))
     # Floored prefixes can undercount a device's figure by one unit per prefix it reads.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SplitBound(proven, None, math.inf, False)
+    ends = [solver.value(b) for b in bounds]
+    counts = tuple(b - a for a, b in zip(ends, ends[1:]))
     return SplitBound(proven, counts, _largest(work, forward, hop, m, held, ends, heads),
                       status == cp_model.OPTIMAL)
 
