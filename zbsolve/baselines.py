@@ -14,6 +14,8 @@ differ in the (p, m) they accept:
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -48,6 +50,14 @@ BUILTINS: dict[str, Builtin] = {
 """torch's built-in schedules (``schedules.get_schedule_class`` names), in order, with their placements."""
 
 
+@functools.lru_cache(maxsize=64)
+def _torch_order(name: str, num_devices: int, stages_per_rank: int, num_microbatches: int) -> tuple[tuple, ...]:
+    """torch's order of ``name``, built once per (name, p, stages per rank, m): it does not depend on the costs."""
+    order = torch_compat.schedule_order(name, num_devices=num_devices, stages_per_rank=stages_per_rank,
+                                        num_microbatches=num_microbatches)
+    return tuple(tuple(ops) for ops in order)
+
+
 def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
     """torch's built-in schedule ``name`` (one of ``BUILTINS``) on ``num_devices`` devices with
     ``num_microbatches`` microbatches and no memory limit, named ``name``. Its order is torch's own
@@ -65,8 +75,7 @@ def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbat
     check_size(chunks * p, m)
     costs = profile.per_chunk(p, chunks, name) if chunks > 1 else profile.expand(p)
     if torch_compat.has_pipelining():
-        devices = torch_compat.schedule_order(name, num_devices=p, stages_per_rank=chunks, num_microbatches=m)
-        return build(name, make_placement(placement, p, chunks), m, costs, devices)
+        return build(name, make_placement(placement, p, chunks), m, costs, _torch_order(name, p, chunks, m))
     if family is None:
         raise InputError(f"schedule = {name!r} needs torch (torch.distributed.pipelining), which is not installed; "
                          "zbsolve has no family of its order")

@@ -21,6 +21,7 @@ from zbsolve.profile import UNIT, Profile
 from zbsolve.costs import Costs
 from zbsolve.render import (
     PER_DEVICE,
+    layer_ranges,
     device_memory_table,
     figures_table,
     fmt,
@@ -245,7 +246,7 @@ def solve(
     from rich.progress import Progress
 
     from zbsolve.interrupt import exit_code, signals_as_interrupt
-    from zbsolve.limits import problem_limit, resolve_limit
+    from zbsolve.limits import resolve_limit
     from zbsolve.model import Model
     from zbsolve.problem import Problem, load_input
     from zbsolve.solve import solve as run_solve
@@ -262,7 +263,9 @@ def solve(
         costs: Profile | Model = given.profile
         name, published = given.name, given.published
         p, m = devices or given.num_devices, microbatches or given.num_microbatches
-        limit = problem_limit(given, mem_limit, mem_factor, chunks)
+        given_limit = mem_limit is not None or mem_factor is not None or device_memory is not None
+        own = (mem_limit, mem_factor) if given_limit else (given.mem_limit, given.mem_factor)
+        limit = resolve_limit(given.profile, p, m, *own, chunks)
         placement = placement or given.placement
     else:
         if devices is None or microbatches is None:
@@ -341,10 +344,7 @@ def _device_layers(costs: Costs) -> list[str]:
     """Per device, the model layers it holds as ranges (e.g. "0-4, 30-32"), or "-" for a bare profile."""
     if costs.model is None:
         return ["-"] * len(costs.static_bytes)
-    held: list[list[str]] = [[] for _ in costs.static_bytes]
-    for s, (a, b) in enumerate(costs.stages):
-        held[costs.devices[s]].append(f"{a}-{b - 1}" if b - a > 1 else str(a))
-    return [", ".join(ranges) for ranges in held]
+    return [layer_ranges(held, "") for held in costs.device_layers()]
 
 
 @app.command()

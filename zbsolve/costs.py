@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.model import Layer, Model, check_ranges, partition, stage_profile
+from zbsolve.model import Layer, Model, check_ranges, held_static_bytes, partition, stage_profile
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule
@@ -54,11 +54,25 @@ class Costs:
         for d, static in enumerate(self.static_bytes):
             budget = self.device_memory - static - self.reserve
             if budget <= 0:
-                raise InfeasibleError(f"device {d} does not fit: static {gib(static):.2f} GiB + reserve "
-                                      f"{gib(self.reserve):.2f} GiB exceed device_memory "
-                                      f"{gib(self.device_memory):.2f} GiB by {gib(-budget):.2f} GiB")
+                raise InfeasibleError(self.shortfall(d, {"static": static}))
             out.append(float(budget))
         return tuple(out)
+
+    def shortfall(self, device: int, uses: dict[str, float]) -> str:
+        """The line saying that ``device``'s ``uses`` (bytes by name) and the reserve exceed the device memory."""
+        assert self.device_memory is not None
+        terms = {**uses, "reserve": self.reserve}
+        over = sum(terms.values()) - self.device_memory
+        spent = " + ".join(f"{name} {gib(value):.2f} GiB" for name, value in terms.items())
+        return (f"device {device} does not fit: {spent} exceed device_memory {gib(self.device_memory):.2f} GiB by "
+                f"{gib(over):.2f} GiB")
+
+    def device_layers(self) -> list[list[tuple[int, int]]]:
+        """Per device, the layer ranges of the stages it holds, in stage order (empty lists for a bare profile)."""
+        held: list[list[tuple[int, int]]] = [[] for _ in self.static_bytes]
+        for stage_range, d in zip(self.stages, self.devices):
+            held[d].append(stage_range)
+        return held
 
     def section(self) -> dict[str, object]:
         """The schedule document's keys for these costs: "partition" (for a model), "device_memory" and
@@ -91,13 +105,13 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
     return stage_profile(model, ranges), Costs(model, tuple(ranges), _bytes(device_memory, "device_memory"),
-                                               _reserve(reserve), static, placement.routes[0])
+                                               parse_reserve(reserve), static, placement.routes[0])
 
 
 def profile_costs(num_devices: int, device_memory: int | str | None = None,
                   reserve: int | str = DEFAULT_RESERVE) -> Costs:
     """The costs of a bare profile: no static bytes, and the device memory (when given) in bytes."""
-    return Costs(None, (), _bytes(device_memory, "device_memory"), _reserve(reserve), (0,) * num_devices)
+    return Costs(None, (), _bytes(device_memory, "device_memory"), parse_reserve(reserve), (0,) * num_devices)
 
 
 def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]],
@@ -108,11 +122,7 @@ def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]]
     for route in placement.routes:
         for s, d in enumerate(route):
             held[d].update(range(*ranges[s]))
-    out = []
-    for indices in held:
-        names = {layers[i].name for i in indices}
-        out.append(sum(layers[i].static_bytes for i in indices if layers[i].shares not in names))
-    return tuple(out)
+    return tuple(held_static_bytes([layers[i] for i in sorted(indices)]) for indices in held)
 
 
 def check_partition(section: object, profile: Profile, num_stages: int,
@@ -170,11 +180,8 @@ def check_fits(costs: Costs, timeline: Timeline) -> None:
     if costs.device_memory is None:
         return
     for d, (static, peak) in enumerate(zip(costs.static_bytes, timeline.peak_memory)):
-        over = static + peak + costs.reserve - costs.device_memory
-        if over > 0:
-            raise MemoryLimitError(f"device {d} does not fit: static {gib(static):.2f} GiB + peak activations "
-                                   f"{gib(peak):.2f} GiB + reserve {gib(costs.reserve):.2f} GiB exceed "
-                                   f"device_memory {gib(costs.device_memory):.2f} GiB by {gib(over):.2f} GiB")
+        if static + peak + costs.reserve > costs.device_memory:
+            raise MemoryLimitError(costs.shortfall(d, {"static": static, "peak activations": peak}))
 
 
 def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
@@ -192,7 +199,14 @@ def _bytes(value: int | str | None, what: str) -> int | None:
     return None if value is None else parse_bytes(value, what)
 
 
-def _reserve(value: int | str) -> int:
-    if value == 0:
-        return 0
-    return parse_bytes(value, "reserve")
+def parse_reserve(value: int | str) -> int:
+    """Bytes of the reserve (0 allowed)."""
+    return parse_bytes(value, "reserve", zero=True)
+
+
+def default_device_memory(model: Model) -> int | None:
+    """The memory of the GPU preset the model's costs are for, or None when it names none."""
+    from zbsolve.gpus import GPUS
+
+    gpu = model.setting.gpu if model.setting is not None else None
+    return GPUS[gpu].memory_bytes if gpu in GPUS else None

@@ -270,14 +270,22 @@ def stage_profile(model: Model, ranges: Sequence[Sequence[int]]) -> Profile:
     activation crossing a stage boundary."""
     ranges = check_ranges(model, ranges)
     sums = {name: [sum(getattr(layer, name) for layer in model.layers[a:b]) for a, b in ranges]
-            for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w")}
-    for name in ("t_f", "t_b", "t_w"):
-        for s, value in enumerate(sums[name]):
-            if value <= 0:
-                a, b = ranges[s]
-                raise InputError(f"stage {s} (layers {_names(model, a, b)}) has {name} = {value}: every stage "
-                                 "needs positive F, B and W times")
+            for name in TIMES + ("mem_f", "mem_b", "mem_w")}
+    for s, (a, b) in enumerate(ranges):
+        missing = untimed(model.layers[a:b])
+        if missing:
+            raise InputError(f"stage {s} (layers {_names(model, a, b)}) has {missing} = 0: every stage needs "
+                             "positive F, B and W times")
     return Profile(**sums, t_comm=comm_time(model, ranges))
+
+
+TIMES = ("t_f", "t_b", "t_w")
+"""The pass times of a layer; every stage needs some of each."""
+
+
+def untimed(layers: Sequence[Layer]) -> str | None:
+    """The first pass time (t_f, t_b, t_w) that none of ``layers`` has, or None: a stage of them needs all three."""
+    return next((name for name in TIMES if not any(getattr(layer, name) > 0 for layer in layers)), None)
 
 
 def comm_time(model: Model, ranges: Sequence[Sequence[int]]) -> float:
@@ -293,12 +301,13 @@ def comm_time(model: Model, ranges: Sequence[Sequence[int]]) -> float:
 
 def stage_static_bytes(model: Model, ranges: Sequence[Sequence[int]]) -> list[int]:
     """Per stage, the static bytes of its layers, a weight shared by two layers of the stage counted once."""
-    ranges = check_ranges(model, ranges)
-    out = []
-    for a, b in ranges:
-        names = {layer.name for layer in model.layers[a:b]}
-        out.append(sum(layer.static_bytes for layer in model.layers[a:b] if layer.shares not in names))
-    return out
+    return [held_static_bytes(model.layers[a:b]) for a, b in check_ranges(model, ranges)]
+
+
+def held_static_bytes(layers: Sequence[Layer]) -> int:
+    """The static bytes of ``layers`` held together, a weight two of them share counted once."""
+    names = {layer.name for layer in layers}
+    return sum(layer.static_bytes for layer in layers if layer.shares not in names)
 
 
 def _names(model: Model, first: int, end: int) -> str:

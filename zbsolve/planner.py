@@ -19,6 +19,7 @@ Under one time limit:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import json
 import math
 import os
@@ -30,18 +31,26 @@ from pathlib import Path
 
 from zbsolve.baselines import BUILTINS, builtin_schedule
 from zbsolve.checks import check_count
-from zbsolve.costs import DEFAULT_RESERVE, Costs, device_static_bytes, memory_figures, model_costs
+from zbsolve.costs import (
+    DEFAULT_RESERVE,
+    Costs,
+    default_device_memory,
+    device_static_bytes,
+    memory_figures,
+    model_costs,
+    parse_reserve,
+)
 from zbsolve.document import to_document
 from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.files import write_atomic
 from zbsolve.grid.executors import make_executor
-from zbsolve.model import Model, partition, stage_profile
+from zbsolve.model import Model, partition, stage_profile, untimed
 from zbsolve.placement import make_placement
 from zbsolve.render import figures_html, figures_table
 from zbsolve.simulator import Timeline, simulate
 from zbsolve.solve import solve
 from zbsolve.spec import PlanPlacement
-from zbsolve.split_bound import split_bound
+from zbsolve.split_bound import Figures, split_bound
 from zbsolve.splits import megatron_split, torchtitan_split
 from zbsolve.steps import StepTimes, step_times
 from zbsolve.transforms import with_limit
@@ -56,6 +65,8 @@ BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 solves')."""
 BOUND_SECONDS = 5.0
 """The least time a placement's split model gets (a model of 80 layers in 32 stages takes about that)."""
+CANDIDATE_SECONDS = 30.0
+"""The most seconds the heuristic may take on one candidate."""
 MOVES_PER_ROUND = 8
 """Boundary moves timed per round of the search (the most promising by the split model's figure)."""
 SPLITS = ("uniform", "torchtitan", "megatron")
@@ -94,9 +105,9 @@ class Baseline:
     bubble: float | None
     """1 - work / (devices x step_time)."""
     memory_gib: tuple[float, ...] | None
-    """Per device, static bytes + peak activations + reserve, GiB."""
+    """Per device, static bytes + peak activations, GiB."""
     fits: bool
-    """Whether every device's memory fits the device memory."""
+    """Whether every device's memory and the reserve fit the device memory."""
     note: str = ""
     """Why there is no figure, when there is none."""
 
@@ -231,9 +242,9 @@ def baselines(model: Model, num_devices: int, num_microbatches: int, device_memo
                 rows.append(Baseline(split, name, counts, None, None, None, False, str(exc)))
                 continue
             static = device_static_bytes(model.layers, ranges, timeline.schedule.placement)
-            used = tuple(s + a + reserve for s, a in zip(static, timeline.peak_memory))
+            used = tuple(s + a for s, a in zip(static, timeline.peak_memory))
             rows.append(Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate,
-                                 tuple(gib(u) for u in used), all(u <= device_memory for u in used)))
+                                 tuple(gib(u) for u in used), all(u + reserve <= device_memory for u in used)))
     return rows
 
 
@@ -257,6 +268,8 @@ class _Search:
     reserve: int
     deadline: float
     executor: cf.Executor
+    parallel: int
+    """Candidates the executor times at once (assumed 1 for an executor given from outside, unless told)."""
     log: list[str]
     progress: Callable[[str], None] | None
     timed: dict[tuple[str, int, tuple[int, ...]], Candidate] = field(default_factory=dict)
@@ -269,28 +282,41 @@ class _Search:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def time_all(self, jobs: Sequence[tuple[str, int, tuple[int, ...], str]]) -> list[Candidate]:
-        """Time every (placement, chunks, counts, origin) not timed before, in parallel; all of them, in order."""
+    def time_all(self, jobs: Sequence[tuple[str, int, tuple[int, ...], str]], until: float) -> list[Candidate]:
+        """Time every (placement, chunks, counts, origin) not timed before, in parallel, until ``until`` (then
+        the ones not started are dropped, and the first is waited for when none has finished); the timed ones,
+        in order."""
         new: dict[tuple[str, int, tuple[int, ...]], str] = {}
         for pl, c, counts, origin in jobs:
             if (pl, c, counts) not in self.timed:
                 new.setdefault((pl, c, counts), origin)
+        limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
         futures = {self.executor.submit(_time_candidate, self.model, self.num_devices, self.num_microbatches, pl, c,
-                                        counts, self.device_memory, self.reserve): (pl, c, counts, origin)
+                                        counts, self.device_memory, self.reserve, limit): (pl, c, counts, origin)
                    for (pl, c, counts), origin in new.items()}
-        for future in cf.as_completed(futures):
-            pl, c, counts, origin = futures[future]
-            self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
-        return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs]
+        try:
+            for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
+                self._keep(future, futures[future])
+        except cf.TimeoutError:
+            for future in futures:
+                future.cancel()
+            done = [f for f in futures if f.done() and not f.cancelled()]
+            for future in done or list(futures)[:1]:
+                self._keep(future, futures[future])
+        return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs if (pl, c, counts) in self.timed]
+
+    def _keep(self, future: cf.Future, job: tuple[str, int, tuple[int, ...], str]) -> None:
+        pl, c, counts, origin = job
+        self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
 
 
 def _time_candidate(model: Model, num_devices: int, num_microbatches: int, placement: str, chunks: int,
-                    counts: tuple[int, ...], device_memory: int, reserve: int) -> float:
+                    counts: tuple[int, ...], device_memory: int, reserve: int, time_limit: float) -> float:
     """Seconds of a step with the heuristic's schedule on this partition (infinity when nothing fits)."""
     try:
         result = solve(model, num_devices=num_devices, num_microbatches=num_microbatches, placement=placement,
                        chunks=chunks, partition=list(counts), device_memory=device_memory, reserve=reserve,
-                       solver="heuristic", time_limit=30.0, workers=1)
+                       solver="heuristic", time_limit=time_limit, workers=1)
     except InfeasibleError:
         return math.inf
     return result.step_time
@@ -310,32 +336,26 @@ def _moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def _timed(model: Model, counts: Sequence[int]) -> bool:
-    """Whether every stage of the partition has positive F, B and W times (as a profile needs)."""
-    first = 0
-    for count in counts:
-        chunk = model.layers[first:first + count]
-        if not all(any(getattr(x, name) > 0 for x in chunk) for name in ("t_f", "t_b", "t_w")):
-            return False
-        first += count
-    return True
+    """Whether every stage of the partition has some F, B and W time (as a profile needs)."""
+    ends = [0, *itertools.accumulate(counts)]
+    return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
 
 
-def _largest(model: Model, counts: tuple[int, ...], placement: str, chunks: int, num_devices: int, m: int) -> float:
-    """The largest (head + work) over devices of a partition: how the search ranks moves."""
-    layout = make_placement(placement, num_devices, chunks)
-    ends = [sum(counts[:s]) for s in range(len(counts) + 1)]
-    work = [sum(x.t_f + x.t_b + x.t_w for x in model.layers[a:b]) for a, b in zip(ends, ends[1:])]
-    heads = [sum(x.t_f for x in model.layers[:a]) for a in ends[:-1]]
-    held = [[s for s, d in enumerate(layout.routes[0]) if d == dev] for dev in range(num_devices)]
-    return max(heads[stages[0]] + m * sum(work[s] for s in stages) for stages in held)
-
-
-def _placements(placement: str, chunks: int | None) -> list[tuple[str, int]]:
+def _placements(placement: str, chunks: int | None, num_devices: int, num_layers: int) -> list[tuple[str, int]]:
+    """(placement, stages per device) to search: those asked for with no more stages than layers."""
     if placement == "auto":
-        return [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
-    if placement not in ("sequential", "interleaved", "vshape"):
+        asked = [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
+    elif placement in ("sequential", "interleaved", "vshape"):
+        asked = [(placement, 1 if placement == "sequential" else chunks or 2)]
+    else:
         raise InputError(f"placement = {placement!r} is unknown; choose auto, sequential, interleaved or vshape")
-    return [(placement, 1 if placement == "sequential" else chunks or 2)]
+    if placement == "vshape" and asked[0][1] % 2:
+        raise InputError(f"chunks = {asked[0][1]} must be even for the vshape placement (smallest valid: 2)")
+    fitting = [(name, c) for name, c in asked if c * num_devices <= num_layers]
+    if not fitting:
+        raise InputError(f"num_devices = {num_devices}: {asked[0][1] * num_devices} stages need at least as many "
+                         f"layers, and the model has {num_layers}")
+    return fitting
 
 
 def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory: int | str | None = None,
@@ -356,16 +376,19 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
         raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
     if chunks is not None:
         check_count("chunks", chunks)
+    if jobs is not None:
+        check_count("jobs", jobs)
     memory = _device_memory(model, device_memory)
-    spare = parse_bytes(reserve, "reserve") if reserve != 0 else 0
-    options = _placements(placement, chunks)
+    spare = parse_reserve(reserve)
+    options = _placements(placement, chunks, p, len(model.layers))
     log: list[str] = []
-    pool, release = make_executor(executor, jobs or os.cpu_count() or 1)
-    search = _Search(model, p, m, memory, spare, began + time_limit, pool, log, progress)
+    parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
+    pool, release = make_executor(executor, parallel)
+    search = _Search(model, p, m, memory, spare, began + time_limit, pool, parallel, log, progress)
     interrupted, finished = False, False
     bound = math.inf
     try:
-        bound = _bounds(search, options, time_limit * BOUND_SHARE)
+        bound = _bounds(search, options, time_limit * BOUND_SHARE, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
         _search(search, options, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
         finished = True
     except KeyboardInterrupt:
@@ -374,17 +397,20 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
     finally:
         release(finished)
     rows = baselines(model, p, m, memory, spare)
-    if _best_of(search, lambda x: True) is None and not any(b.fits for b in rows):
+    # A baseline can be the plan when it fits and its placement is one asked for.
+    allowed = [b for b in rows if b.fits and b.step_time is not None
+               and (BUILTINS[b.schedule].placement, BUILTINS[b.schedule].chunks) in options]
+    if _best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched")
     timeline, source, costs, chosen = _schedule(search, interrupted)
-    fitting = [b for b in rows if b.fits and b.step_time is not None]
-    top = min(fitting, key=lambda b: b.step_time, default=None)
+    top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
         timeline, costs, chosen = _baseline_plan(model, p, m, memory, spare, top)
         source = f"baseline {top.split} {top.schedule}"
         search.say(f"the baseline {top.schedule} on the {top.split} split is the best schedule found: taking it")
-    return PlanResult(chosen[0], chosen[1], costs, timeline, source, min(bound, timeline.makespan), tuple(rows),
+    lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
+    return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted)
 
 
@@ -392,15 +418,14 @@ def _device_memory(model: Model, device_memory: int | str | None) -> int:
     """The device memory in bytes: as given, else the model's GPU's."""
     if device_memory is not None:
         return parse_bytes(device_memory, "device_memory")
-    from zbsolve.gpus import GPUS
-    gpu = model.setting.gpu if model.setting is not None else None
-    if gpu not in GPUS:
+    memory = default_device_memory(model)
+    if memory is None:
         raise InputError("device_memory = None: give the memory per device (e.g. 80GiB); the model names no GPU "
                          "preset to take it from")
-    return GPUS[gpu].memory_bytes
+    return memory
 
 
-def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> float:
+def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float, until: float) -> float:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
     ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits; the least split bound."""
     layouts = []
@@ -410,7 +435,9 @@ def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> 
             search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
         else:
             layouts.append((name, c, layout))
-    each = max(BOUND_SECONDS, 2 * seconds / max(1, len(layouts)))
+    n = max(1, len(layouts))
+    # Each placement's bound model takes `each`, its balance model a quarter of it, `parallel` at a time.
+    each = min(max(BOUND_SECONDS, 2 * seconds / n), max(0.5, 0.3 * search.left() * search.parallel / (1.25 * n)))
     futures = {(name, c, heads): search.executor.submit(split_bound, search.model, layout, search.num_microbatches,
                                                           time_limit=each if heads else each / 4, heads=heads)
                for name, c, layout in layouts for heads in (True, False)}
@@ -426,8 +453,9 @@ def _bounds(search: _Search, options: list[tuple[str, int]], seconds: float) -> 
                 counts = tuple(b - a for a, b in _split(split, search.model, layout.num_stages))
             except InputError:
                 continue
-            jobs.append((name, c, counts, split))
-    for candidate in search.time_all(jobs):
+            if _timed(search.model, counts):
+                jobs.append((name, c, counts, split))
+    for candidate in search.time_all(jobs, until):
         search.say(f"{candidate.placement} x{candidate.chunks} {candidate.origin} {list(candidate.counts)}: "
                    f"{candidate.step_time:.6g}s")
     return bound
@@ -457,13 +485,13 @@ def _descend(search: _Search, current: Candidate, until: float, visited: set) ->
     """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
     leave the least (head + work) first, the others when none of those improves."""
     name, c = current.placement, current.chunks
+    figures = Figures.of(search.model, make_placement(name, search.num_devices, c), search.num_microbatches)
     visited.add((name, c, current.counts))
     while time.monotonic() < until:
-        moves = sorted(_moves(search.model, current.counts), key=lambda counts: _largest(
-            search.model, counts, name, c, search.num_devices, search.num_microbatches))
+        moves = sorted(_moves(search.model, current.counts), key=figures.largest_of)
         better = None
         for batch in (moves[:MOVES_PER_ROUND], moves[MOVES_PER_ROUND:]):
-            timed = search.time_all([(name, c, counts, "move") for counts in batch])
+            timed = search.time_all([(name, c, counts, "move") for counts in batch], until)
             better = min((x for x in timed if x.step_time < current.step_time), key=lambda x: x.step_time,
                          default=None)
             if better is not None or time.monotonic() >= until:
@@ -493,7 +521,7 @@ def _schedule(search: _Search, interrupted: bool) -> tuple[Timeline | None, str,
         result = solve(search.model, num_devices=search.num_devices, num_microbatches=search.num_microbatches,
                        placement=candidate.placement, chunks=candidate.chunks, partition=list(candidate.counts),
                        device_memory=search.device_memory, reserve=search.reserve, solver=solver,
-                       time_limit=max(left, 1.0), progress=search.progress)
+                       time_limit=max(left, 0.05), progress=search.progress)
         search.say(f"{solver} on {candidate.placement} x{candidate.chunks} {list(candidate.counts)}: "
                    f"{result.step_time:.6g}s ({result.status})")
         if best[0] is None or result.step_time < best[0].makespan:

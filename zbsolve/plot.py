@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 
 from zbsolve.errors import InputError
 from zbsolve.files import check_output, write_with
+from zbsolve.render import layer_ranges
 from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Schedule
 from zbsolve.simulator import Timeline
 
@@ -234,14 +235,6 @@ def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, ti
     return path
 
 
-def device_rows(stages: Sequence[tuple[int, int]], devices: Sequence[int], num_devices: int) -> list[str]:
-    """Per device, its number and the layers of the stages it holds, e.g. "0: L0-4, L30-34"."""
-    held: list[list[str]] = [[] for _ in range(num_devices)]
-    for (a, b), d in zip(stages, devices):
-        held[d].append(f"L{a}-{b - 1}" if b - a > 1 else f"L{a}")
-    return [f"{d}: {', '.join(ranges)}" for d, ranges in enumerate(held)]
-
-
 def plot_plan(result: "PlanResult") -> Figure:
     """The plan's Gantt chart, each device labelled with its layers, above the step times of the plan and of the
     baselines (hatched: does not fit the device memory)."""
@@ -255,7 +248,7 @@ def plot_plan(result: "PlanResult") -> Figure:
     fig.subplots_adjust(left=1.6 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
                         bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
     ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
-    _gantt(ax, timeline, device_rows(costs.stages, costs.devices, p))
+    _gantt(ax, timeline, [f"{d}: {layer_ranges(held)}" for d, held in enumerate(costs.device_layers())])
     ax.set_xlabel("seconds")
     ax.set_title(_title(timeline, f"plan: {result.placement}, layers per stage {list(result.counts)}"), loc="left",
                  fontsize=10)

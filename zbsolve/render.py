@@ -93,6 +93,11 @@ DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total Gi
 """Columns of ``device_memory_table``."""
 
 
+def layer_ranges(ranges: Sequence[tuple[int, int]], prefix: str = "L") -> str:
+    """Half-open layer ranges as text, e.g. "L0-4, L30-34" (a single layer as "L7")."""
+    return ", ".join(f"{prefix}{a}-{b - 1}" if b - a > 1 else f"{prefix}{a}" for a, b in ranges)
+
+
 def device_memory_table(figures: Mapping[str, object], layers: Sequence[str], title: str) -> Table:
     """Memory per device in GiB, one row per device: the layers it holds, its static bytes, its peak activations
     and their sum (``figures`` as ``SolveResult.summary()`` gives them)."""

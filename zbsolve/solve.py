@@ -28,13 +28,12 @@ from typing import Literal, get_args
 from zbsolve.backends import BACKENDS, BackendResult, Log
 from zbsolve.bound import lower_bound, warmup_bound
 from zbsolve.checks import TOLERANCE, check_count, exceeds, room
-from zbsolve.costs import DEFAULT_RESERVE, Costs, memory_figures, model_costs, profile_costs
+from zbsolve.costs import DEFAULT_RESERVE, Costs, default_device_memory, memory_figures, model_costs, profile_costs
 from zbsolve.document import to_document
 from zbsolve.errors import BudgetError, InfeasibleError, InputError, ZbsolveError
 from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.files import write_atomic
 from zbsolve.formulation import Formulation, formulate
-from zbsolve.gpus import GPUS
 from zbsolve.heuristic import heuristic, min_feasible_limits, one_at_a_time
 from zbsolve.model import Model
 from zbsolve.placement import CHUNKS, make_placement, vshape
@@ -46,7 +45,6 @@ from zbsolve.spec import SUPPORTED_PLACEMENTS, PlacementName, Spec, make_spec
 from zbsolve.steps import StepTimes, step_times
 from zbsolve.timing import OBJECTIVES, Objective
 from zbsolve.transforms import with_limit
-from zbsolve.units import gib
 from zbsolve.vgreedy import v_greedy
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]
@@ -184,10 +182,8 @@ def _check_feasible(spec: Spec, costs: Costs) -> None:
         if n <= room(limit):
             continue
         if costs.device_memory is not None:
-            raise InfeasibleError(f"device {d} does not fit: static {gib(costs.static_bytes[d]):.2f} GiB + one "
-                                  f"microbatch's activations {gib(n):.2f} GiB + reserve {gib(costs.reserve):.2f} GiB "
-                                  f"exceed device_memory {gib(costs.device_memory):.2f} GiB by {gib(n - limit):.2f} "
-                                  "GiB", min_feasible=max(need))
+            uses = {"static": costs.static_bytes[d], "one microbatch's activations": n}
+            raise InfeasibleError(costs.shortfall(d, uses), min_feasible=max(need))
         raise InfeasibleError(f"mem_limit {limit:g} on device {d} is below {n:g}, the memory one microbatch "
                               f"needs there; the smallest feasible limit is {max(need):g}", min_feasible=max(need))
 
@@ -450,9 +446,8 @@ def _costs(profile: Profile | Model, mem_limit: object, num_devices: int | None,
     """The per-stage profile and its costs: a model cut into the placement's stages (its GPU's memory the device
     memory unless a limit is given), or a bare profile."""
     if isinstance(profile, Model):
-        gpu = profile.setting.gpu if profile.setting is not None else None
-        if device_memory is None and mem_limit is None and gpu in GPUS:
-            device_memory = GPUS[gpu].memory_bytes
+        if device_memory is None and mem_limit is None:
+            device_memory = default_device_memory(profile)
         if num_devices is None:
             raise InputError("num_devices = None: give num_devices to cut a model into stages")
         p = check_count("num_devices", num_devices)

@@ -10,16 +10,16 @@ partition of this placement, and its partition is where the planner's search sta
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.model import Model, comm_time
+from zbsolve.model import TIMES, Model, comm_time
 from zbsolve.placement import Placement
 
-TIMES = ("t_f", "t_b", "t_w")
-"""The pass times every stage needs some of."""
 RESOLUTION = 10**9
 """The largest head + work is scaled to about this many integer units (times are floored to them)."""
 
@@ -45,15 +45,8 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
     # -- data ----------------------------------------------------------------------------------------------
     layers, m, S = model.layers, num_microbatches, placement.num_stages
     L = len(layers)
-    work = [0.0]
-    forward = [0.0]
-    for layer in layers:
-        work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w)
-        forward.append(forward[-1] + layer.t_f)
-    hop = _least_hop(model) if heads else 0.0
-    devices = placement.num_devices
-    held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
-            for dev in range(devices)]
+    figures = Figures.of(model, placement, m, heads)
+    work, forward, hop, held = figures.work, figures.forward, figures.hop, figures.held
     top = m * work[-1] + (forward[-1] + S * hop if heads else 0.0)
     scale = RESOLUTION / top if top > 0 else 1.0
     # Per pass kind, how many layers before each index have a positive time: every stage needs one of each.
@@ -62,7 +55,7 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
         for k, name in enumerate(TIMES):
             positive[k].append(positive[k][-1] + (getattr(layer, name) > 0))
     W = [math.floor(m * x * scale) for x in work]
-    Fh = [math.floor(x * scale) if heads else 0 for x in forward]
+    Fh = [math.floor(x * scale) for x in forward]
     H = math.floor(hop * scale)
 
     # -- variables ---------------------------------------------------------------------------------------
@@ -98,15 +91,14 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = workers
     status = solver.solve(model_)
-    # Floored prefixes can undercount a device's figure by one unit per prefix it reads.
+    # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SplitBound(proven, None, math.inf, False)
     ends = [solver.value(b) for b in bounds]
     counts = tuple(b - a for a, b in zip(ends, ends[1:]))
-    return SplitBound(proven, counts, _largest(work, forward, hop, m, held, ends, heads),
-                      status == cp_model.OPTIMAL)
+    return SplitBound(proven, counts, figures.largest(ends), status == cp_model.OPTIMAL)
 
 
 def _least_hop(model: Model) -> float:
@@ -116,8 +108,39 @@ def _least_hop(model: Model) -> float:
     return min(model.link.time(layer.out_bytes) for layer in model.layers[:-1]) if len(model.layers) > 1 else 0.0
 
 
-def _largest(work: list[float], forward: list[float], hop: float, m: int, held: list[list[int]],
-             ends: list[int], heads: bool) -> float:
-    """The largest head + work over devices of the partition with stage boundaries ``ends``, in seconds."""
-    return max((forward[ends[stages[0]]] + stages[0] * hop if heads else 0.0)
-               + m * sum(work[ends[s + 1]] - work[ends[s]] for s in stages) for stages in held)
+@dataclass(frozen=True)
+class Figures:
+    """What the split model reads of a model and a placement: prefix sums of the layers' work and forward times,
+    the least hop between stages, and the stages each device holds."""
+
+    work: list[float]
+    """work[i]: F + B + W seconds of layers before i, one microbatch."""
+    forward: list[float]
+    """forward[i]: F seconds of layers before i (0 everywhere without heads)."""
+    hop: float
+    """Seconds of the cheapest move between stages (0 without heads)."""
+    held: list[list[int]]
+    """Per device, its stages in order."""
+    num_microbatches: int
+    """m."""
+
+    @classmethod
+    def of(cls, model: Model, placement: Placement, num_microbatches: int, heads: bool = True) -> "Figures":
+        """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out."""
+        work, forward = [0.0], [0.0]
+        for layer in model.layers:
+            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w)
+            forward.append(forward[-1] + (layer.t_f if heads else 0.0))
+        held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
+                for dev in range(placement.num_devices)]
+        return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
+
+    def largest(self, ends: Sequence[int]) -> float:
+        """The largest head + work over devices of the partition with stage boundaries ``ends``, in seconds."""
+        return max(self.forward[ends[stages[0]]] + stages[0] * self.hop
+                   + self.num_microbatches * sum(self.work[ends[s + 1]] - self.work[ends[s]] for s in stages)
+                   for stages in self.held)
+
+    def largest_of(self, counts: Sequence[int]) -> float:
+        """``largest`` of the partition with ``counts`` layers per stage."""
+        return self.largest([0, *itertools.accumulate(counts)])

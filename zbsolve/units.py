@@ -14,8 +14,9 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$
 GIB = 2**30
 
 
-def parse_bytes(text: str | int | float, what: str = "size") -> int:
-    """Bytes in ``text`` (e.g. "80GiB", "1.5 TB", 4096); anything else is an ``InputError`` naming ``what``."""
+def parse_bytes(text: str | int | float, what: str = "size", zero: bool = False) -> int:
+    """Bytes in ``text`` (e.g. "80GiB", "1.5 TB", 4096), positive (or 0 with ``zero``); anything else is an
+    ``InputError`` naming ``what``."""
     if isinstance(text, bool):
         raise InputError(f"{what} = {text!r} is not a size (e.g. 80GiB, 512MiB, 80GB or bytes)")
     if isinstance(text, (int, float)):
@@ -26,8 +27,8 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
             raise InputError(f"{what} = {text!r} is not a size (e.g. 80GiB, 512MiB, 80GB or bytes)")
         number, unit = float(match[1]), match[2].upper()
     size = number * UNITS[unit]
-    if not math.isfinite(size) or size <= 0:
-        raise InputError(f"{what} = {text!r} must be a positive size")
+    if not math.isfinite(size) or size < 0 or size == 0 and not zero:
+        raise InputError(f"{what} = {text!r} must be a {'' if zero else 'positive '}size{' >= 0' if zero else ''}")
     return round(size)
 
 
