@@ -158,3 +158,16 @@ def test_solve_takes_a_bare_profile_file(tmp_path):
     assert json.loads(done.output)["step_time"] > 0
     missing = runner.invoke(app, ["solve", str(path), "--solver", "heuristic"])
     assert missing.exit_code == 2 and "give --devices and --microbatches to solve a profile" in missing.output
+
+
+def test_a_zero_reserve_and_problem_overrides(tmp_path):
+    result = solve(toy(), num_devices=2, num_microbatches=4, device_memory="6GiB", reserve="0GiB", solver="heuristic")
+    assert result.costs.reserve == 0
+    with pytest.raises(InputError, match=r"reserve = '-1GiB' is not a size"):
+        solve(toy(), num_devices=2, num_microbatches=4, device_memory="6GiB", reserve="-1GiB")
+    # A problem file's memory factor counts 1F1B's peak for the devices and microbatches asked for.
+    path = tmp_path / "p.yaml"
+    path.write_text("num_devices: 4\nnum_microbatches: 8\nmem_factor: 1\n")
+    done = runner.invoke(app, ["solve", str(path), "-p", "2", "-m", "4", "--solver", "heuristic", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["mem_limit"] == 2.0  # 1F1B's peak on 2 devices of the unit profile
