@@ -505,6 +505,8 @@ def _descend(search: _Search, current: Candidate, until: float, visited: set) ->
 
 FINALISTS = 3
 """Candidates the final CP-SAT solves share the time left between, best first."""
+FINISH_SECONDS = 0.5
+"""Seconds kept after the final solves for re-simulating and returning the plan."""
 
 
 def _schedule(search: _Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int]]:
@@ -516,7 +518,7 @@ def _schedule(search: _Search, interrupted: bool) -> tuple[Timeline | None, str,
     finalists = ranked[:FINALISTS] if search.left() > FINALISTS and not interrupted else ranked[:1]
     best: tuple[Timeline | None, str, Costs | None, tuple[str, int]] = (None, "", None, ("", 0))
     for k, candidate in enumerate(finalists):
-        left = search.left() / (len(finalists) - k)
+        left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
         solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
         result = solve(search.model, num_devices=search.num_devices, num_microbatches=search.num_microbatches,
                        placement=candidate.placement, chunks=candidate.chunks, partition=list(candidate.counts),
