@@ -245,7 +245,7 @@ def plot_plan(result: "PlanResult") -> Figure:
     gantt_in, bars_in = max(1.2, _ROW_IN * p), max(1.2, 0.2 * len(bars))
     height = _TOP_IN + gantt_in + _BOTTOM_IN + bars_in + 2 * _GAP_IN
     fig = Chart(figsize=(_WIDTH_IN, height))
-    fig.subplots_adjust(left=1.6 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
+    fig.subplots_adjust(left=2.3 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
                         bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
     ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
     _gantt(ax, timeline, [f"{d}: {layer_ranges(held)}" for d, held in enumerate(costs.device_layers())])
