@@ -272,7 +272,7 @@ def test_workers_die_with_a_killed_grid(tmp_path):
 
 
 def test_sigterm_keeps_results_and_writes_the_summary(tmp_path):
-    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [2, 60]})
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "time_limit": [2, 60], "objective": ["span"]})
     out, summary = tmp_path / "r.jsonl", tmp_path / "s.csv"
     proc = subprocess.Popen(_grid_command(grid, out, "-j", 1, "--summary", summary), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

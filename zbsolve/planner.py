@@ -298,10 +298,12 @@ class _Search:
             for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
                 self._keep(future, futures[future])
         except cf.TimeoutError:
+            done = [f for f in futures if f.done()]
+            keep = done or list(futures)[:1]  # when none has finished, the first is waited for
             for future in futures:
-                future.cancel()
-            done = [f for f in futures if f.done() and not f.cancelled()]
-            for future in done or list(futures)[:1]:
+                if future not in keep:
+                    future.cancel()
+            for future in keep:
                 self._keep(future, futures[future])
         return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs if (pl, c, counts) in self.timed]
 
