@@ -8,14 +8,16 @@ Test modules import them by name: ``from conftest import ROOT, problem, one_f_on
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from zbsolve.errors import InputError
+from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.heuristic import heuristic
-from zbsolve.placement import sequential
+from zbsolve.placement import interleaved, sequential, vshape
 from zbsolve.problem import Problem
 from zbsolve.profile import UNIT, Profile
 from zbsolve.schedule import B, BW, F, W, Pass, Schedule, build
@@ -85,9 +87,24 @@ def heuristic_objective(result) -> float:
     return objective_of(simulate(heuristic(s.profile, s.placement, s.num_microbatches, limit)), result.objective_kind)
 
 
+def floor_objective(result) -> float:
+    """The objective of the first family of ``result``'s placement that fits its memory limit (infinite when none
+    does): a schedule every solve builds whatever its time limit, so no result may be worse."""
+    s = result.schedule
+    names = {sequential(s.num_devices): "sequential", vshape(s.num_devices): "vshape",
+             interleaved(s.num_devices): "interleaved"}.get(s.placement)
+    limits = limits_of(list(s.mem_limit) if isinstance(s.mem_limit, tuple) else s.mem_limit, s.num_devices)
+    for name in PLACEMENT_FAMILIES.get(names, ()):
+        timeline = simulate(make_schedule(name, s.profile, s.num_devices, s.num_microbatches))
+        if all(lim is None or peak <= lim * (1 + 1e-9) for peak, lim in zip(timeline.peak_memory, limits)):
+            return objective_of(timeline, result.objective_kind)
+    return math.inf
+
+
 def check_result(result, limit: float | Sequence[float] | None = None) -> Timeline:
     """What holds for every solve result whatever the time limit: its schedule re-simulates to its own
-    figures, within ``limit``, its gap matches its bound, and it is never worse than the heuristic."""
+    figures, within ``limit``, its gap matches its bound, and it is never worse than the floor (the first family
+    that fits) nor than any warm start its log reports."""
     timeline = simulate(result.schedule)
     assert timeline.start == result.timeline.start and timeline.end == result.timeline.end
     assert result.objective == objective_of(timeline, result.objective_kind)
@@ -97,7 +114,9 @@ def check_result(result, limit: float | Sequence[float] | None = None) -> Timeli
     if limit is not None:
         for peak, lim in zip(timeline.peak_memory, limits_of(limit, timeline.schedule.num_devices)):
             assert peak <= lim * (1 + 1e-9)
-    assert result.objective <= heuristic_objective(result) * (1 + 1e-9)
+    assert result.objective <= floor_objective(result) * (1 + 1e-9)
+    warm = [float(line.split(": objective ")[1]) for line in result.solver_log.splitlines() if ": objective " in line]
+    assert warm and result.objective <= min(warm) * (1 + 1e-5), result.solver_log  # the log has six digits
     return timeline
 
 

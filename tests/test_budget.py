@@ -21,19 +21,23 @@ import pytest
 from conftest import ROOT, check_result
 
 from zbsolve import UNIT, solve
+from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.limits import reference_peak
+from zbsolve.simulator import simulate
 
 SLACK = 2.0, 0.05
 """The contract: a solve returns within time_limit + max(2 s, 5% of it)."""
 WRAPPER = textwrap.dedent('''
-    """zbsolve's command line, printing "phase NAME" on stderr when the heuristic, the backend or a frontier
-    solve's completion begins."""
+    """zbsolve's command line, printing "phase NAME" on stderr when 1F1B's peak (for a memory factor), the
+    heuristic, the backend, the result's step times, the writing of its document or a frontier solve's completion
+    begins."""
     import importlib
     import sys
 
     from zbsolve.cli import app
 
-    solve_module, frontier_module = (importlib.import_module(f"zbsolve.{name}") for name in ("solve", "frontier"))
+    solve_module, frontier_module, limits_module = (importlib.import_module(f"zbsolve.{name}")
+                                                    for name in ("solve", "frontier", "limits"))
 
 
     def announce(name, fn):
@@ -50,6 +54,9 @@ WRAPPER = textwrap.dedent('''
     if __name__ == "__main__":  # the frontier's workers import this file again
         solve_module.heuristic = announce("warm start", solve_module.heuristic)
         solve_module._run_backend = announce("search", solve_module._run_backend)
+        solve_module.step_times = announce("step times", solve_module.step_times)
+        limits_module.reference_peak = announce("limit", limits_module.reference_peak)
+        solve_module.SolveResult.to_json = announce("document", solve_module.SolveResult.to_json)
         frontier_module.frontier = counted
         app(sys.argv[1:], prog_name="zbsolve")
 ''')
@@ -62,7 +69,9 @@ def within_budget(seconds: float, time_limit: float) -> bool:
 
 @pytest.mark.parametrize("placement, p, m, factor", [("sequential", 64, 512, 1.0), ("vshape", 32, 256, 0.5)])
 def test_solve_returns_within_its_time_limit(placement, p, m, factor):
-    """Big enough that the warm starts and the bounds alone took 7 to 9 s before every phase drew on the deadline."""
+    """Big enough that the warm starts and the bounds alone took 7 to 9 s before every phase drew on the deadline.
+    ``check_result`` asserts the result is no worse than the first family that fits (at 0.5 x 1F1B's memory on
+    the V-shape, V-Min: 829.5, where the heuristic gives 1057.5 and one microbatch at a time 16640)."""
     limit = factor * reference_peak(UNIT, p, m)
     began = time.monotonic()
     result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=3, workers=1)
@@ -70,6 +79,20 @@ def test_solve_returns_within_its_time_limit(placement, p, m, factor):
     assert within_budget(wall, 3) and within_budget(result.solve_time, 3), result.solver_log
     check_result(result, limit)
     assert not result.interrupted
+
+
+@pytest.mark.parametrize("placement, factor, floor", [("vshape", 0.5, "v-min"), ("vshape", 0.6, "v-half"),
+                                                      ("vshape", 1.0, "zb-v"), ("sequential", 1.0, "zb-h1"),
+                                                      ("sequential", 2.0, "zb-h2")])
+def test_no_time_limit_gives_a_result_worse_than_the_first_family_that_fits(placement, factor, floor):
+    """However short the limit (or busy the machine), the floor is built: the family named, the first of the
+    placement's that fits, or a better schedule."""
+    p, m = 16, 64
+    limit = factor * reference_peak(UNIT, p, m)
+    result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=1e-6, workers=1)
+    check_result(result, limit)
+    assert f"{floor}: objective" in result.solver_log.splitlines()[PLACEMENT_FAMILIES[placement].index(floor)]
+    assert result.objective <= simulate(make_schedule(floor, UNIT, p, m)).objective("makespan")
 
 
 def test_repr_is_one_line_and_summary_has_the_figures():
@@ -127,6 +150,28 @@ def test_interrupted_solve_writes_the_best_schedule_and_says_so(tmp_path, sig, p
         assert (tmp_path / "out.svg").read_text().startswith("<?xml")
     check = zbsolve("check", out, "-q")
     assert check.returncode == 0, check.stderr
+
+
+@pytest.mark.parametrize("phase", ["step times", "document"])
+def test_an_interrupt_after_the_search_still_writes_the_schedule(tmp_path, phase):
+    """The search is over, its figures or its document are under way: the document is written whole all the same."""
+    problem, out = tmp_path / "unit.yaml", tmp_path / "out.json"
+    problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
+    code, stderr = interrupt_at(tmp_path, phase, signal.SIGINT, "solve", problem, "--time-limit", 300, "-q", "-o", out)
+    assert code == 130, stderr
+    assert f"interrupted: the best schedule found so far is in {out}" in stderr
+    check = zbsolve("check", out, "-q")
+    assert check.returncode == 0, check.stderr
+
+
+def test_an_interrupt_before_the_first_schedule_says_nothing_was_written(tmp_path):
+    """The problem's memory factor needs 1F1B's peak (a second or more for 393,216 passes) before any schedule of
+    the solve exists."""
+    problem, out = tmp_path / "unit.yaml", tmp_path / "out.json"
+    problem.write_text("num_devices: 128\nnum_microbatches: 1024\nmem_factor: 1\n")
+    code, stderr = interrupt_at(tmp_path, "limit", signal.SIGINT, "solve", problem, "-o", out)
+    assert code == 130 and not out.exists(), stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted before the first schedule was built: nothing written"
 
 
 def test_interrupted_frontier_keeps_the_finished_solves(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -245,7 +247,7 @@ def solve(
 
     from rich.progress import Progress
 
-    from zbsolve.interrupt import exit_code, signals_as_interrupt
+    from zbsolve.interrupt import deferred, exit_code
     from zbsolve.limits import resolve_limit
     from zbsolve.model import Model
     from zbsolve.problem import Problem, load_input
@@ -257,57 +259,69 @@ def solve(
     if chart:
         from zbsolve.plot import check_chart_path, save_chart
         check_chart_path(chart, "--chart")
-    given = load_input(problem)
-    published: dict[str, float] = {}
-    if isinstance(given, Problem):
-        costs: Profile | Model = given.profile
-        name, published = given.name, given.published
-        p, m = devices or given.num_devices, microbatches or given.num_microbatches
-        given_limit = mem_limit is not None or mem_factor is not None or device_memory is not None
-        own = (mem_limit, mem_factor) if given_limit else (given.mem_limit, given.mem_factor)
-        limit = resolve_limit(given.profile, p, m, *own, chunks)
-        placement = placement or given.placement
-    else:
-        if devices is None or microbatches is None:
-            raise InputError(f"{problem}: give --devices and --microbatches to solve a "
-                             f"{'model' if isinstance(given, Model) else 'profile'}")
-        costs, name, p, m = given, problem.stem, devices, microbatches
-        if isinstance(given, Model):
-            if mem_factor is not None:
-                raise InputError("--mem-factor applies to a problem or a profile; give --device-memory for a model")
-            limit = mem_limit
+    with _interruptible("before the first schedule was built"):
+        given = load_input(problem)
+        published: dict[str, float] = {}
+        if isinstance(given, Problem):
+            costs: Profile | Model = given.profile
+            name, published = given.name, given.published
+            p, m = devices or given.num_devices, microbatches or given.num_microbatches
+            given_limit = mem_limit is not None or mem_factor is not None or device_memory is not None
+            own = (mem_limit, mem_factor) if given_limit else (given.mem_limit, given.mem_factor)
+            limit = resolve_limit(given.profile, p, m, *own, chunks)
+            placement = placement or given.placement
         else:
-            limit = resolve_limit(given, p, m, mem_limit, mem_factor, chunks)
-    # loading the problem counts against the time limit (a limit that is no positive number goes to solve as given)
-    left = max(0.01, time_limit - (time.monotonic() - began)) if time_limit > 0 else time_limit
-    with signals_as_interrupt():
-        try:
-            with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
-                task = bar.add_task(f"{name}: {solver}, limit {time_limit:g}s", total=None, line="")
-                result = run_solve(costs, limit, num_microbatches=m, num_devices=p,
-                                   placement=placement or "sequential", solver=solver, time_limit=left,
-                                   objective=objective, workers=workers, seed=seed, chunks=chunks,
-                                   progress=lambda line: bar.update(task, line=line[:100]),
-                                   device_memory=device_memory, reserve=reserve, partition=partition)
-            if output:
-                result.to_json(output)
-            if chart:
-                save_chart(result.timeline, chart, memory=True)
-        except KeyboardInterrupt:
-            err.print("interrupted before the outputs were written")
-            raise typer.Exit(exit_code()) from None
-    if result.interrupted:
+            if devices is None or microbatches is None:
+                raise InputError(f"{problem}: give --devices and --microbatches to solve a "
+                                 f"{'model' if isinstance(given, Model) else 'profile'}")
+            costs, name, p, m = given, problem.stem, devices, microbatches
+            if isinstance(given, Model):
+                if mem_factor is not None:
+                    raise InputError("--mem-factor applies to a problem or a profile; give --device-memory for a model")
+                limit = mem_limit
+            else:
+                limit = resolve_limit(given, p, m, mem_limit, mem_factor, chunks)
+        # loading the problem counts against the time limit (a limit that is no positive number goes to solve as
+        # given)
+        left = max(0.01, time_limit - (time.monotonic() - began)) if time_limit > 0 else time_limit
+        with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
+            task = bar.add_task(f"{name}: {solver}, limit {time_limit:g}s", total=None, line="")
+            result = run_solve(costs, limit, num_microbatches=m, num_devices=p, placement=placement or "sequential",
+                               solver=solver, time_limit=left, objective=objective, workers=workers, seed=seed,
+                               chunks=chunks, progress=lambda line: bar.update(task, line=line[:100]),
+                               device_memory=device_memory, reserve=reserve, partition=partition)
+    with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
+        if output:
+            result.to_json(output)
+        if chart:
+            save_chart(result.timeline, chart, memory=True)
+    interrupted = result.interrupted or bool(late)
+    if interrupted:
         written = [str(path) for path in (output, chart) if path]
         err.print(f"interrupted: the best schedule found so far{' is in ' + ', '.join(written) if written else ''}",
-                  highlight=False, markup=False)
+                  highlight=False, markup=False, soft_wrap=True)
     if not quiet:
         summary = {"problem": name, **_costs_figures(result.costs, limit), **result.summary()}
         if as_json:
             print(json.dumps(summary, indent=1, default=str))
         else:
             _print_result(summary, published, result.costs, f"{name}: {solver}")
-    if result.interrupted:
+    if interrupted:
         raise typer.Exit(exit_code())
+
+
+@contextmanager
+def _interruptible(before: str) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the work inside as Ctrl-C does (the work keeps what it finished); an interrupt that
+    escapes it came ``before`` any result existed: one line says so and the command exits 130 (143)."""
+    from zbsolve.interrupt import exit_code, signals_as_interrupt
+
+    with signals_as_interrupt():
+        try:
+            yield
+        except KeyboardInterrupt:
+            err.print(f"interrupted {before}: nothing written", highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(exit_code()) from None
 
 
 def _spinner() -> tuple:
@@ -536,7 +550,7 @@ def plan(
     """
     from rich.progress import Progress
 
-    from zbsolve.interrupt import exit_code, signals_as_interrupt
+    from zbsolve.interrupt import deferred, exit_code
     from zbsolve.model import Model
     from zbsolve.planner import plan as run_plan
 
@@ -545,22 +559,19 @@ def plan(
     if chart:
         from zbsolve.plot import check_chart_path, save_plan_chart
         check_chart_path(chart, "--chart")
-    loaded = Model.load(model)
-    with signals_as_interrupt():
-        try:
-            with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
-                task = bar.add_task(f"{loaded.name}: plan, limit {time_limit:g}s", total=None, line="")
-                result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
-                                  device_memory=device_memory, placement=placement, chunks=chunks,
-                                  time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor,
-                                  progress=lambda line: bar.update(task, line=line[:100]))
-            if output:
-                result.to_json(output)
-            if chart:
-                save_plan_chart(result, chart)
-        except KeyboardInterrupt:
-            err.print("interrupted before the outputs were written")
-            raise typer.Exit(exit_code()) from None
+    with _interruptible("before the first plan was found"):
+        loaded = Model.load(model)
+        with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
+            task = bar.add_task(f"{loaded.name}: plan, limit {time_limit:g}s", total=None, line="")
+            result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
+                              device_memory=device_memory, placement=placement, chunks=chunks,
+                              time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor,
+                              progress=lambda line: bar.update(task, line=line[:100]))
+    with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
+        if output:
+            result.to_json(output)
+        if chart:
+            save_plan_chart(result, chart)
     if not quiet:
         summary = {"model": loaded.name, **result.summary()}
         if as_json:
@@ -568,7 +579,7 @@ def plan(
         else:
             _print_result(summary, {}, result.costs, f"{loaded.name}: plan")
             wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
-    if result.interrupted:
+    if result.interrupted or late:
         raise typer.Exit(exit_code())
 
 
@@ -749,7 +760,7 @@ def frontier(
     from zbsolve.files import write_atomic
     from zbsolve.frontier import check_chart
     from zbsolve.frontier import frontier as run_frontier
-    from zbsolve.interrupt import exit_code, signals_as_interrupt
+    from zbsolve.interrupt import deferred, exit_code
     from zbsolve.problem import Problem
 
     if output:
@@ -760,28 +771,25 @@ def frontier(
     values = _numbers(factors, "--factors")
     names = tuple(x.strip() for x in placements.split(",") if x.strip())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with signals_as_interrupt():
-        try:
-            with Progress(*columns, console=err, disable=quiet or as_json) as bar:
-                task = bar.add_task(f"{prob.name}: solves", total=None)
-                result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
-                                      num_devices=prob.num_devices, placements=names, time_limit=time_limit,
-                                      jobs=jobs, progress=lambda done, total: bar.update(task, completed=done,
-                                                                                          total=total))
-            doc = {"problem": prob.name, **result.to_json()}
-            if output:
-                write_atomic(output, json.dumps(doc, indent=1) + "\n")
-            if chart:
-                result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
-        except KeyboardInterrupt:
-            err.print("interrupted before the outputs were written")
-            raise typer.Exit(exit_code()) from None
-    if result.interrupted:
+    with _interruptible("before any solve finished"):
+        with Progress(*columns, console=err, disable=quiet or as_json) as bar:
+            task = bar.add_task(f"{prob.name}: solves", total=None)
+            result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
+                                  num_devices=prob.num_devices, placements=names, time_limit=time_limit,
+                                  jobs=jobs, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                      total=total))
+    with deferred() as late:  # the rows are final: an interrupt now is answered once they are written whole
+        doc = {"problem": prob.name, **result.to_json()}
+        if output:
+            write_atomic(output, json.dumps(doc, indent=1) + "\n")
+        if chart:
+            result.save_chart(chart, f"{prob.name}: memory-bubble frontier")
+    if result.interrupted or late:
         err.print("interrupted: the rows below are the solves that finished")
     if as_json:
         print(json.dumps(doc, indent=1))
     elif not quiet:
         wide.print(frontier_table(result, f"{prob.name}: memory-bubble frontier "
                                           f"(1F1B peak {fmt(result.reference_peak)})"))
-    if result.interrupted:
+    if result.interrupted or late:
         raise typer.Exit(exit_code())

@@ -2,8 +2,9 @@
 interrupt stops without losing the best solution found so far.
 
 Inside ``signals_as_interrupt()``, SIGTERM raises ``KeyboardInterrupt`` in the main thread as SIGINT
-does, so one ``except KeyboardInterrupt`` keeps the finished results whichever signal came;
-``exit_code()`` then says which: 130 for SIGINT, 143 for SIGTERM.
+does, so one ``except KeyboardInterrupt`` keeps the finished results whichever signal came; inside
+``deferred()`` both are only recorded, so that finished results are written whole. ``exit_code()`` then
+says which came: 130 for SIGINT, 143 for SIGTERM.
 """
 
 from __future__ import annotations
@@ -69,6 +70,27 @@ def signals_as_interrupt() -> Iterator[None]:
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def deferred() -> Iterator[list[int]]:
+    """Within the block, SIGINT and SIGTERM raise nothing, so that what it writes is written whole: the yielded
+    list holds the signals that came (``exit_code`` says which). Main thread only; elsewhere a no-op."""
+    came: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+
+    def record(signum: int, _frame: object) -> None:
+        came.append(signum)
+        _received.append(signum)
+
+    previous = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield came
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

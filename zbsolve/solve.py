@@ -1,16 +1,19 @@
 """solve(): the best schedule the optimizer finds for a profile and a memory budget.
 
-The quickest family that fits the memory limit comes first, so that a valid schedule is at hand from the start;
-the paper's heuristic, the V-shape greedy and the other families follow (the warm start is the best of
-them); a backend improves it; the result is always re-simulated, and never worse than the warm start.
+Every handcrafted family of the placement that fits the memory limit comes first (the floor: each is built
+and simulated in linear time, whatever the time limit, so no solve returns a schedule worse than these); the
+paper's heuristic and the V-shape greedy follow (the warm start is the best of them); a backend improves it; the
+result is always re-simulated, and never worse than the warm start.
 
-Every phase draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``. The first schedule's
-simulation is timed, and every later phase's cost is estimated as a multiple of it (``COSTS``): a phase that
-does not fit in the time left is skipped, with a log line saying so, and the heuristic and the V-shape greedy
-stop trying variants in time for what follows them.
+Every later phase draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``, less the time
+kept for the step times and for writing the document. The first schedule's simulation is timed, and every later
+phase's cost is estimated as a multiple of it (``COSTS``): a phase that does not fit in the time left is
+skipped, with a log line saying so, and the heuristic and the V-shape greedy stop trying variants in time for
+what follows them.
 
 An interrupt (``KeyboardInterrupt``: Ctrl-C, or SIGTERM inside ``zbsolve.interrupt.signals_as_interrupt()``)
-in any phase returns the best schedule found so far, with ``interrupted`` set and a log line saying so.
+in any phase after the first schedule exists returns the best schedule found so far, with ``interrupted`` set
+and a log line saying so; before it, the interrupt propagates.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -54,19 +56,17 @@ TIME_LIMIT = 60.0
 """Seconds a solve may take unless told."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
-QUICKEST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": ("zb-v",)}
-"""Per placement, the families quickest to build, tried in turn for the first schedule of a solve: the first that
-fits the memory limit (none after it is better), else ``ONE_AT_A_TIME``."""
 ONE_AT_A_TIME = "one-at-a-time"
 """The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
-COSTS = {"zb-h1": 2.0, "zb-h2": 3.5, "1f1b": 1.2, "1f1b-i": 2.0, "zb-v": 1.5, "v-half": 150.0, "v-min": 75.0,
-         "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2, "formulate": 8.5,
-         "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0}
+COSTS = {"family": 20.0, "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2, "formulate": 8.5,
+         "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0, "step times": 9.0, "document": 7.0}
 """Cost of each phase in units of the first schedule's simulation, the largest measured with p = 64 to 128 and
-m = 512 to 1024 (V-Half's and V-Min's builds grow faster than the problem): building and simulating each family;
-one variant of the heuristic and one run of the V-shape greedy; simulating a warm start; rebuilding and simulating
-the backend's order; the formulation; the cheap lower bound with the warm start's order; building the warm-up
-relaxation; the least search worth starting (timing the warm start, building a small window, checking its order)."""
+m = 512 to 1024: building and simulating a family (V-Half's and V-Min's builds are the slowest); one variant of the heuristic and one run of the V-shape greedy; simulating a warm start;
+rebuilding and simulating the backend's order; the formulation; the cheap lower bound with the warm start's order;
+building the warm-up relaxation; the least search worth starting (timing the warm start, building a small window,
+checking its order); the step times of the result (``zbsolve.steps``); its schedule document, built and written."""
+KEPT = ("step times", "document")
+"""The phases after the search, whose time every solve keeps before its deadline."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -77,6 +77,8 @@ class SolveResult:
     """The schedule (validated by the simulator)."""
     timeline: Timeline
     """The simulator's timing of ``schedule``."""
+    step_times: StepTimes
+    """Step time with and without an optimizer barrier, and their bubbles."""
     objective: float
     """Objective value: makespan (the step time with an optimizer barrier) or longest per-device span ("span"),
     in profile time units."""
@@ -98,11 +100,6 @@ class SolveResult:
     """Whether an interrupt stopped the solve (the schedule is the best found until then)."""
     costs: Costs | None = field(default=None)
     """Where the profile's figures come from: the model and its partition, and the device memory."""
-
-    @cached_property
-    def step_times(self) -> StepTimes:
-        """Step time with and without an optimizer barrier, and their bubbles."""
-        return step_times(self.timeline)
 
     @property
     def step_time(self) -> float:
@@ -249,20 +246,27 @@ class _Best:
         return self.timeline is not None and self.exact and self.value - self.bound <= TOLERANCE * max(1.0, self.value)
 
 
-def _first(spec: Spec, budget: _Budget, log: Log, best: _Best) -> None:
-    """Offer the quickest schedule that fits: the first family of ``QUICKEST`` that does, else ``ONE_AT_A_TIME``;
-    the time its simulation takes is the budget's unit; the devices' work bounds the objective."""
-    for name in QUICKEST.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ():
+def _floor(spec: Spec, budget: _Budget, log: Log, best: _Best) -> list[str]:
+    """Offer the first family of the placement that fits the memory limit (``PLACEMENT_FAMILIES``: the best of
+    them), else ``ONE_AT_A_TIME``: the floor of every solve, built in linear time whatever the time left. The
+    first simulation's time is the budget's unit, and from then on the budget keeps the time of ``KEPT``; the
+    devices' work bounds the objective. Returns the families after it, left for the warm start."""
+    names = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
+    while names:
+        name = names.pop(0)
         schedule = _family(spec, name)
         if isinstance(schedule, Schedule):
             break
+        log.append(f"{name}: {schedule}")
     else:
         name, schedule = ONE_AT_A_TIME, _one_at_a_time(spec)
     began = time.monotonic()
     timeline = simulate(schedule)
     budget.unit = time.monotonic() - began
+    budget.deadline -= sum(budget.cost(phase) for phase in KEPT)
     best.offer(name, timeline, log)
     best.proven(max(timeline.work), True)
+    return names
 
 
 def _family(spec: Spec, name: str) -> Schedule | str:
@@ -294,10 +298,10 @@ def _one_at_a_time(spec: Spec) -> Schedule:
     return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
 
 
-def _warm_start(spec: Spec, budget: _Budget, keep: float, log: Log, best: _Best) -> None:
-    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape) and the other families' (not in ``QUICKEST``)
-    schedules that fit the memory limit, each started only if it can end ``keep`` seconds before the deadline, until
-    one meets the bound."""
+def _warm_start(spec: Spec, families: list[str], budget: _Budget, keep: float, log: Log, best: _Best) -> None:
+    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape) and ``families``' schedules that fit the
+    memory limit, each started only if it can end ``keep`` seconds before the deadline, until one meets the
+    bound."""
     p, m = spec.num_devices, spec.num_microbatches
     after = keep + 2 * budget.cost("simulate")  # the generator validates its schedule by simulating it, then solve
     if not best.optimal() and budget.allows("heuristic variant", log, after, "heuristic"):
@@ -316,11 +320,10 @@ def _warm_start(spec: Spec, budget: _Budget, keep: float, log: Log, best: _Best)
                 best.offer("v-greedy", simulate(greedy), log)
         except BudgetError as exc:
             log.append(f"v-greedy: {exc}")
-    families = PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ()
     for name in families:
         if best.optimal():
             return
-        if name in QUICKEST.get(spec.placement_name, ()) or not budget.allows(name, log, keep):
+        if not budget.allows("family", log, keep, name):
             continue
         schedule = _family(spec, name)
         if isinstance(schedule, Schedule):
@@ -339,9 +342,9 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
             best: _Best) -> None:
     """Every phase in turn, each keeping what it finds in ``best``; the warm starts leave time for the formulation,
     the bound, a search and its re-simulation when these take at most half of what is left."""
-    _first(spec, budget, log, best)
+    families = _floor(spec, budget, log, best)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
-    _warm_start(spec, budget, later if later < budget.left() / 2 else 0.0, log, best)
+    _warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best)
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
         return
@@ -407,8 +410,10 @@ def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = 
     unless a limit is given. ``placement`` "interleaved" and "vshape" run ``chunks`` stages
     per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). An interrupt
-    returns the best schedule found so far with ``interrupted`` set. Raises InputError on bad arguments and
+    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). The result is never
+    worse than the placement's handcrafted families that fit, which are built whatever the time limit. An interrupt
+    once the first of them exists returns the best schedule found so far with ``interrupted`` set (one before it
+    propagates). Raises InputError on bad arguments and
     InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB) when no schedule
     fits."""
     began = time.monotonic()
@@ -426,17 +431,22 @@ def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = 
     try:
         _search(spec, solver, objective, workers or os.cpu_count() or 1, seed, _Budget(began + time_limit), log, best)
     except KeyboardInterrupt:
+        if best.timeline is None:
+            raise
         best.interrupted = True
-    if best.timeline is None:
-        _first(spec, _Budget(math.inf), log, best)
-    if best.interrupted:
-        log.append("interrupted: returning the best schedule found so far")
     if best.optimal():
         best.status = "optimal"
     value = best.value
     bound = min(best.bound, value)
     gap = (value - bound) / value if value > 0 else 0.0
-    return SolveResult(best.timeline.schedule, best.timeline, value, objective, bound, gap, best.status, solver,
+    try:
+        times = step_times(best.timeline)  # in the time kept for it
+    except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
+        best.interrupted = True
+        times = step_times(best.timeline)
+    if best.interrupted:
+        log.append("interrupted: returning the best schedule found so far")
+    return SolveResult(best.timeline.schedule, best.timeline, times, value, objective, bound, gap, best.status, solver,
                        time.monotonic() - began, "\n".join(log), best.interrupted, costs)
 
 

@@ -41,8 +41,8 @@ def repeat(schedule: Schedule, iterations: int) -> Schedule:
 
     def shift(op: Op, k: int) -> Op:
         if isinstance(op, Pair):
-            return Pair(op.f._replace(mb=op.f.mb + k * m), op.b._replace(mb=op.b.mb + k * m))
-        return op._replace(mb=op.mb + k * m)
+            return Pair(shift(op.f, k), shift(op.b, k))
+        return Pass(op.kind, op.mb + k * m, op.stage)
 
     devices = tuple(tuple(shift(op, k) for k in range(iterations) for op in ops) for ops in schedule.devices)
     return replace(schedule, num_microbatches=iterations * m, devices=devices,

@@ -15,10 +15,11 @@ FAMILIES: dict[str, Family] = {}
 """CLI name -> generator, filled in by the family modules below."""
 CHUNKS_OF: dict[str, int] = {}
 """CLI name -> stages per device of the family's placement."""
-PLACEMENT_FAMILIES = {"sequential": ("zb-h1", "zb-h2", "1f1b"), "interleaved": ("1f1b-i",),
+PLACEMENT_FAMILIES = {"sequential": ("zb-h2", "zb-h1", "1f1b"), "interleaved": ("1f1b-i",),
                       "vshape": ("zb-v", "v-half", "v-min")}
-"""The families that run on each placement the optimizer solves (the multi-chunk ones with two chunks):
-the warm starts of a solve and the points beside a frontier."""
+"""The families that run on each placement the optimizer solves (the multi-chunk ones with two chunks), from
+the most memory and fewest bubbles to the least memory: the floor and warm starts of a solve (the first that fits
+is the best of them on every problem in problems/) and the points beside a frontier."""
 
 
 def register(name: str, chunks: int = 1) -> Callable[[Family], Family]:
