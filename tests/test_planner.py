@@ -125,6 +125,69 @@ def test_plan_refuses_bad_input_and_names_what_does_not_fit():
                  executor=pool)
 
 
+def test_a_plan_that_cannot_fit_names_the_closest_candidate_and_what_would_help():
+    """Each of the 15 layers holds 1 GiB for the step and 64 MiB per microbatch: some device holds four, and at
+    4.1 GiB their static bytes fit and one microbatch's activations (0.25 GiB) do not; at 3.1 GiB not even the
+    static bytes fit."""
+    with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as error:
+        plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="4.1GiB", reserve=0, time_limit=5,
+             placement="sequential", executor=pool)
+    line = str(error.value)
+    assert "; the closest, sequential x1 [" in line and " does not fit: static 4.00 GiB + one microbatch's " \
+           "activations 0.25 GiB + reserve 0.00 GiB exceed device_memory 4.10 GiB by 0.15 GiB" in line, line
+    assert line.endswith("what would help: more devices, a smaller microbatch or a shorter sequence (every candidate "
+                         "already runs one microbatch at a time where it must); activation recomputation is not "
+                         "planned yet")
+    with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as error:
+        plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="3.1GiB", reserve=0, time_limit=5,
+             placement="sequential", executor=pool)
+    assert str(error.value).endswith("what would help: more devices, or weights and optimizer states sharded further "
+                                     "(zbsolve estimate --tp, --zero)")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--device-memory", "80"], "device_memory = '80' is 80 bytes (a size without a unit is in bytes): did you mean "
+                                "80GiB?"),
+    (["--device-memory", "16GiB", "--reserve", "16GiB"], "reserve = '16GiB' (16.00 GiB) leaves nothing of "
+                                                         "device_memory = '16GiB' (16.00 GiB)"),
+    (["--device-memory", "16GiB", "--zero-times"], "heavy: t_f = 0 on every layer: a model needs positive F, B and "
+                                                   "W times"),
+])
+def test_plan_refuses_sizes_and_times_that_cannot_be_meant(tmp_path, args, needle):
+    """Bad input, each one line and exit 2, not "does not fit"."""
+    model = heavy_head()
+    if "--zero-times" in args:
+        args.remove("--zero-times")
+        model = model.model_copy(update={"layers": [layer.model_copy(update={"t_f": 0.0, "t_b": 0.0, "t_w": 0.0})
+                                                    for layer in model.layers]})
+    path = tmp_path / "heavy.yaml"
+    model.save(path)
+    done = runner.invoke(app, ["plan", str(path), "-p", "4", "-m", "8", "--jobs", "1", *args])
+    assert done.exit_code == 2 and needle in " ".join(done.output.split()), done.output
+
+
+SCRIPT = """
+import zbsolve
+result = zbsolve.plan({path!r}, num_devices=2, num_microbatches=4, device_memory="16GiB", placement="sequential",
+                      time_limit=10, jobs=2)
+print("planned", result.step_time)
+"""
+
+
+def test_plan_runs_from_a_script_without_a_main_guard(tmp_path):
+    """Worker processes do not import the script again (a spawn would, and each would plan in turn or fail)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "heavy.yaml"
+    heavy_head(blocks=6).save(path)
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(path=str(path)))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("planned") == 1 and not run.stderr, run.stdout + run.stderr
+
+
 def test_plan_command_writes_a_document_that_checks(tmp_path):
     out, chart = tmp_path / "plan.json", tmp_path / "plan.png"
     path = tmp_path / "heavy.yaml"

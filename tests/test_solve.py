@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from conftest import check_result, heuristic_objective, problem, serial_order
+from conftest import ROOT, check_result, heuristic_objective, problem, serial_order
 from zbsolve import (
     UNIT,
     InfeasibleError,
@@ -201,3 +201,12 @@ def test_progress_hears_every_log_line_as_it_comes(solver):
     families = list(PLACEMENT_FAMILIES["sequential"])
     assert names == families[:len(names)] or names == [*families, solve_module.ONE_AT_A_TIME]
     assert lines[floor + 1].startswith("heuristic") and (solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1])
+
+
+def test_solve_takes_the_path_of_a_model_or_a_profile_file_and_refuses_a_problem_file():
+    model = ROOT / "problems" / "models" / "llama3-8b.yaml"
+    result = solve(str(model), num_devices=4, num_microbatches=8, solver="heuristic")
+    check_result(result)
+    assert result.costs.model.name == "llama3-8b"
+    with pytest.raises(InputError, match="a problem file .*: pass Problem.load\\(path\\).profile"):
+        solve(ROOT / "problems" / "iclr" / "1.5b-p8-m24.yaml", num_microbatches=24)

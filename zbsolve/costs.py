@@ -58,11 +58,16 @@ class Costs:
             out.append(float(budget))
         return tuple(out)
 
+    def over(self, uses: dict[str, float]) -> float:
+        """Bytes by which ``uses`` (bytes by name) and the reserve exceed the device memory (at most 0: they fit)."""
+        assert self.device_memory is not None
+        return sum(uses.values()) + self.reserve - self.device_memory
+
     def shortfall(self, device: int, uses: dict[str, float]) -> str:
         """The line saying that ``device``'s ``uses`` (bytes by name) and the reserve exceed the device memory."""
         assert self.device_memory is not None
         terms = {**uses, "reserve": self.reserve}
-        over = sum(terms.values()) - self.device_memory
+        over = self.over(uses)
         spent = " + ".join(f"{name} {gib(value):.2f} GiB" for name, value in terms.items())
         return (f"device {device} does not fit: {spent} exceed device_memory {gib(self.device_memory):.2f} GiB by "
                 f"{gib(over):.2f} GiB")
@@ -102,16 +107,16 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
     """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
     layer counts per stage), and its costs: each device's static bytes over the layers of every stage it holds
     (a weight two of them share counted once)."""
+    memory, spare = memory_and_reserve(device_memory, reserve)
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
-    return stage_profile(model, ranges), Costs(model, tuple(ranges), _bytes(device_memory, "device_memory"),
-                                               parse_reserve(reserve), static, placement.routes[0])
+    return stage_profile(model, ranges), Costs(model, tuple(ranges), memory, spare, static, placement.routes[0])
 
 
 def profile_costs(num_devices: int, device_memory: int | str | None = None,
                   reserve: int | str = DEFAULT_RESERVE) -> Costs:
     """The costs of a bare profile: no static bytes, and the device memory (when given) in bytes."""
-    return Costs(None, (), _bytes(device_memory, "device_memory"), parse_reserve(reserve), (0,) * num_devices)
+    return Costs(None, (), *memory_and_reserve(device_memory, reserve), (0,) * num_devices)
 
 
 def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]],
@@ -195,13 +200,15 @@ def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
     return figures
 
 
-def _bytes(value: int | str | None, what: str) -> int | None:
-    return None if value is None else parse_bytes(value, what)
-
-
-def parse_reserve(value: int | str) -> int:
-    """Bytes of the reserve (0 allowed)."""
-    return parse_bytes(value, "reserve", zero=True)
+def memory_and_reserve(device_memory: int | str | None, reserve: int | str) -> tuple[int | None, int]:
+    """The device memory (None when not given) and the reserve (0 allowed) in bytes; a reserve that leaves
+    nothing of the device memory is an ``InputError``."""
+    memory = None if device_memory is None else parse_bytes(device_memory, "device_memory")
+    spare = parse_bytes(reserve, "reserve", zero=True)
+    if memory is not None and spare >= memory:
+        raise InputError(f"reserve = {reserve!r} ({gib(spare):.2f} GiB) leaves nothing of device_memory = "
+                         f"{device_memory!r} ({gib(memory):.2f} GiB): give a reserve below the device memory")
+    return memory, spare
 
 
 def default_device_memory(model: Model) -> int | None:

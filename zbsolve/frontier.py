@@ -1,7 +1,7 @@
 """The memory-bubble frontier: the optimizer's best paper bubble at each memory limit, per placement,
 beside the handcrafted families as (peak memory, bubble) points.
 
-Independent solves run in parallel processes (spawned, one solver thread each). A schedule found under
+Independent solves run in parallel processes (``ProcessPool``, one solver thread each). A schedule found under
 a smaller limit also fits every larger one, so each placement's frontier is made non-increasing in memory
 by carrying the better schedule up. A ``progress`` callback hears of every finished solve; an interrupt
 (Ctrl-C, or SIGTERM inside ``zbsolve.interrupt.signals_as_interrupt()``) stops the solves still running and keeps
@@ -154,7 +154,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
              num_microbatches: int, num_devices: int | None = None,
              placements: Sequence[str] = DEFAULT_PLACEMENTS, time_limit: float = DEFAULT_TIME_LIMIT,
              jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> Frontier:
-    """Solve every (placement, memory limit) pair, ``jobs`` at a time in spawned processes (default: all
+    """Solve every (placement, memory limit) pair, ``jobs`` at a time in worker processes (default: all
     cores); ``progress(done, total)`` is called as solves finish. The limits are ``mem_limits`` in profile
     units or ``factors`` (multiples of 1F1B's peak activation memory): give exactly one. ``profile`` has one
     stage per device, is scalar, or has two chunk stages per device (merged for the sequential placement

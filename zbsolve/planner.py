@@ -36,14 +36,15 @@ from zbsolve.costs import (
     Costs,
     default_device_memory,
     device_static_bytes,
+    memory_and_reserve,
     memory_figures,
     model_costs,
-    parse_reserve,
 )
 from zbsolve.document import to_document
 from zbsolve.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.files import write_atomic
 from zbsolve.grid.executors import make_executor
+from zbsolve.heuristic import min_feasible_limits
 from zbsolve.model import Model, partition, stage_profile, untimed
 from zbsolve.placement import make_placement
 from zbsolve.render import figures_html, figures_table
@@ -54,7 +55,7 @@ from zbsolve.split_bound import Figures, split_bound
 from zbsolve.splits import megatron_split, torchtitan_split
 from zbsolve.steps import StepTimes, step_times
 from zbsolve.transforms import with_limit
-from zbsolve.units import gib, parse_bytes
+from zbsolve.units import gib
 
 AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
@@ -360,19 +361,29 @@ def _placements(placement: str, chunks: int | None, num_devices: int, num_layers
     return fitting
 
 
-def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory: int | str | None = None,
+def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int, device_memory: int | str | None = None,
          placement: PlanPlacement = "auto", chunks: int | None = None, time_limit: float = TIME_LIMIT,
          reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None, executor: str | cf.Executor | None = None,
          progress: Callable[[str], None] | None = None) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
-    GPU's). Candidates are timed ``jobs`` at a time in local processes (default: all cores) or on ``executor``
-    ("dask://HOST:PORT" or a ``concurrent.futures.Executor``). An interrupt returns the best plan found so far."""
+    GPU's). ``model`` is a ``Model`` or the path of a model file.
+
+    What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
+    time in local worker processes (default: all cores; ``zbsolve.grid.executors.start_method``: a script without
+    ``if __name__ == "__main__":`` and a notebook work as they are) or on ``executor``
+    ("dask://HOST:PORT" or a ``concurrent.futures.Executor``); the final CP-SAT solves run in this process. An
+    interrupt returns the best plan found so far."""
     began = time.monotonic()
     p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
+    if isinstance(model, (str, os.PathLike)):
+        model = Model.load(model)
     if not isinstance(model, Model):
-        raise InputError(f"model = {model!r} must be a zbsolve.model.Model")
+        raise InputError(f"model = {model!r} must be a zbsolve.model.Model or the path of a model file")
+    missing = untimed(model.layers)
+    if missing:
+        raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
             or not math.isfinite(time_limit):
         raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
@@ -380,8 +391,7 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
         check_count("chunks", chunks)
     if jobs is not None:
         check_count("jobs", jobs)
-    memory = _device_memory(model, device_memory)
-    spare = parse_reserve(reserve)
+    memory, spare = memory_and_reserve(_device_memory(model, device_memory), reserve)
     options = _placements(placement, chunks, p, len(model.layers))
     log: list[str] = []
     parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
@@ -404,7 +414,8 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
                and (BUILTINS[b.schedule].placement, BUILTINS[b.schedule].chunks) in options]
     if _best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
-                              f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched")
+                              f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
+                              f"{_closest(search)}")
     timeline, source, costs, chosen = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
@@ -416,10 +427,32 @@ def plan(model: Model, *, num_devices: int, num_microbatches: int, device_memory
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted)
 
 
-def _device_memory(model: Model, device_memory: int | str | None) -> int:
-    """The device memory in bytes: as given, else the model's GPU's."""
+def _closest(search: _Search) -> str:
+    """What the candidate closest to fitting lacks (the device, its static bytes, one microbatch's activations and
+    the reserve over the device memory) and what would help, or nothing when no candidate was timed."""
+    misses = []
+    for pl, c, counts in search.timed:
+        layout = make_placement(pl, search.num_devices, c)
+        profile, costs = model_costs(search.model, layout, list(counts), search.device_memory, search.reserve)
+        uses = [{"static": static, "one microbatch's activations": need}
+                for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
+        d = max(range(search.num_devices), key=lambda d: costs.over(uses[d]))
+        misses.append((costs.over(uses[d]), pl, c, counts, costs, d, uses[d]))
+    if not misses:
+        return ""
+    _, pl, c, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
+    if costs.over({"static": uses["static"]}) > 0:
+        helps = "more devices, or weights and optimizer states sharded further (zbsolve estimate --tp, --zero)"
+    else:
+        helps = ("more devices, a smaller microbatch or a shorter sequence (every candidate already runs one "
+                 "microbatch at a time where it must); activation recomputation is not planned yet")
+    return f"; the closest, {pl} x{c} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
+
+
+def _device_memory(model: Model, device_memory: int | str | None) -> int | str:
+    """The device memory as given, else the model's GPU's in bytes."""
     if device_memory is not None:
-        return parse_bytes(device_memory, "device_memory")
+        return device_memory
     memory = default_device_memory(model)
     if memory is None:
         raise InputError("device_memory = None: give the memory per device (e.g. 80GiB); the model names no GPU "

@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
+from zbsolve.errors import InputError
 from zbsolve.model import Model
 from zbsolve.profile import InputModel, Profile, load_mapping
 
@@ -56,3 +57,13 @@ def load_input(path: str | Path) -> Problem | Model | Profile:
     if "num_devices" in data or "num_microbatches" in data:
         return Problem.load(path)
     return Profile.load(path)
+
+
+def load_costs(path: str | Path) -> Model | Profile:
+    """The model or the bare per-stage profile in the file at ``path``, for ``solve`` and ``plan`` from Python; a
+    problem file is refused with what to do instead."""
+    given = load_input(path)
+    if isinstance(given, Problem):
+        raise InputError(f"{path}: a problem file (num_devices, num_microbatches and a limit): pass "
+                         "Problem.load(path).profile with them, or run zbsolve solve on it")
+    return given

@@ -39,6 +39,7 @@ from zbsolve.formulation import Formulation, formulate
 from zbsolve.heuristic import heuristic, min_feasible_limits, one_at_a_time
 from zbsolve.model import Model
 from zbsolve.placement import CHUNKS, make_placement, vshape
+from zbsolve.problem import load_costs
 from zbsolve.profile import Profile
 from zbsolve.render import figures_html, figures_table
 from zbsolve.schedule import Schedule, build, passes_of
@@ -393,7 +394,7 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         best.proven(best.value, True)
 
 
-def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = None, *, num_microbatches: int,
+def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Sequence[float] | None = None, *, num_microbatches: int,
           num_devices: int | None = None, placement: PlacementName = "sequential", solver: SolverName = "cpsat",
           time_limit: float = TIME_LIMIT, objective: Objective = "makespan", workers: int | None = None,
           seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None,
@@ -403,8 +404,8 @@ def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = 
     for a runtime without one) under ``mem_limit`` (profile memory units; one number, one per device, or None for
     unlimited) within ``time_limit`` seconds.
 
-    ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), cut into the
-    placement's stages by ``partition`` ("uniform" or layer counts per stage). ``device_memory`` (bytes, or text
+    ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), or the path of
+    a file holding either, cut into the placement's stages by ``partition`` ("uniform" or layer counts per stage). ``device_memory`` (bytes, or text
     such as "80GiB") replaces ``mem_limit``: each device's activation budget is the device memory minus the static
     bytes of the stages it holds minus ``reserve``; a model whose setting names a GPU preset gets that GPU's memory
     unless a limit is given. ``placement`` "interleaved" and "vshape" run ``chunks`` stages
@@ -417,6 +418,8 @@ def solve(profile: Profile | Model, mem_limit: float | Sequence[float] | None = 
     InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB) when no schedule
     fits."""
     began = time.monotonic()
+    if isinstance(profile, (str, os.PathLike)):
+        profile = load_costs(profile)
     profile, costs = _costs(profile, mem_limit, num_devices, placement, chunks, partition, device_memory, reserve)
     if costs.device_memory is not None:
         if mem_limit is not None:

@@ -1,5 +1,5 @@
-"""Where jobs run: a pool of spawned local processes that an interrupted run can stop mid-job and that never
-outlive their parent, or a Dask cluster (``dask://HOST:PORT``)."""
+"""Where jobs run: a pool of local processes that an interrupted run can stop mid-job and that never outlive their
+parent, or a Dask cluster (``dask://HOST:PORT``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from multiprocessing.process import BaseProcess
@@ -19,21 +20,32 @@ Release = Callable[[bool], None]
 """Releases an executor; called with whether every job finished."""
 
 
-class _RecordingSpawnContext:
-    """The spawn context, adding every process it creates to ``created``."""
+def start_method() -> str:
+    """How worker processes start: "fork" when the caller is a script run by its path and has no other thread, else
+    "spawn". A spawned worker runs the caller's script again (as ``__mp_main__``), which breaks a script that calls
+    ``zbsolve.plan`` without ``if __name__ == "__main__":``; a fork runs nothing again, and copies no other thread
+    where there is none. Notebooks and ``python -m`` modules spawn."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__spec__", None) is None and getattr(main, "__file__", None) is not None
+    alone = threading.active_count() == 1
+    return "fork" if script and alone and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+class _RecordingContext:
+    """The context of ``start_method()``, adding every process it creates to ``created``."""
 
     def __init__(self, created: list[BaseProcess]) -> None:
         self.created = created
-        self.spawn = multiprocessing.get_context("spawn")
+        self.context = multiprocessing.get_context(start_method())
 
     def Process(self, *args: Any, **kwargs: Any) -> BaseProcess:
-        """A spawn process, recorded before it starts."""
-        process = self.spawn.Process(*args, **kwargs)
+        """A worker process, recorded before it starts."""
+        process = self.context.Process(*args, **kwargs)
         self.created.append(process)
         return process
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.spawn, name)
+        return getattr(self.context, name)
 
 
 WATCH_SECONDS = 0.5
@@ -46,8 +58,15 @@ def watch_parent(parent: int) -> None:
     processes (a CBC solve) and the worker itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
+    def alive() -> bool:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
     def watch() -> None:
-        while os.getppid() == parent:
+        while alive():
             time.sleep(WATCH_SECONDS)
         for pid in _children():
             try:
@@ -71,13 +90,13 @@ def _children() -> list[int]:
 
 
 class ProcessPool(cf.ProcessPoolExecutor):
-    """Spawned worker processes, one job at a time each, that keeps its workers at hand to stop them; each
+    """Worker processes, one job at a time each, that keeps its workers at hand to stop them; each
     worker kills itself within ``WATCH_SECONDS`` of its parent's death, even a ``kill -KILL``."""
 
     def __init__(self, max_workers: int) -> None:
         self.workers: list[BaseProcess] = []
         """Every worker process the pool has started."""
-        super().__init__(max_workers=max_workers, mp_context=_RecordingSpawnContext(self.workers),
+        super().__init__(max_workers=max_workers, mp_context=_RecordingContext(self.workers),
                          initializer=watch_parent, initargs=(os.getpid(),))
 
 

@@ -1,0 +1,124 @@
+"""Limits and interrupts at scale: `zbsolve solve -o` as a user runs it, on the unit profile.
+
+"limit" rows: the command's wall time against --time-limit (the contract: at most the limit + max(2 s, 5%)), the
+result's objective against the first family of the placement that fits (the floor every solve builds), and the
+peak RSS. "interrupt" rows: one SIGINT a given number of seconds after the start; the exit code (130), and
+whether the schedule document was written and passes `zbsolve check`. Rows print as they finish; run nothing
+else CPU-heavy beside it.
+
+Run: .venv/bin/python benchmarks/limits.py [--quick] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+LIMITS = [("vshape", 128, 1024, 1.0, 20), ("sequential", 128, 1024, 1.0, 20), ("vshape", 32, 256, 0.5, 1),
+          ("vshape", 64, 512, 0.5, 5), ("sequential", 64, 512, 1.0, 3)]
+"""(placement, p, m, memory factor, time limit) of each "limit" row."""
+INTERRUPTS = [("sequential", 64, 512, 1.0, 60, 4.0), ("sequential", 64, 512, None, 60, 3.0),
+              ("vshape", 64, 512, 0.5, 60, 4.0)]
+"""(placement, p, m, memory factor or None, time limit, seconds to the SIGINT) of each "interrupt" row."""
+QUICK = 2
+"""Rows of each kind with ``--quick``."""
+ZBSOLVE = [sys.executable, "-m", "zbsolve"]
+
+
+def _problem(folder: Path, p: int, m: int, factor: float | None) -> Path:
+    path = folder / f"unit-p{p}-m{m}.yaml"
+    path.write_text(f"num_devices: {p}\nnum_microbatches: {m}\n" + (f"mem_factor: {factor}\n" if factor else ""))
+    return path
+
+
+def _floor(placement: str, p: int, m: int, factor: float) -> float:
+    """The objective of the first family of ``placement`` that fits ``factor`` x 1F1B's peak."""
+    from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
+    from zbsolve.limits import reference_peak
+    from zbsolve.profile import UNIT
+    from zbsolve.simulator import simulate
+
+    limit = factor * reference_peak(UNIT, p, m)
+    for name in PLACEMENT_FAMILIES[placement]:
+        timeline = simulate(make_schedule(name, UNIT, p, m))
+        if max(timeline.peak_memory) <= limit:
+            return timeline.makespan
+    return float("inf")
+
+
+def limit_row(folder: Path, placement: str, p: int, m: int, factor: float, limit: float, repeats: int) -> dict:
+    """Median wall seconds and peak RSS of ``repeats`` solves, the objective and the floor."""
+    problem, out = _problem(folder, p, m, factor), folder / "out.json"
+    walls, rss = [], []
+    for _ in range(repeats):
+        began = time.monotonic()
+        run = subprocess.run(["/usr/bin/time", "-f", "%M", *ZBSOLVE, "solve", problem, "--placement", placement,
+                              "--time-limit", str(limit), "-q", "-o", out], capture_output=True, text=True)
+        walls.append(time.monotonic() - began)
+        rss.append(int(run.stderr.strip().splitlines()[-1]) / 1024)
+    objective = json.loads(out.read_text())["solver"]["value"]
+    budget = limit + max(2.0, 0.05 * limit)
+    wall = statistics.median(walls)
+    return {"placement": placement, "p": p, "m": m, "factor": factor, "limit s": limit,
+            "wall s": f"{wall:.1f}", "within": "met" if max(walls) <= budget else f"MISSED (max {max(walls):.1f})",
+            "objective": objective, "floor": _floor(placement, p, m, factor),
+            "no worse": "met" if objective <= _floor(placement, p, m, factor) else "MISSED",
+            "MiB": f"{statistics.median(rss):.0f}"}
+
+
+def interrupt_row(folder: Path, placement: str, p: int, m: int, factor: float | None, limit: float,
+                  after: float) -> dict:
+    """One SIGINT ``after`` seconds into a solve: its exit code and whether a valid document was written."""
+    problem, out = _problem(folder, p, m, factor), folder / "interrupted.json"
+    out.unlink(missing_ok=True)
+    process = subprocess.Popen([*ZBSOLVE, "solve", problem, "--placement", placement, "--time-limit", str(limit),
+                                "-q", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(after)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate()
+    valid = out.exists() and subprocess.run([*ZBSOLVE, "check", out, "-q"]).returncode == 0
+    return {"placement": placement, "p": p, "m": m, "factor": factor or "-", "limit s": limit, "SIGINT at s": after,
+            "exit": process.returncode, "written": "valid" if valid else "no",
+            "says": (stderr.strip().splitlines() or ["-"])[-1][:60]}
+
+
+def _print(console: Console, rows: list[dict], title: str) -> None:
+    table = Table(title=title)
+    for key in rows[0]:
+        table.add_column(key, justify="right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Only the first rows of each kind.")
+    parser.add_argument("--repeats", type=int, default=3, help="Solves per limit row (the median is printed).")
+    args = parser.parse_args()
+    console = Console(width=200)
+    with tempfile.TemporaryDirectory() as folder:
+        rows = []
+        for case in LIMITS[:QUICK] if args.quick else LIMITS:
+            rows.append(limit_row(Path(folder), *case, args.repeats))
+            console.print(rows[-1])
+        _print(console, rows, "time limits: zbsolve solve -o, wall seconds (median)")
+        rows = []
+        for case in INTERRUPTS[:QUICK] if args.quick else INTERRUPTS:
+            rows.append(interrupt_row(Path(folder), *case))
+            console.print(rows[-1])
+        _print(console, rows, "interrupts: one SIGINT")
+
+
+if __name__ == "__main__":
+    main()
