@@ -91,7 +91,10 @@ def test_no_time_limit_gives_a_result_worse_than_the_first_family_that_fits(plac
     limit = factor * reference_peak(UNIT, p, m)
     result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=1e-6, workers=1)
     check_result(result, limit)
-    assert f"{floor}: objective" in result.solver_log.splitlines()[PLACEMENT_FAMILIES[placement].index(floor)]
+    over = PLACEMENT_FAMILIES[placement][:PLACEMENT_FAMILIES[placement].index(floor)]
+    assert [line for line in result.solver_log.splitlines() if line.endswith("over the memory limit")] == \
+        [f"{name}: over the memory limit" for name in over]
+    assert f"\n{floor}: objective " in "\n" + result.solver_log
     assert result.objective <= simulate(make_schedule(floor, UNIT, p, m)).objective("makespan")
 
 

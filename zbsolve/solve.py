@@ -249,24 +249,31 @@ class _Best:
 
 def _floor(spec: Spec, budget: _Budget, log: Log, best: _Best) -> list[str]:
     """Offer the first family of the placement that fits the memory limit (``PLACEMENT_FAMILIES``: the best of
-    them), else ``ONE_AT_A_TIME``: the floor of every solve, built in linear time whatever the time left. The
-    first simulation's time is the budget's unit, and from then on the budget keeps the time of ``KEPT``; the
-    devices' work bounds the objective. Returns the families after it, left for the warm start."""
+    them), and ``ONE_AT_A_TIME`` (valid under every limit that any schedule meets) as soon as the first family
+    does not fit: the floor of every solve, built in linear time whatever the time left. The first simulation's
+    time is the budget's unit, and from then on the budget keeps the time of ``KEPT``; the devices' work bounds
+    the objective. Returns the families after the one that fits, left for the warm start."""
+    def offer(name: str, schedule: Schedule) -> None:
+        began = time.monotonic()
+        timeline = simulate(schedule)
+        if not budget.unit:
+            budget.unit = time.monotonic() - began
+            budget.deadline -= sum(budget.cost(phase) for phase in KEPT)
+        best.offer(name, timeline, log)
+
     names = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
     while names:
         name = names.pop(0)
         schedule = _family(spec, name)
         if isinstance(schedule, Schedule):
+            offer(name, schedule)
             break
         log.append(f"{name}: {schedule}")
-    else:
-        name, schedule = ONE_AT_A_TIME, _one_at_a_time(spec)
-    began = time.monotonic()
-    timeline = simulate(schedule)
-    budget.unit = time.monotonic() - began
-    budget.deadline -= sum(budget.cost(phase) for phase in KEPT)
-    best.offer(name, timeline, log)
-    best.proven(max(timeline.work), True)
+        if best.timeline is None:
+            offer(ONE_AT_A_TIME, _one_at_a_time(spec))
+    if best.timeline is None:
+        offer(ONE_AT_A_TIME, _one_at_a_time(spec))
+    best.proven(max(best.timeline.work), True)
     return names
 
 

@@ -469,7 +469,7 @@ def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) 
         try:
             data = _window_data(search, t0, t0 + width, deadline - LNS_MIN_SECONDS - search.check_cost)
         except _OutOfTime:
-            stopped = f"a {kind} window that could not be built in the time left"
+            stopped = f"a window ({kind}) that could not be built in the time left"
             break
         window = _window_model(form, data, lower, secondary=True)
         build[kind] = time.monotonic() - began
