@@ -17,13 +17,23 @@ from conftest import ROOT
 from zbsolve import counting
 from zbsolve.cli import app
 from zbsolve.errors import InputError
-from zbsolve.estimate import architecture, count_parameters, estimate, reference_flops_per_token
+from zbsolve.estimate import attended_pairs, count_parameters, estimate, reference_flops_per_token, saving_windows
 from zbsolve.gpus import GPUS, P2P_LATENCY
+from zbsolve.hf_config import architecture
 from zbsolve.model import Model, partition, stage_profile
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": False}
 """A Llama-shaped config: h = 64, L = 2, a = 4, k = 2 (d = 16), f = 128, V = 100."""
+WINDOWED = {**TINY, "model_type": "mistral", "sliding_window": 6}
+"""TINY as Mistral, whose attention has a sliding window: 6 keys a query, itself included."""
+MIXED = {**TINY, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1}
+"""TINY as Qwen2 with a sliding window from its second block on (transformers' Qwen2: blocks >= max_window_layers)."""
+MISTRAL_7B = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 128, "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+              "sliding_window": 4096, "tie_word_embeddings": False, "vocab_size": 32000, "attention_dropout": 0.0}
+"""Mistral-7B-v0.1's config.json (its public fields)."""
 S, B = 16, 2
 N = S * B
 """Sequence length, microbatch size and tokens of a microbatch (32)."""
@@ -139,6 +149,47 @@ def test_parameters_and_flops_per_token():
     assert tiny().flops_per_token() == (2 * sum(BLOCK_FLOPS) + 3 * HEAD_FLOPS) / N == reference - 6 * (6400 + 320)
 
 
+# A sliding window of 6 over 16 positions: the pairs less than 6 apart either way, 16² - 10·11 = 146 of the 256
+# (twice the 81 the causal window lets through, less the diagonal of 16). Attention core F = 4·b·146·a·d =
+# 4*2*146*64 = 74752 (131072 without the window), B twice that.
+WINDOWED_FLOPS = (2359296 + 74752, 2359296 + 149504, 2359296)
+
+
+def test_sliding_window_by_hand():
+    assert attended_pairs(S, 6) == sum(abs(i - j) < 6 for i in range(S) for j in range(S)) == 146
+    assert sum(0 <= i - j < 6 for i in range(S) for j in range(S)) == 81
+    model = estimate(WINDOWED, seq_len=S, microbatch_size=B)
+    for layer in model.layers[1:3]:
+        assert (layer.flops_f, layer.flops_b, layer.flops_w) == WINDOWED_FLOPS
+        assert (layer.mem_f, layer.mem_b, layer.mem_w) == (53248, 0, -53248)  # flash attention: as without window
+    # 6·N + 12·a·d·(146 pairs / 16 positions) per block: the estimate is that less 6 x the no-matmul weights.
+    reference = reference_flops_per_token(WINDOWED, S)
+    assert reference == 6 * 86848 + 12 * 64 * 2 * 146 / 16
+    assert model.flops_per_token() == (2 * sum(WINDOWED_FLOPS) + 3 * HEAD_FLOPS) / N == reference - 6 * (6400 + 320)
+    # A window as long as the sequence or longer, or none, saves nothing; nor does one without flash attention,
+    # whose kernel computes (and keeps) all s² scores.
+    for window in (S, 2 * S, None):
+        assert estimate({**WINDOWED, "sliding_window": window}, seq_len=S, microbatch_size=B).layers == tiny().layers
+    assert (estimate(WINDOWED, seq_len=S, microbatch_size=B, flash_attention=False).layers
+            == tiny(flash_attention=False).layers)
+    # transformers' MistralConfig has a window of 4096 when the config names none.
+    assert architecture({k: v for k, v in WINDOWED.items() if k != "sliding_window"}).windows == (4096, 4096)
+
+
+def test_sliding_window_on_some_blocks():
+    """Qwen2's window is on the blocks from max_window_layers on, or on those layer_types names, and only with
+    use_sliding_window; the blocks without it keep the full attention's costs."""
+    assert architecture(MIXED).windows == (None, 6)
+    assert architecture({**MIXED, "layer_types": ["sliding_attention", "full_attention"]}).windows == (6, None)
+    assert architecture({**MIXED, "use_sliding_window": False}).windows == (None, None)
+    model = estimate(MIXED, seq_len=S, microbatch_size=B)
+    assert [(layer.name, layer.block) for layer in model.layers[1:3]] == [("layers.0", True), ("layers.1", True)]
+    assert [(layer.flops_f, layer.flops_b, layer.flops_w) for layer in model.layers[1:3]] == [BLOCK_FLOPS,
+                                                                                                WINDOWED_FLOPS]
+    assert saving_windows(architecture(MIXED), S, flash_attention=True) == [None, 6]
+    assert saving_windows(architecture(MIXED), S, flash_attention=False) == [None, None]
+
+
 # -- FLOPs counted by torch on the same layers --------------------------------------------------------------
 def test_flop_counter_agrees():
     """A Llama block and head built in plain torch (attention as matmuls: CPU's fused attention has no FLOP
@@ -186,32 +237,36 @@ def test_flop_counter_agrees():
 
 
 # -- FLOPs and activation bytes counted on the transformers model ----------------------------------------------
-@pytest.mark.parametrize("config, seq_len, batch", [(TINY, S, B), (CONFIGS / "llama3-8b.json", 8192, 1),
-                                                    (CONFIGS / "qwen2-7b.json", 4096, 2)],
-                         ids=["tiny", "llama3-8b", "qwen2-7b"])
+@pytest.mark.parametrize("config, seq_len, batch", [
+    (TINY, S, B), (WINDOWED, S, B), (MIXED, S, B), (CONFIGS / "llama3-8b.json", 8192, 1),
+    (CONFIGS / "qwen2-7b.json", 4096, 2), (MISTRAL_7B, 8192, 1), (MISTRAL_7B, 4096, 1)],
+    ids=["tiny", "tiny-window", "tiny-mixed", "llama3-8b", "qwen2-7b", "mistral-7b", "mistral-7b-window-of-s"])
 def test_counted_agrees_with_the_formula(config, seq_len, batch):
-    """Counted and closed-form figures differ by what each of them is known to leave out or add, exactly."""
+    """Counted and closed-form figures differ by what each of them is known to leave out or add, exactly. A
+    sliding window runs in flash attention's kernel too (the window as its argument, no mask), whatever its length."""
     pytest.importorskip("transformers")
     counted = estimate(config, seq_len=seq_len, microbatch_size=batch, method="count")
     formula = estimate(config, seq_len=seq_len, microbatch_size=batch)
     arch, n = architecture(config), seq_len * batch
     h, f, a = arch.hidden, arch.ffn, arch.heads
+    windows = dict(zip([f"layers.{i}" for i in range(arch.layers)], saving_windows(arch, seq_len, True)))
     assert [layer.name for layer in counted.layers] == [layer.name for layer in formula.layers]
     assert "method='count'" in counted.source
     for c, k in zip(counted.layers, formula.layers):
-        # torch's counter adds flash attention's recomputation of QK^T in the backward (2·N·s·a·d), which the
+        # torch's counter adds flash attention's recomputation of QK^T in the backward (2·b·pairs·a·d), which the
         # closed form leaves out, and in some transformers releases (5.17) the rotary table's matmul in the
         # embedding's F (s·d); everything else is the same FLOPs.
-        recompute = 2 * n * seq_len * arch.q_width if c.block else 0
+        recompute = 2 * batch * attended_pairs(seq_len, windows[c.name]) * arch.q_width if c.block else 0
         rotary = seq_len * arch.head_dim if c.name == "tok_embeddings" and c.flops_f else 0
         assert (c.flops_f, c.flops_b, c.flops_w) == (k.flops_f + rotary, k.flops_b + recompute, k.flops_w)
         assert (c.static_bytes, c.out_bytes) == (k.static_bytes, k.out_bytes)
         assert c.mem_w == k.mem_w  # what W needs: matmul inputs and output gradients (and the embedding's)
-    emb, block, norm, head = (counted.layers[i] for i in (0, 1, -2, -1))
+    emb, norm, head = (counted.layers[i] for i in (0, -2, -1))
     # F keeps more than the closed form: transformers' RMSNorm keeps its input in fp32 (4h), the reciprocal root
     # (4) and the normalized input (2h) where the closed form counts the input (2h); the SiLU keeps its output
     # (2f); flash attention its log-sum-exp (4a a token) and its random seed and offset (24 bytes).
-    assert block.mem_f == formula.layers[1].mem_f + n * (2 * (4 * h + 4) + 2 * f + 4 * a) + 24
+    for block, k in zip(counted.layers[1:-2], formula.layers[1:-2]):
+        assert block.mem_f == k.mem_f + n * (2 * (4 * h + 4) + 2 * f + 4 * a) + 24
     assert norm.mem_f == n * (4 * h + 4 + 2 * h)
     # The loss also keeps a total (4) and its shifted labels (int64; with b = 1 a view of n + 1 padded ones).
     assert head.mem_f - formula.layers[-1].mem_f - 4 == 8 * (n + (batch == 1))
@@ -237,25 +292,32 @@ def test_counted_tensor_parallel():
 
 def test_cli_counts(tmp_path):
     pytest.importorskip("transformers")
-    config = tmp_path / "tiny.json"
+    config, output = tmp_path / "tiny.json", tmp_path / "count.yaml"
     config.write_text(json.dumps(TINY))
-    for method in ("count", "auto"):
-        output = tmp_path / f"{method}.yaml"
-        result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", method, "-o", output)
-        assert result.exit_code == 0, result.output
-        model = Model.load(output)
-        assert "--method count " in model.source
-        assert model == estimate(config, seq_len=S, microbatch_size=B, method="count", source=model.source)
+    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", "count", "-o", output)
+    assert result.exit_code == 0, result.output
+    assert "method: count (" in result.stdout and "upper bound" in result.stdout
+    model = Model.load(output)
+    assert "--method count " in model.source
+    assert model == estimate(config, seq_len=S, microbatch_size=B, method="count", source=model.source)
+
+
+def test_cli_takes_the_formula_by_default(tmp_path):
+    """The closed form, whether transformers is installed or not: its figures are those of fused kernels."""
+    config, output = tmp_path / "tiny.json", tmp_path / "tiny.yaml"
+    config.write_text(json.dumps(TINY))
+    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "-o", output)
+    assert result.exit_code == 0, result.output
+    assert "method: formula (" in result.stdout and "an upper bound" in result.stdout
+    assert "--method formula " in Model.load(output).source
+    assert Model.load(output).layers == tiny().layers
 
 
 def test_count_without_transformers(tmp_path, monkeypatch):
-    """Where transformers is missing, auto takes the closed form and count is one line of error."""
+    """Where transformers is missing, count is one line of error."""
     monkeypatch.setattr(counting, "available", lambda: False)
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
-    result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "-o", tmp_path / "auto.yaml")
-    assert result.exit_code == 0, result.output
-    assert "--method formula " in Model.load(tmp_path / "auto.yaml").source
     result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", "count", "-o", tmp_path / "m.yaml")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == ("error: method = 'count': transformers is not installed (pip install "
@@ -266,6 +328,24 @@ def test_count_without_transformers(tmp_path, monkeypatch):
 # -- bad input -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config, options, message", [
     ({**TINY, "model_type": "mixtral"}, {}, "config: model_type = 'mixtral': should be one of llama"),
+    ({**MISTRAL_7B, "num_local_experts": 8, "num_experts_per_tok": 2}, {},
+     "config: num_local_experts = 8: mixture-of-experts layers are not estimated (dense decoders only)"),
+    ({**TINY, "n_routed_experts": 64}, {}, "config: n_routed_experts = 64: mixture-of-experts layers are not"),
+    ({**TINY, "model_type": "qwen2", "num_experts": 60}, {}, "config: num_experts = 60: mixture-of-experts"),
+    ({**TINY, "moe_intermediate_size": 1408}, {}, "config: moe_intermediate_size = 1408: mixture-of-experts"),
+    ({**TINY, "kv_lora_rank": 512}, {}, "config: kv_lora_rank = 512: multi-head latent attention is not estimated"),
+    ({**MISTRAL_7B, "architectures": ["MixtralForCausalLM"]}, {},
+     "config: architectures = ['MixtralForCausalLM']: not Mistral's classes (MistralForCausalLM, ...), yet "
+     "model_type = 'mistral': a relabelled config is not estimated"),
+    ({**TINY, "model_type": "qwen2", "architectures": ["Qwen2MoeForCausalLM"]}, {},
+     "config: architectures = ['Qwen2MoeForCausalLM']: not Qwen2's classes"),
+    ({**TINY, "architectures": "LlamaForCausalLM"}, {}, "config: architectures = 'LlamaForCausalLM': not Llama's"),
+    ({**TINY, "layer_types": ["full_attention", "linear_attention"]}, {},
+     "config: layer_types[1] = 'linear_attention': should be one of full_attention, sliding_attention (other kinds"),
+    ({**MIXED, "layer_types": ["sliding_attention"]}, {},
+     "config: layer_types = ['sliding_attention']: should have 2 entries, one a layer"),
+    ({**WINDOWED, "sliding_window": 0}, {}, "config: sliding_window = 0: should be an integer >= 1"),
+    ({**MIXED, "max_window_layers": -1}, {}, "config: max_window_layers = -1: should be an integer >= 0"),
     ({k: v for k, v in TINY.items() if k != "hidden_size"}, {}, "config: hidden_size is missing"),
     ({**TINY, "num_attention_heads": "4"}, {}, "config: num_attention_heads = '4': should be an integer >= 1"),
     ({**TINY, "num_key_value_heads": 3}, {}, "num_key_value_heads = 3 must divide the 4 attention heads"),
@@ -276,7 +356,7 @@ def test_count_without_transformers(tmp_path, monkeypatch):
     (TINY, {"zero": 2}, "zero = 2: should be 0 or 1"),
     (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1]"),
     (TINY, {"link": "pcie"}, "link = 'pcie': should be one of nvlink, network"),
-    (TINY, {"method": "guess"}, "method = 'guess': should be one of auto, count, formula"),
+    (TINY, {"method": "auto"}, "method = 'auto': should be one of formula, count"),
     (TINY, {"seq_len": 0}, "seq_len = 0 must be an integer >= 1"),
     ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 8}, {},
      "seq_len = 16: the config has 8 learned positions"),
@@ -285,6 +365,26 @@ def test_bad_config(config, options, message):
     with pytest.raises(InputError, match=re.escape(message)) as exc:
         estimate(config, **{"seq_len": S, "microbatch_size": B, **options})
     assert "\n" not in str(exc.value)
+
+
+def test_dense_configs_pass():
+    """Expert keys left empty, the decoder's own classes and layer kinds are a dense decoder's."""
+    dense = {**TINY, "num_experts": None, "num_local_experts": 0, "use_expert_bias": False, "moe_layers": [],
+             "architectures": ["LlamaForCausalLM"], "layer_types": ["full_attention", "full_attention"]}
+    assert estimate(dense, seq_len=S, microbatch_size=B).layers == tiny().layers
+    gpt = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_layer": 2, "n_head": 4,
+           "vocab_size": 100, "n_positions": 16}
+    assert architecture(gpt).windows == (None, None)
+
+
+def test_cli_refuses_a_relabelled_config(tmp_path):
+    config = tmp_path / "mixtral.json"
+    config.write_text(json.dumps({**MISTRAL_7B, "num_local_experts": 8, "num_experts_per_tok": 2}))
+    result = zbsolve("estimate", config, "--seq-len", 4096, "-b", 1, "-o", tmp_path / "m.yaml")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"error: {config}: num_local_experts = 8: mixture-of-experts layers are not "
+                                     "estimated (dense decoders only)")
+    assert not (tmp_path / "m.yaml").exists()
 
 
 def test_bad_config_file_is_named(tmp_path):
@@ -330,3 +430,17 @@ def test_model_files_are_what_their_command_writes(path, tmp_path, monkeypatch):
     result = zbsolve(*args[1:-1], tmp_path / path.name)
     assert result.exit_code == 0, result.output
     assert Model.load(tmp_path / path.name).model_copy(update={"source": model.source}) == model
+
+
+def test_tour_plans_the_model_its_estimate_writes(tmp_path, monkeypatch):
+    """README's tour estimates Llama-3-8B, then solves and plans problems/models/llama3-8b.yaml: one model."""
+    commands = [shlex.split(line.split(" #")[0]) for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith(".venv/bin/zbsolve ")]
+    command = next(args[1:] for args in commands if args[1] == "estimate")
+    planned = {args[2] for args in commands if args[1] in ("solve", "plan") and args[2].startswith("problems/models/")}
+    assert planned == {"problems/models/llama3-8b.yaml"}
+    monkeypatch.chdir(ROOT)
+    result = zbsolve(*command[:command.index("-o")], "-o", tmp_path / "tour.yaml")
+    assert result.exit_code == 0, result.output
+    shipped = Model.load(ROOT / "problems" / "models" / "llama3-8b.yaml")
+    assert Model.load(tmp_path / "tour.yaml").model_copy(update={"source": shipped.source}) == shipped

@@ -197,10 +197,12 @@ def test_progress_hears_every_log_line_as_it_comes(solver):
     check_result(result, [2.0, 2.0, 4.0])
     assert "\n".join(lines) == result.solver_log
     names = [line.split(":")[0] for line in lines]
-    floor = names[:names.index("heuristic")]  # the families down to the first that fits, one at a time once one does not
+    floor = names[:names.index("heuristic")]  # the families to the first that fits, one at a time if one does not
     families = [name for name in floor if name != solve_module.ONE_AT_A_TIME]
     assert floor and families == list(PLACEMENT_FAMILIES["sequential"])[:len(families)]
-    assert (solve_module.ONE_AT_A_TIME in floor) == any("over the memory limit" in line for line in lines[:len(floor)]) and (solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1])
+    over = any("over the memory limit" in line for line in lines[:len(floor)])
+    assert (solve_module.ONE_AT_A_TIME in floor) == over
+    assert solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1]
 
 
 def test_solve_takes_the_path_of_a_model_or_a_profile_file_and_refuses_a_problem_file():

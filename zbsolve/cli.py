@@ -599,25 +599,23 @@ def estimate(
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="Flash attention keeps no s x s attention probabilities."),
     link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
-    method: str = typer.Option("auto", "--method", help="FLOPs and activation bytes counted by torch on the "
-                                                        "transformers model (count), from the closed form "
-                                                        "(formula), or auto: count where transformers is "
-                                                        "installed."),
+    method: str = typer.Option("formula", "--method", help="FLOPs and activation bytes from the closed form "
+                                                           "(formula: fused kernels), or counted by torch on "
+                                                           "transformers' eager modules (count: an upper bound)."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the config file's name)."),
     output: Path = typer.Option(..., "--output", "-o", help="Model description to write (.yaml or .json)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description;
-    FLOPs and activation bytes are counted by torch on the transformers model where transformers is installed.
+    FLOPs and activation bytes from the closed form, or with --method count counted by torch on the transformers model.
 
     Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
     """
     from zbsolve.estimate import estimate as estimate_model
-    from zbsolve.estimate import flops_note, resolve_method
+    from zbsolve.estimate import flops_note, method_note
     from zbsolve.model import LAYER_COLUMNS, layer_rows
 
     check_output(output, "--output")
-    method = resolve_method(method)
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
                f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
                f"--{'' if flash_attention else 'no-'}flash-attention --link {link} --method {method}"
@@ -626,12 +624,12 @@ def estimate(
                            zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
                            name=name, source=command, method=method)
     model.save(output)
-    note = flops_note(model, config)
+    note = flops_note(model, config, flash_attention)
     if quiet:
         return
     if as_json:
         print(json.dumps({"model": model.model_dump(exclude_none=True), "flops_per_token": model.flops_per_token(),
-                          "note": note}, indent=1))
+                          "method": method, "note": note}, indent=1))
         return
     s = model.setting
     title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
@@ -640,7 +638,7 @@ def estimate(
     comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({block.out_bytes / 2**20:.1f} "
             f"MiB over {model.link.name})")
     wide.print(text_table(LAYER_COLUMNS, layer_rows(model), title), highlight=False)
-    for line in (comm, note, f"wrote {output}"):
+    for line in (method_note(method), comm, note, f"wrote {output}"):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

@@ -5,26 +5,30 @@ backward (``torch_compat.backward_input`` and ``backward_weight``): FLOPs from
 ``torch.utils.flop_counter.FlopCounterMode``, activation bytes from saved-tensor hooks that count meta tensors by
 their storage's size.
 
-The parts are the embedding (everything before the first decoder layer), one decoder layer (standing for all of
-them), the final norm, and the head with the loss. Every figure is for one microbatch on one device without
-tensor parallelism. Needs transformers; ``available()`` tells whether it is installed. Mixture-of-experts layers
-are not counted right: their routing depends on values, which meta tensors lack.
+The parts are the embedding (everything before the first decoder layer), one decoder layer of each kind (standing
+for all of its kind: with or without a sliding window), the final norm, and the head with the loss. Every figure
+is for one microbatch on one device without tensor parallelism. Needs transformers; ``available()`` tells
+whether it is installed. Mixture-of-experts layers are not counted right: their routing depends on values, which
+meta tensors lack.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zbsolve.errors import InputError
-from zbsolve.profile import load_mapping
+from zbsolve.hf_config import read_config
 
 ATTENTION = "sdpa"
-"""The attention implementation the model is built with: torch's ``scaled_dot_product_attention``."""
+"""The attention implementation the model is built with without flash attention: torch's
+``scaled_dot_product_attention``, which on the meta device runs its math kernel."""
+FLASH = "zbsolve"
+"""The attention implementation registered with transformers for flash attention (``_flash_attention``). Its name
+has no "flash" in it: transformers would take it for a FlashAttention package of its own."""
 DTYPES = ("bf16", "fp16")
 """The ``dtype`` values counted."""
 
@@ -51,37 +55,41 @@ class CountedModel:
     """The counted parts of a model."""
 
     embedding: Counts
-    block: Counts
-    """One decoder layer, the first: every layer is counted as this one."""
+    blocks: tuple[Counts, ...]
+    """The decoder layers asked for, in that order: every layer is counted as the one of its kind."""
     norm: Counts
     output: Counts
     """The head and the loss."""
 
 
 def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtype: str = "bf16",
-          flash_attention: bool = True) -> CountedModel:
-    """Count the parts of the model of a Hugging Face config (a mapping, or the path of a config.json).
+          flash_attention: bool = True, blocks: Sequence[int] = (0,)) -> CountedModel:
+    """Count the parts of the model of a Hugging Face config (a mapping, or the path of a config.json), and the
+    decoder layers of index ``blocks``.
 
-    ``flash_attention`` routes unmasked attention to torch's flash-attention kernel, which keeps no s x s
-    probabilities; otherwise attention runs as torch's math kernel (what SDPA picks on the meta device).
+    ``flash_attention`` runs attention as torch's flash-attention kernels, with the sliding window each layer
+    passes (as FlashAttention-2's ``window_size``), which keep no s x s probabilities; otherwise as torch's math
+    kernel (what SDPA picks on the meta device), with the mask transformers builds.
     """
     if not available():
         raise InputError("method = 'count': transformers is not installed (pip install transformers), or use "
                          "--method formula")
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging
 
     if dtype not in DTYPES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPES)}")
-    data, where = (config, "config") if isinstance(config, dict) else (load_mapping(config), str(config))
+    data, where = read_config(config)
     settings = {key: value for key, value in data.items() if key != "model_type"}
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # transformers' remarks on a config (token ids, loss type) are not ours to print
     try:
+        AttentionInterface.register(FLASH, _flash_attention)
         hf_config = AutoConfig.for_model(data.get("model_type"), **settings)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=ATTENTION,
+            model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=FLASH if flash_attention
+                                                     else ATTENTION,
                                                      dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
         loss_function = model.loss_function
     except (ValueError, TypeError, KeyError) as exc:
@@ -93,7 +101,6 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
     before, layers, norm = _decoder_parts(model.base_model, where)
     head = model.get_output_embeddings()
     held = [*model.parameters(), *model.buffers()]
-    attention = _flash_attention() if flash_attention else contextlib.nullcontext()
     captured: dict[str, Any] = {}
 
     def stop(module: Any, args: tuple, kwargs: dict) -> None:
@@ -117,17 +124,17 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
         return loss_function(logits=head(x), labels=labels, vocab_size=hf_config.vocab_size)
 
     with torch.device("meta"):
-        embedding, x = _count(embed, [], before.parameters(), held, attention)
+        embedding, x = _count(embed, [], before.parameters(), held)
         rest, kwargs = captured["args"][1:], dict(captured["kwargs"])
         if "past_key_values" in kwargs:
             kwargs["past_key_values"] = None  # the layer runs as in training, without the cache
         shared = held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values()))
                          if isinstance(t, torch.Tensor)]
-        block, y = _count(lambda x: _first(layers[0](x, *rest, **kwargs)), [x], layers[0].parameters(), shared,
-                          attention)
-        final, z = _count(norm, [y], norm.parameters(), held, attention)
-        output, _ = _count(loss, [z], head.parameters(), held, attention)
-    return CountedModel(embedding=embedding, block=block, norm=final, output=output)
+        counted = [_count(lambda x, layer=layers[i]: _first(layer(x, *rest, **kwargs)), [x], layers[i].parameters(),
+                          shared) for i in blocks]
+        final, z = _count(norm, [counted[-1][1]], norm.parameters(), held)
+        output, _ = _count(loss, [z], head.parameters(), held)
+    return CountedModel(embedding=embedding, blocks=tuple(c for c, _ in counted), norm=final, output=output)
 
 
 class _Stop(Exception):
@@ -157,8 +164,8 @@ def _first(output: Any) -> Any:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _count(forward: Callable[..., Any], inputs: list[Any], params: Iterable[Any], held: list[Any],
-           attention: Any) -> tuple[Counts, Any]:
+def _count(forward: Callable[..., Any], inputs: list[Any], params: Iterable[Any],
+           held: list[Any]) -> tuple[Counts, Any]:
     """F, B and W of one part, counted, and its output (detached) for the next part.
 
     F runs ``forward(*inputs)`` on the inputs detached; B takes the gradients of the inputs and of the part's
@@ -168,7 +175,6 @@ def _count(forward: Callable[..., Any], inputs: list[Any], params: Iterable[Any]
     (parameters, buffers, inputs every layer shares), never counted.
     """
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     from zbsolve import torch_compat
 
@@ -176,18 +182,18 @@ def _count(forward: Callable[..., Any], inputs: list[Any], params: Iterable[Any]
     weights, others = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
     inputs = [x.detach().requires_grad_(True) for x in inputs]
     saved = _SavedMeta(held)
-    with saved.hooks(), attention, FlopCounterMode(display=False) as f:
+    with saved.hooks(), _counter() as f:
         out = forward(*inputs)
     following = out.detach()
     output_grads = None if out.ndim == 0 else [torch.empty_like(out)]
     groups: list[dict[str, Any]] = []
-    with FlopCounterMode(display=False) as b:
+    with _counter() as b:
         if inputs:
             groups = torch_compat.backward_input([out], output_grads, inputs + others, weights)
     handed = ([g for group in groups for grads in group.get("grads", ()) for g in grads if g is not None]
               if inputs else output_grads or [])
     saved.reading = True
-    with FlopCounterMode(display=False) as w:
+    with _counter() as w:
         if inputs:
             torch_compat.backward_weight(weights, groups)
         else:
@@ -239,30 +245,53 @@ class _SavedMeta:
         return tensor
 
 
-def _flash_attention() -> Any:
-    """A torch function mode that runs ``scaled_dot_product_attention`` without a mask as torch's flash-attention
-    kernel (whose FLOPs the counter knows, grouped-query attention included), which SDPA on the meta device does
-    not pick; masked attention stays as it is."""
-    from torch.overrides import TorchFunctionMode
-
-    class FlashAttention(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            return _flash(func, args, kwargs or {})
-
-    return FlashAttention()
-
-
-def _flash(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func(*args, **kwargs)``, the unmasked SDPA as the flash-attention kernel."""
+def _flash_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                     scaling: float | None = None, sliding_window: int | None = None,
+                     **kwargs: Any) -> tuple[Any, None]:
+    """transformers' attention function (``AttentionInterface``) as FlashAttention-2 runs it: queries, keys and values
+    of shape (batch, heads, sequence, head size), grouped-query attention as such, causal, and with the layer's
+    ``sliding_window`` (the keys a query attends, itself included) where it is shorter than the sequence; the output
+    of shape (batch, sequence, heads, head size). transformers builds no mask for an implementation it has no mask
+    function for, so ``attention_mask`` is None: the causal and window patterns are the kernel's arguments."""
     import torch
-    from torch.nn import functional
 
-    if func is not functional.scaled_dot_product_attention:
-        return func(*args, **kwargs)
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    call = {**dict(zip(names, args)), **kwargs}
-    if call.get("attn_mask") is not None:
-        return func(*args, **kwargs)
-    return torch.ops.aten._scaled_dot_product_flash_attention(
-        call["query"], call["key"], call["value"], call.get("dropout_p", 0.0), call.get("is_causal", False),
-        scale=call.get("scale"))[0]
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
+    if sliding_window is None or key.shape[2] <= sliding_window:
+        out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout, causal, scale=scaling)[0]
+        return out.transpose(1, 2).contiguous(), None
+    out = torch.ops.aten._flash_attention_forward(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None, None, query.shape[2], key.shape[2],
+        dropout, causal, False, scale=scaling, window_size_left=sliding_window - 1, window_size_right=0)[0]
+    return out, None
+
+
+def _counter() -> Any:
+    """torch's FLOP counter, with the formulas of its flash-attention kernel with a window
+    (``aten._flash_attention_forward`` and its backward), which torch's own lack: they ignore the window and read
+    the kernel's (batch, sequence, heads, head size) shapes as SDPA's (batch, heads, sequence, head size). Here they
+    are SDPA's formulas on the same shapes over the pairs the window lets through, as the closed form counts them
+    (``estimate.attended_pairs``)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+    from zbsolve.estimate import attended_pairs
+
+    def windowed(flops: int, query: tuple, window_size_left: int | None) -> int:
+        s = query[1]
+        return flops // (s * s) * attended_pairs(s, None if window_size_left is None else window_size_left + 1)
+
+    def heads_first(shape: tuple) -> tuple:
+        return shape[0], shape[2], shape[1], shape[3]
+
+    def forward(query: tuple, key: tuple, value: tuple, *args: Any, window_size_left: int | None = None,
+                **kwargs: Any) -> int:
+        return windowed(sdpa_flop_count(heads_first(query), heads_first(key), heads_first(value)), query,
+                        window_size_left)
+
+    def backward(grad_out: tuple, query: tuple, key: tuple, value: tuple, *args: Any,
+                 window_size_left: int | None = None, **kwargs: Any) -> int:
+        return windowed(sdpa_backward_flop_count(*map(heads_first, (grad_out, query, key, value))), query,
+                        window_size_left)
+
+    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten._flash_attention_forward: forward,
+                                                          torch.ops.aten._flash_attention_backward: backward})

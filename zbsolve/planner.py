@@ -361,8 +361,9 @@ def _placements(placement: str, chunks: int | None, num_devices: int, num_layers
     return fitting
 
 
-def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int, device_memory: int | str | None = None,
-         placement: PlanPlacement = "auto", chunks: int | None = None, time_limit: float = TIME_LIMIT,
+def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int,
+         device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | None = None,
+         time_limit: float = TIME_LIMIT,
          reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None, executor: str | cf.Executor | None = None,
          progress: Callable[[str], None] | None = None) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,

@@ -59,13 +59,14 @@ BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
 ONE_AT_A_TIME = "one-at-a-time"
 """The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
-COSTS = {"family": 20.0, "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2, "formulate": 8.5,
-         "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0, "step times": 9.0, "document": 7.0}
+COSTS = {"family": 20.0, "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2,
+         "formulate": 8.5, "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0, "step times": 9.0, "document": 7.0}
 """Cost of each phase in units of the first schedule's simulation, the largest measured with p = 64 to 128 and
-m = 512 to 1024: building and simulating a family (V-Half's and V-Min's builds are the slowest); one variant of the heuristic and one run of the V-shape greedy; simulating a warm start;
-rebuilding and simulating the backend's order; the formulation; the cheap lower bound with the warm start's order;
-building the warm-up relaxation; the least search worth starting (timing the warm start, building a small window,
-checking its order); the step times of the result (``zbsolve.steps``); its schedule document, built and written."""
+m = 512 to 1024: building and simulating a family (V-Half's and V-Min's builds are the slowest); one variant of
+the heuristic and one run of the V-shape greedy; simulating a warm start; rebuilding and simulating the backend's
+order; the formulation; the cheap lower bound with the warm start's order; building the warm-up relaxation; the
+least search worth starting (timing the warm start, building a small window, checking its order); the step times
+of the result (``zbsolve.steps``); its schedule document, built and written."""
 KEPT = ("step times", "document")
 """The phases after the search, whose time every solve keeps before its deadline."""
 
@@ -401,10 +402,11 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         best.proven(best.value, True)
 
 
-def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Sequence[float] | None = None, *, num_microbatches: int,
-          num_devices: int | None = None, placement: PlacementName = "sequential", solver: SolverName = "cpsat",
-          time_limit: float = TIME_LIMIT, objective: Objective = "makespan", workers: int | None = None,
-          seed: int = 0, chunks: int = CHUNKS, progress: Callable[[str], None] | None = None,
+def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Sequence[float] | None = None, *,
+          num_microbatches: int, num_devices: int | None = None, placement: PlacementName = "sequential",
+          solver: SolverName = "cpsat", time_limit: float = TIME_LIMIT, objective: Objective = "makespan",
+          workers: int | None = None, seed: int = 0, chunks: int = CHUNKS,
+          progress: Callable[[str], None] | None = None,
           device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE,
           partition: str | Sequence[int] = "uniform") -> SolveResult:
     """Find a schedule minimising ``objective`` (the makespan: the step time with an optimizer barrier; or "span",
@@ -412,16 +414,16 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     unlimited) within ``time_limit`` seconds.
 
     ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), or the path of
-    a file holding either, cut into the placement's stages by ``partition`` ("uniform" or layer counts per stage). ``device_memory`` (bytes, or text
-    such as "80GiB") replaces ``mem_limit``: each device's activation budget is the device memory minus the static
-    bytes of the stages it holds minus ``reserve``; a model whose setting names a GPU preset gets that GPU's memory
-    unless a limit is given. ``placement`` "interleaved" and "vshape" run ``chunks`` stages
-    per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
+    a file holding either, cut into the placement's stages by ``partition`` ("uniform" or layer counts per stage).
+    ``device_memory`` (bytes, or text such as "80GiB") replaces ``mem_limit``: each device's activation budget is
+    the device memory minus the static bytes of the stages it holds minus ``reserve``; a model whose setting names
+    a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
+    ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). The result is never
-    worse than the placement's handcrafted families that fit, which are built whatever the time limit. An interrupt
-    once the first of them exists returns the best schedule found so far with ``interrupted`` set (one before it
-    propagates). Raises InputError on bad arguments and
+    worse than the floor: the first of the placement's families that fits (the best of them), built whatever the
+    time limit. An interrupt once a schedule exists returns the best found so far with ``interrupted`` set (one
+    before it propagates). Raises InputError on bad arguments and
     InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB) when no schedule
     fits."""
     began = time.monotonic()
