@@ -209,6 +209,46 @@ def test_unwritable_chart_is_one_line(tmp_path):
     assert "/proc/x.png" in failed_cleanly(result, 2)
 
 
+# -- no output may overwrite one of the command's inputs --------------------------------------------------------
+def _input_files(tmp: Path) -> None:
+    """One input file of each kind a command reads, in ``tmp``, and ``link.yaml``, a link to the problem."""
+    (tmp / "p.yaml").write_text("num_devices: 2\nnum_microbatches: 4\n")
+    (tmp / "prof.yaml").write_text("t_f: 1\nt_b: 1\nt_w: 1\n")
+    (tmp / "m.yaml").write_text((ROOT / "problems" / "models" / "llama3-8b.yaml").read_text())
+    (tmp / "c.json").write_text((ROOT / "problems" / "models" / "configs" / "llama3-8b.json").read_text())
+    (tmp / "s.json").write_text(json.dumps(DOCUMENT))
+    (tmp / "r.jsonl").write_text(json.dumps({"hash": "h", "config": {}}) + "\n")
+    (tmp / "g.yaml").write_text(yaml.safe_dump({"problems": ["p.yaml"], "axes": {"solver": ["heuristic"],
+                                                                                 "time_limit": [1]}}))
+    (tmp / "link.yaml").symlink_to(tmp / "p.yaml")
+
+
+@pytest.mark.parametrize("args, option, output", [
+    (("schedule", "1f1b", "-p", 2, "-m", 2, "--profile", "prof.yaml", "-o", "prof.yaml"), "--output", "prof.yaml"),
+    (("solve", "p.yaml", "--time-limit", 1, "-o", "p.yaml"), "--output", "p.yaml"),
+    (("solve", "p.yaml", "--time-limit", 1, "-o", "link.yaml"), "--output", "link.yaml"),
+    (("plan", "m.yaml", "-p", 2, "-m", 2, "--time-limit", 1, "-o", "m.yaml"), "--output", "m.yaml"),
+    (("frontier", "p.yaml", "--factors", 1, "--time-limit", 1, "-j", 1, "-o", "p.yaml"), "--output", "p.yaml"),
+    (("estimate", "c.json", "--seq-len", 16, "-b", 1, "-o", "c.json"), "--output", "c.json"),
+    (("export", "s.json", "-o", "s.json"), "--output", "s.json"),
+    (("summarize", "r.jsonl", "-o", "r.jsonl"), "--output", "r.jsonl"),
+    (("grid", "g.yaml", "-o", "g.yaml"), "--output", "g.yaml"),
+    (("grid", "g.yaml", "-o", "new.jsonl", "--summary", "p.yaml"), "--summary", "p.yaml"),
+    (("grid", "g.yaml", "-o", "new.jsonl", "--summary", "new.jsonl"), "--summary", "new.jsonl"),
+], ids=["schedule --profile", "solve", "solve, a link", "plan", "frontier", "estimate", "export", "summarize", "grid",
+        "grid --summary on a problem", "grid --summary on the results"])
+def test_no_output_overwrites_an_input(tmp_path, monkeypatch, args, option, output):
+    """An output that is one of the command's inputs (its file, a file a grid names, the results a grid resumes
+    from, a link to one) is refused before the work: every file is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    _input_files(tmp_path)
+    before = {path: path.read_bytes() for path in tmp_path.iterdir()}
+    line = failed_cleanly(zbsolve(*args), 2)
+    assert line.startswith(f"error: {option} = {output} is the input file") and line.endswith(
+        ": writing it would overwrite the input; give another path"), line
+    assert {path: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
 # -- zbsolve run: more ranks than cores ---------------------------------------------------------------------
 def test_oversubscription_warning(monkeypatch):
     from zbsolve.runtime.executor import oversubscription

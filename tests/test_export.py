@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -297,7 +298,8 @@ def test_torchtitan_export(tmp_path: Path, placement: str) -> None:
     name = SCHEDULE_NAMES[placement]
     assert parallelism["pipeline_parallel_schedule"] == name
     assert parallelism["pipeline_parallel_degree"] == 2
-    assert parallelism["pipeline_parallel_schedule_csv"] == str((folder / "schedule.csv").resolve())
+    # The CSV is named relative to the folder, so the folder can be copied to the cluster as it is.
+    assert parallelism["pipeline_parallel_schedule_csv"] == "schedule.csv"
     assert parallelism["pipeline_parallel_microbatch_size"] == 1 and config["training"]["local_batch_size"] == 4
     stages = _stage_names(doc)
     assert stages[-1][-1] == "output"
@@ -389,6 +391,38 @@ def test_torchtitan_export_writes_nothing_when_refused(tmp_path: Path) -> None:
         export_document(doc, "torchtitan", tmp_path / "file")
     with pytest.raises(InputError, match=r"^output = .*tt: the folder .*missing does not exist$"):
         export_document(doc, "torchtitan", tmp_path / "missing" / "tt")
+
+
+def test_torchtitan_export_says_where_the_csv_is_and_what_it_renames(tmp_path: Path) -> None:
+    doc, folder = _plan_document(tmp_path, "sequential"), tmp_path / "tt"
+    csv_note = (f"pipeline_parallel_schedule_csv = schedule.csv is relative to the export folder {folder}: start "
+                "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
+    rename_note = ("module_fqns_per_model_part: layer 'output' is renamed 'lm_head', torchtitan 0.3.0's name of the "
+                   "head (--rename output=output keeps it)")
+    notes: list[str] = []
+    export_document(doc, "torchtitan", folder, note=notes.append)
+    assert notes == [csv_note, rename_note]
+    notes.clear()
+    export_document(doc, "torchtitan", folder, renames=["output=output"], note=notes.append)
+    assert notes == [csv_note]
+    run = subprocess.run([sys.executable, "-m", "zbsolve", "export", str(doc), "-f", "torchtitan", "-o", str(folder)],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "100000"})
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == [f"note: {csv_note}", f"note: {rename_note}"]
+
+
+def test_export_never_overwrites_its_document(tmp_path: Path) -> None:
+    doc = _plan_document(tmp_path, "sequential")
+    text = doc.read_text()
+    with pytest.raises(InputError, match=r"^output = .*sequential.json is the input file: writing it would "):
+        export_document(doc, "torch-csv", doc)
+    folder = tmp_path / "tt"
+    folder.mkdir()
+    inside = folder / "torchtitan.json"
+    inside.write_text(text)
+    with pytest.raises(InputError, match=r"^output = .*tt/torchtitan.json is the input file: writing it would "):
+        export_document(inside, "torchtitan", folder)
+    assert doc.read_text() == inside.read_text() == text and sorted(folder.iterdir()) == [inside]
 
 
 @pytest.mark.parametrize("placement,layout", [("sequential", "Et*3|t*3L"), ("interleaved", "Et*2|t*2|t|tL")])

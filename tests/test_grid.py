@@ -20,7 +20,19 @@ import yaml
 
 from zbsolve import InputError, simulate
 from zbsolve.document import read_document
-from zbsolve.grid import Grid, Job, ResultsFile, executors, expand, read_results, run_job, solve_grid, to_dataframe
+from zbsolve.checks import MAX_PASSES
+from zbsolve.grid import (
+    Grid,
+    Job,
+    ResultsFile,
+    executors,
+    expand,
+    read_results,
+    run_job,
+    solve_grid,
+    to_dataframe,
+    write_summary,
+)
 from zbsolve.limits import problem_limit
 from zbsolve.problem import Problem
 
@@ -418,6 +430,30 @@ def test_a_grid_of_models_needs_devices_and_microbatches(tmp_path):
     grid.write_text(yaml.safe_dump({"models": [model.name], "problems": ["x.yaml"]}))
     with pytest.raises(InputError, match="a grid plans models or solves problems, not both"):
         Grid.load(grid)
+
+
+def test_a_grid_of_models_refuses_a_plan_over_the_size_limit_before_any_job(tmp_path):
+    from test_planner import heavy_head
+
+    heavy_head(blocks=6).save(tmp_path / "heavy.yaml")
+    grid = tmp_path / "plans.yaml"
+    m = MAX_PASSES // (3 * 2) + 1
+    grid.write_text(yaml.safe_dump({"models": ["heavy.yaml"], "axes": {"stages": [2], "microbatches": [m],
+                                                                      "placement": ["sequential"]}}))
+    with pytest.raises(InputError, match=f"^{re.escape(str(grid))}: model heavy with stages = 2, microbatches = {m}, "
+                                         f"placement = sequential: 2 stages x {m} microbatches would be "):
+        expand(Grid.load(grid))
+
+
+def test_the_summary_writes_a_partition_whole_and_a_per_device_figure_as_its_largest(tmp_path):
+    record = {"hash": "h", "config": {"problem": "llama3-8b", "num_devices": 8}, "status": "planned",
+              "figures": {"partition": [2, 1, 1, 1, 5, 5, 5, 5], "memory_gib": [61.5, 70.25], "step_time": 1.5}}
+    write_summary([record], tmp_path / "s.csv")
+    with open(tmp_path / "s.csv", newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert row["partition"] == "2,1,1,1,5,5,5,5"
+    assert [int(x) for x in row["partition"].split(",")] == record["figures"]["partition"]
+    assert float(row["memory_gib"]) == 70.25 and float(row["step_time"]) == 1.5
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parent.parent / "problems" / "grids").glob("*.yaml")),

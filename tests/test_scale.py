@@ -1,18 +1,27 @@
-"""Tests of size: problems over ``MAX_PASSES`` refused up front, deadlines of the heuristic and the V-shape
-greedy, and large-ish schedules simulated to their closed forms (no wall-clock assertions)."""
+"""Tests of size: problems over ``MAX_STAGES`` or ``MAX_PASSES`` refused up front (before a schedule is built),
+deadlines of the heuristic and the V-shape greedy, and large-ish schedules simulated to their closed forms (no
+wall-clock assertions)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import span_bubble
+from test_bad_input import failed_cleanly, zbsolve
+from test_planner import heavy_head
 from zbsolve import heuristic as heuristic_module
-from zbsolve.checks import MAX_PASSES, check_size
+from zbsolve import planner
+from zbsolve.checks import MAX_PASSES, MAX_STAGES, check_size
 from zbsolve.errors import BudgetError, InputError
-from zbsolve.families import make_schedule
+from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.heuristic import heuristic
+from zbsolve.planner import plan
 from zbsolve.placement import sequential, vshape
 from zbsolve.profile import UNIT, Profile
 from zbsolve.simulator import simulate
@@ -28,6 +37,49 @@ def test_check_size_counts_passes_up_to_the_limit() -> None:
     assert check_size(STAGES, BIGGEST) == 3 * STAGES * BIGGEST <= MAX_PASSES
     with pytest.raises(InputError, match=f"would be {3 * STAGES * (BIGGEST + 1):,} passes; the limit is {MAX_PASSES:,}"):
         check_size(STAGES, BIGGEST + 1)
+
+
+def test_check_size_counts_stages_up_to_the_limit() -> None:
+    assert check_size(MAX_STAGES, 1) == 3 * MAX_STAGES
+    with pytest.raises(InputError, match=f"^{MAX_STAGES + 1:,} stages \\(devices x stages per device\\) are more than "
+                                         f"the limit of {MAX_STAGES:,}: give fewer --devices$"):
+        check_size(MAX_STAGES + 1, 1)
+
+
+@pytest.mark.parametrize("args", [("compare", "--devices", 100_000, "-m", 8),
+                                  ("schedule", "1f1b", "-p", 100_000, "-m", 8)])
+def test_a_hundred_thousand_devices_are_one_line(args: tuple) -> None:
+    run = subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "100000"})
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines() == [f"error: 100,000 stages (devices x stages per device) are more than the limit "
+                                       f"of {MAX_STAGES:,}: give fewer --devices"]
+
+
+@pytest.mark.parametrize("args", [("schedule", "zb-h2", "-p", MAX_STAGES + 1, "-m", 8),
+                                  ("compare", "-p", MAX_STAGES + 1, "-m", 8),
+                                  ("solve", "{problem}", "--time-limit", 5),
+                                  ("solve", "{problem}", "--mem-factor", 1, "--time-limit", 5),
+                                  ("frontier", "{problem}", "--factors", 1, "--time-limit", 5, "-j", 1)])
+def test_commands_refuse_too_many_stages_before_building_a_schedule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     args: tuple) -> None:
+    problem = tmp_path / "p.yaml"
+    problem.write_text(f"num_devices: {MAX_STAGES + 1}\nnum_microbatches: 8\n")
+    for name in FAMILIES:
+        monkeypatch.setitem(FAMILIES, name, lambda *_: pytest.fail("a schedule was built"))
+    line = failed_cleanly(zbsolve(*(str(a).format(problem=problem) for a in args)), 2)
+    assert line == (f"error: {MAX_STAGES + 1:,} stages (devices x stages per device) are more than the limit of "
+                    f"{MAX_STAGES:,}: give fewer --devices")
+
+
+def test_plan_refuses_a_placement_over_the_limit_before_its_search() -> None:
+    """8 stages fit; "auto" also searches 16 (interleaved and V-shape), which do not: refused before any work."""
+    m = MAX_PASSES // (3 * 8)
+    assert check_size(8, m)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner, "make_executor", lambda *_: pytest.fail("the search started"))
+        with pytest.raises(InputError, match=f"^16 stages x {m} microbatches would be .* passes; the limit is"):
+            plan(heavy_head(blocks=16), num_devices=8, num_microbatches=m, device_memory="80GiB")
 
 
 def test_entry_points_refuse_too_many_passes_up_front() -> None:

@@ -59,13 +59,22 @@ MAX_PASSES = 10_000_000
 """Most passes (3 x stages x microbatches) a problem may have. Measured up to 1.5 million passes, a schedule
 and its timeline take about 300 bytes a pass, the heuristic as much, a solve about 1 KiB: at most about
 10 GiB here."""
+MAX_STAGES = 1024
+"""Most stages (devices x stages per device) a problem may have. ZB-H2's and the V-shape families' generators
+take time growing with the square of the stages: measured with 8 microbatches on a 2-core machine, ZB-H2 (the
+floor of a sequential solve without a memory limit) takes 2.9 s at 1,024 stages and about 10 s at 2,000, ZB-V
+2.2 s at 1,024 stages and 9.6 s at 2,000, `zbsolve compare -p 2000 -m 8` 74 s."""
 
 
 def check_size(num_stages: int, num_microbatches: int) -> int:
     """The passes of ``num_stages`` stages and ``num_microbatches`` microbatches (3 per microbatch and stage);
-    more than ``MAX_PASSES`` is an ``InputError``."""
+    more than ``MAX_STAGES`` stages or ``MAX_PASSES`` passes is an ``InputError``, raised before anything is
+    built."""
+    if num_stages > MAX_STAGES:
+        raise InputError(f"{num_stages:,} stages (devices x stages per device) are more than the limit of "
+                         f"{MAX_STAGES:,}: give fewer --devices")
     passes = 3 * num_stages * num_microbatches
     if passes > MAX_PASSES:
         raise InputError(f"{num_stages} stages x {num_microbatches} microbatches would be {passes:,} passes; "
-                         f"the limit is {MAX_PASSES:,}")
+                         f"the limit is {MAX_PASSES:,}: give fewer --devices or --microbatches")
     return passes

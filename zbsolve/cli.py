@@ -20,6 +20,7 @@ from zbsolve.files import check_output
 from zbsolve.frontier import DEFAULT_PLACEMENTS, DEFAULT_TIME_LIMIT
 from zbsolve.placement import CHUNKS
 from zbsolve.profile import UNIT, Profile
+from zbsolve.checks import check_size
 from zbsolve.costs import Costs
 from zbsolve.render import (
     PER_DEVICE,
@@ -108,10 +109,10 @@ def schedule(
     """
     p = _devices(devices, stages)
     if output:
-        check_output(output, "--output")
+        check_output(output, "--output", [profile])
     if chart:
         from zbsolve.plot import check_chart_path
-        check_chart_path(chart, "--chart")
+        check_chart_path(chart, "--chart", [profile])
     timeline = simulate(make_schedule(family, _profile(profile), p, microbatches))
     if output:
         write_document(timeline, output)
@@ -164,6 +165,7 @@ def compare(devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, 
     Example: zbsolve compare --devices 8 --microbatches 24
     """
     p = _devices(devices, stages)
+    check_size(p, microbatches)  # too big with one stage per device is refused; more stages only skip a family
     prof = _profile(profile)
     figures, skipped = {}, {}
     for name in FAMILIES:
@@ -193,7 +195,7 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
     Example: zbsolve plot zb-h1.json -o zb-h1.png --memory
     """
     from zbsolve.plot import check_chart_path, save_chart
-    check_chart_path(output, "--output")
+    check_chart_path(output, "--output", [file])
     sched, _ = read_document(file)
     save_chart(simulate(sched), output, memory=memory)
     if not quiet:
@@ -255,10 +257,10 @@ def solve(
 
     began = time.monotonic()
     if output:
-        check_output(output, "--output")
+        check_output(output, "--output", [problem])
     if chart:
         from zbsolve.plot import check_chart_path, save_chart
-        check_chart_path(chart, "--chart")
+        check_chart_path(chart, "--chart", [problem])
     with _interruptible("before the first schedule was built"):
         given = load_input(problem)
         published: dict[str, float] = {}
@@ -383,8 +385,13 @@ def export(
     from zbsolve.export_configs import export_document
 
     if output is not None and fmt != "torchtitan":  # a file; torchtitan's folder is checked by its export
-        check_output(output, "--output")
-    written, text = export_document(file, fmt, output, microbatch_size=microbatch_size, renames=rename or ())
+        check_output(output, "--output", [file])
+    def note(line: str) -> None:
+        if not quiet:
+            err.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
+
+    written, text = export_document(file, fmt, output, microbatch_size=microbatch_size, renames=rename or (),
+                                    note=note)
     if not written:
         out.print(text, markup=False, highlight=False, soft_wrap=True)
     elif not quiet:
@@ -555,10 +562,10 @@ def plan(
     from zbsolve.planner import plan as run_plan
 
     if output:
-        check_output(output, "--output")
+        check_output(output, "--output", [model])
     if chart:
         from zbsolve.plot import check_chart_path, save_plan_chart
-        check_chart_path(chart, "--chart")
+        check_chart_path(chart, "--chart", [model])
     with _interruptible("before the first plan was found"):
         loaded = Model.load(model)
         with Progress(*_spinner(), console=err, transient=True, disable=quiet or as_json) as bar:
@@ -615,7 +622,7 @@ def estimate(
     from zbsolve.estimate import flops_note, method_note
     from zbsolve.model import LAYER_COLUMNS, layer_rows
 
-    check_output(output, "--output")
+    check_output(output, "--output", [config])
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
                f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
                f"--{'' if flash_attention else 'no-'}flash-attention --link {link} --method {method}"
@@ -671,10 +678,11 @@ def grid(
     from zbsolve.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
     from zbsolve.interrupt import exit_code, signals_as_interrupt
 
-    check_output(output, "--output")
-    if summary is not None:
-        check_output(summary, "--summary")
     spec = Grid.load(file)
+    inputs = [file, *spec.problems, *spec.models]
+    check_output(output, "--output", inputs)
+    if summary is not None:
+        check_output(summary, "--summary", [*inputs, output])  # the results file is read to resume
     job_list = expand(spec)
     keys = {job.key for job in job_list}
     total, done = pending(job_list, output, retry_failed)
@@ -727,7 +735,7 @@ def summarize(
 
     if not file.exists():
         raise InputError(f"cannot read {file}: no such file")
-    check_output(output, "--output")
+    check_output(output, "--output", [file])
     records = read_results(file)
     write_summary(records, output)
     if not quiet:
@@ -762,15 +770,15 @@ def frontier(
     from zbsolve.problem import Problem
 
     if output:
-        check_output(output, "--output")
+        check_output(output, "--output", [problem])
     if chart:
-        check_chart(chart, "--chart")
+        check_chart(chart, "--chart", [problem])
     prob = Problem.load(problem)
     values = _numbers(factors, "--factors")
     names = tuple(x.strip() for x in placements.split(",") if x.strip())
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with _interruptible("before any solve finished"):
-        with Progress(*columns, console=err, disable=quiet or as_json) as bar:
+        with Progress(*columns, console=err, transient=True, disable=quiet or as_json) as bar:
             task = bar.add_task(f"{prob.name}: solves", total=None)
             result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
                                   num_devices=prob.num_devices, placements=names, time_limit=time_limit,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,24 +132,33 @@ def torchtitan_args(config: dict[str, dict[str, object]]) -> list[str]:
     return args
 
 
-def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int = 1,
-                      renames: Sequence[str] = ()) -> dict[Path, str]:
+def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int = 1, renames: Sequence[str] = (),
+                      inputs: Iterable[str | Path] = (), note: Callable[[str], None] | None = None) -> dict[Path, str]:
     """Write ``CSV_NAME``, ``CONFIG_NAME`` and ``ARGS_NAME`` into ``folder`` (made if missing, its parent must
-    exist) and return each path written with its text. The config names the CSV by its absolute path. Everything
-    is checked before anything is written; each file is replaced whole."""
+    exist) and return each path written with its text. The config names the CSV by its path relative to the folder
+    (``CSV_NAME``), so the folder can be copied to the cluster as it is. Everything is checked before anything is
+    written, none of the files may be one of ``inputs``; each file is replaced whole. ``note`` is called with one
+    line on the CSV's relative path and, when the export renames the head (``HEAD_RENAME``), one naming the
+    rename."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"output = {folder} is a file; format 'torchtitan' writes a folder")
-    if not folder.exists():
-        check_output(folder, "output")
-    csv_path = folder / CSV_NAME
-    config = torchtitan_config(plan, csv_path.resolve(), microbatch_size, renames)
-    texts = {csv_path: checked_csv(plan.schedule),
-             folder / CONFIG_NAME: json.dumps(config, indent=1) + "\n",
-             folder / ARGS_NAME: shlex.join(torchtitan_args(config)) + "\n"}
+    paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME]
+    for path in paths if folder.exists() else [folder]:
+        check_output(path, "output", inputs)
+    config = torchtitan_config(plan, CSV_NAME, microbatch_size, renames)
+    texts = dict(zip(paths, (checked_csv(plan.schedule), json.dumps(config, indent=1) + "\n",
+                             shlex.join(torchtitan_args(config)) + "\n")))
     folder.mkdir(exist_ok=True)
     for path, text in texts.items():
         write_atomic(path, text)
+    if note is not None:
+        note(f"pipeline_parallel_schedule_csv = {CSV_NAME} is relative to the export folder {folder}: start "
+             "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
+        if _head_rename([layer.name for layer in plan.model.layers], renames):
+            old, _, new = HEAD_RENAME.partition("=")
+            note(f"module_fqns_per_model_part: layer {old!r} is renamed {new!r}, torchtitan {TORCHTITAN_VERSION}'s "
+                 f"name of the head (--rename {old}={old} keeps it)")
     return texts
 
 
@@ -157,7 +166,7 @@ def _fqns(names: list[str], renames: Sequence[str]) -> list[str]:
     """``names`` with ``HEAD_RENAME`` (where the layer exists) and then ``renames`` applied; an ``InputError`` for a
     rename that is not ``OLD=NEW`` of a layer, or that gives two layers one name."""
     mapping: dict[str, str] = {}
-    for item in ([HEAD_RENAME] if HEAD_RENAME.partition("=")[0] in names else []) + list(renames):
+    for item in _head_rename(names, renames) + list(renames):
         old, sep, new = item.partition("=")
         if not (sep and old and new):
             raise InputError(f"rename = {item!r} should be OLD=NEW: a layer's name and the module FQN torchtitan "
@@ -170,6 +179,13 @@ def _fqns(names: list[str], renames: Sequence[str]) -> list[str]:
     if twice:
         raise InputError(f"rename = {list(renames)}: module FQN {twice[0]!r} would name two layers")
     return fqns
+
+
+def _head_rename(names: Sequence[str], renames: Sequence[str]) -> list[str]:
+    """``[HEAD_RENAME]`` when ``names`` hold the layer it renames and no item of ``renames`` renames that layer,
+    else ``[]``."""
+    old = HEAD_RENAME.partition("=")[0]
+    return [HEAD_RENAME] if old in names and not any(r.partition("=")[0] == old for r in renames) else []
 
 
 # -- Megatron --------------------------------------------------------------------------------------------------
@@ -197,11 +213,12 @@ def megatron_export(plan: Plan) -> str:
 # -- the export command ----------------------------------------------------------------------------------------
 
 def export_document(path: str | Path, fmt: str, output: str | Path | None, *, microbatch_size: int | None = None,
-                    renames: Sequence[str] = ()) -> tuple[list[Path], str]:
+                    renames: Sequence[str] = (), note: Callable[[str], None] | None = None) -> tuple[list[Path], str]:
     """Export the schedule document at ``path`` in format ``fmt`` (one of ``FORMATS``) to ``output``: a file for
     torch-csv and megatron, a folder for torchtitan; megatron alone may go without (nothing is written). Returns the
-    files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's layout string.
-    ``microbatch_size`` (default 1) and ``renames`` apply to torchtitan only."""
+    files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's layout string. No file written
+    may be the document. ``microbatch_size`` (default 1), ``renames`` and ``note`` (``export_torchtitan``'s lines
+    for the user) apply to torchtitan only."""
     if fmt not in FORMATS:
         raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
     if fmt != "torchtitan" and (microbatch_size is not None or renames):
@@ -213,9 +230,9 @@ def export_document(path: str | Path, fmt: str, output: str | Path | None, *, mi
         return [], megatron_export(read_plan(path, fmt))
     if fmt == "torchtitan":
         files = export_torchtitan(read_plan(path, fmt), output, 1 if microbatch_size is None else microbatch_size,
-                                  renames)
+                                  renames, [path], note)
         return list(files), files[Path(output) / CSV_NAME]
-    check_output(output, "output")
+    check_output(output, "output", [path])
     if fmt == "torch-csv":
         return [Path(output)], export_schedule(read_document(path)[0], output)
     text = megatron_export(read_plan(path, fmt))

@@ -1,24 +1,30 @@
 """Output files: checked before any work starts, written whole or not at all.
 
-``check_output`` refuses, with one ``InputError`` line, a path that is a directory, whose parent is
-missing or not a directory, or that cannot be written; ``write_atomic`` writes to a temporary file
-beside the target and renames it into place, so an interrupted write never leaves half a file.
+``check_output`` refuses, with one ``InputError`` line, a path that is one of the command's input files, a
+directory, whose parent is missing or not a directory, or that cannot be written; ``write_atomic`` writes to a
+temporary file beside the target and renames it into place, so an interrupted write never leaves half a file.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from zbsolve.errors import InputError
 
 
-def check_output(path: str | Path, what: str = "output") -> Path:
-    """``path`` as a Path if a file can be written there; else an ``InputError`` naming ``what`` and the path."""
+def check_output(path: str | Path, what: str = "output", inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` as a Path if a file can be written there and it is none of the files in ``inputs`` (``None``s are
+    skipped), which writing it would overwrite; else an ``InputError`` naming ``what`` and the path."""
     path = Path(path)
+    for source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            named = "" if Path(source) == path else f" {source}"
+            raise InputError(f"{what} = {path} is the input file{named}: writing it would overwrite the input; "
+                             "give another path")
     if path.is_dir():
         raise InputError(f"{what} = {path} is a directory; give a file name")
     parent = path.parent if str(path.parent) else Path(".")
@@ -34,6 +40,15 @@ def check_output(path: str | Path, what: str = "output") -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise InputError(f"{what} = {path} cannot be written (permission denied)")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (a link to it included), or resolve to one path where either is
+    missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import simulate
 from zbsolve.solve import solve
-from zbsolve.spec import SUPPORTED_PLACEMENTS
+from zbsolve.spec import SUPPORTED_PLACEMENTS, make_spec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -128,14 +128,14 @@ class Frontier:
         write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
 
 
-def check_chart(path: str | Path, what: str = "chart") -> Path:
-    """``path`` as a Path if a frontier chart can be written there (a .png, .svg or .pdf file in a writable folder);
-    else an ``InputError`` naming ``what`` and the path."""
+def check_chart(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` as a Path if a frontier chart can be written there (a .png, .svg or .pdf file in a writable folder,
+    none of the files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
     path = Path(path)
     if path.suffix.lower() not in CHART_FORMATS:
         raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of "
                          f"{', '.join(CHART_FORMATS)}")
-    return check_output(path, what)
+    return check_output(path, what, inputs)
 
 
 def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
@@ -178,6 +178,9 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
             raise InputError(f"{kind} = {x!r} must be a positive number")
     m = num_microbatches
     merged = profile.merge_chunks(p, CHUNKS)
+    for name in placements:  # every problem is checked (its size too) before the first solve
+        make_spec(merged if name == "sequential" else profile, None, num_microbatches=m, num_devices=p, placement=name,
+                  chunks=CHUNKS)
     peak = reference_peak(profile, p, m)
     limits = [(x, x / peak) if mem_limits is not None else (x * peak, x) for x in values]
     tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)

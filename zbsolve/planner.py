@@ -30,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 
 from zbsolve.baselines import BUILTINS, builtin_schedule
-from zbsolve.checks import check_count
+from zbsolve.checks import check_count, check_size
 from zbsolve.costs import (
     DEFAULT_RESERVE,
     Costs,
@@ -344,8 +344,10 @@ def _timed(model: Model, counts: Sequence[int]) -> bool:
     return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
 
 
-def _placements(placement: str, chunks: int | None, num_devices: int, num_layers: int) -> list[tuple[str, int]]:
-    """(placement, stages per device) to search: those asked for with no more stages than layers."""
+def search_placements(placement: str, chunks: int | None, num_devices: int, num_layers: int,
+                      num_microbatches: int) -> list[tuple[str, int]]:
+    """(placement, stages per device) a plan searches: those asked for with no more stages than layers; none left,
+    or one over the size limit (``check_size``), is an ``InputError``."""
     if placement == "auto":
         asked = [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
     elif placement in ("sequential", "interleaved", "vshape"):
@@ -358,6 +360,8 @@ def _placements(placement: str, chunks: int | None, num_devices: int, num_layers
     if not fitting:
         raise InputError(f"num_devices = {num_devices}: {asked[0][1] * num_devices} stages need at least as many "
                          f"layers, and the model has {num_layers}")
+    for _, c in fitting:
+        check_size(c * num_devices, num_microbatches)
     return fitting
 
 
@@ -393,7 +397,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     if jobs is not None:
         check_count("jobs", jobs)
     memory, spare = memory_and_reserve(_device_memory(model, device_memory), reserve)
-    options = _placements(placement, chunks, p, len(model.layers))
+    options = search_placements(placement, chunks, p, len(model.layers), m)
     log: list[str] = []
     parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
     pool, release = make_executor(executor, parallel)

@@ -7,7 +7,7 @@ through pyplot, and saving picks the Agg (PNG) or SVG renderer from the file's s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -217,13 +217,13 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
     return ax.get_figure()
 
 
-def check_chart_path(path: str | Path, what: str = "chart") -> Path:
-    """``path`` as a Path if a chart can be written there (a .png or .svg file in a writable folder); else an
-    ``InputError`` naming ``what`` and the path."""
+def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` as a Path if a chart can be written there (a .png or .svg file in a writable folder, none of the
+    files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of {', '.join(FORMATS)}")
-    return check_output(path, what)
+    return check_output(path, what, inputs)
 
 
 def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:

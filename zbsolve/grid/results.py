@@ -92,13 +92,21 @@ def pending(jobs: Iterable[Job], output: str | Path | None, retry_failed: bool =
     return len(keys), len(keys & skipped(read_results(output) if output is not None else [], retry_failed))
 
 
+WHOLE = ("partition",)
+"""List figures written whole, comma-separated as ``--partition`` takes them (a plan's layers per stage); any other
+list is one value per device, written as its largest."""
+
+
 def flatten(record: dict) -> dict:
-    """One flat row of a record: config and figures side by side (peak memory as its maximum)."""
+    """One flat row of a record: config and figures side by side (a partition as "5,4,4,6", a per-device figure
+    such as peak memory as its maximum)."""
     row = {"hash": record["hash"], **record["config"], "status": record.get("status"),
            "mem_limit_value": record.get("mem_limit"), "solve_time": record.get("solve_time"),
            "error": record.get("error", ""), "schedule": record.get("schedule")}
     for key, value in (record.get("figures") or {}).items():
-        row[key] = max(value) if isinstance(value, list) and value else value
+        if isinstance(value, list) and value:
+            value = ",".join(map(str, value)) if key in WHOLE else max(value)
+        row[key] = value
     return row
 
 

@@ -165,7 +165,10 @@ class PlanJob(_Keyed):
 
 
 def _plans(grid: Grid) -> list[PlanJob]:
-    """The plan jobs of a grid of models: models x devices x microbatches x device memory x placement x time."""
+    """The plan jobs of a grid of models: models x devices x microbatches x device memory x placement x time, each
+    placement's stages checked against the model's layers and the size limit."""
+    from zbsolve.planner import search_placements  # the planner imports zbsolve.grid
+
     a = grid.axes
     if not a.stages or not a.microbatches:
         raise InputError(f"{grid.source}: axes.stages and axes.microbatches: required with models")
@@ -179,6 +182,11 @@ def _plans(grid: Grid) -> list[PlanJob]:
             [parse_bytes(x, f"{grid.source}: axes.device_memory") for x in a.device_memory]
         for p, m, memory, placement, t in itertools.product(a.stages, a.microbatches, memories,
                                                             a.placement or ["auto"], a.time_limit):
+            try:
+                search_placements(placement, None, p, len(model.layers), m)
+            except InputError as exc:
+                raise InputError(f"{grid.source}: model {model.name} with stages = {p}, microbatches = {m}, "
+                                 f"placement = {placement}: {exc}") from None
             jobs.append(PlanJob(problem=model.name, model=model, num_devices=p, num_microbatches=m,
                                 device_memory=memory, placement=placement, time_limit=t))
     return jobs
