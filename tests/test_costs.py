@@ -171,3 +171,30 @@ def test_a_zero_reserve_and_problem_overrides(tmp_path):
     done = runner.invoke(app, ["solve", str(path), "-p", "2", "-m", "4", "--solver", "heuristic", "--json"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["mem_limit"] == 2.0  # 1F1B's peak on 2 devices of the unit profile
+
+
+@pytest.mark.parametrize("placement, labels", [
+    ("sequential", {0: "tok_embeddings, layers.0-3", 4: "layers.16-19", 7: "layers.28-31, norm, output"}),
+    ("vshape", {0: "tok_embeddings, layers.0-1, layers.30-31, norm, output", 3: "layers.6-7, layers.24-25",
+                7: "layers.14-17"}),
+])
+def test_devices_are_labelled_by_the_model_s_module_names(placement, labels):
+    """Llama-3-8B's 35 entries (tok_embeddings, 32 blocks, norm, output) cut uniformly over 8 devices: the labels
+    name modules, never positions in the description (device 0 of the V-shape holds the first and the last stage,
+    device 7 the two middle ones, whose blocks run on)."""
+    result = solve(ROOT / "problems" / "models" / "llama3-8b.yaml", num_devices=8, num_microbatches=16,
+                   placement=placement, solver="heuristic")
+    names = result.costs.device_names()
+    assert {d: names[d] for d in labels} == labels
+    assert result.summary()["device_layers"] == names
+
+
+def test_solve_prints_module_names_and_a_met_bound_as_such(tmp_path):
+    """ZB-H1 on Llama-3-8B meets the makespan bound up to the rounding of times for the solver: the status stays
+    "heuristic" in the document and reads "heuristic (bound met)" in the table."""
+    doc, output = solved_document(tmp_path)
+    assert "tok_embeddings, layers.0-3" in output and "layers.28-31, norm, output" in output
+    solver = doc["solver"]
+    assert solver["status"] == "heuristic" and 0 < solver["gap"] <= 1e-5 and solver["bound_met"] is True
+    assert "heuristic (bound met)" in output
+    assert solver["device_layers"][0] == "tok_embeddings, layers.0-3"

@@ -132,7 +132,7 @@ def test_bad_ranges(ranges, message):
 
 
 def test_a_stage_without_b_time_is_named():
-    with pytest.raises(InputError, match=re.escape("stage 0 (layers tok_embeddings) has t_b = 0: every stage "
+    with pytest.raises(InputError, match=re.escape("stage 0 (tok_embeddings) has t_b = 0: every stage "
                                                    "needs positive F, B and W times")):
         stage_profile(toy(), [(0, 1), (1, 8)])
 

@@ -10,6 +10,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from conftest import ROOT
 from conftest import one_f_one_b as hand_1f1b
 from zbsolve.errors import InputError
 from zbsolve.placement import sequential, vshape
@@ -182,3 +183,27 @@ def test_into_given_axes():
 def test_shows_itself_in_notebooks():
     fig = plot_timeline(one_f_one_b(2, 2), memory=True)
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_model_is_drawn_in_seconds_and_gib_with_its_module_names():
+    """Llama-3-8B on four devices: rows named by the model's modules, the title and the memory panel in seconds and
+    GiB, and no two legend entries in one colour."""
+    from matplotlib.colors import to_hex
+
+    from zbsolve.solve import solve
+
+    result = solve(ROOT / "problems" / "models" / "llama3-8b.yaml", num_devices=4, num_microbatches=8,
+                   solver="heuristic")
+    fig = plot_timeline(result.timeline, memory=True, costs=result.costs)
+    gantt, panel = fig.axes
+    assert [t.get_text() for t in gantt.get_yticklabels()] == [
+        "0: tok_embeddings, layers.0-7", "1: layers.8-15", "2: layers.16-23", "3: layers.24-31, norm, output"]
+    title = gantt.get_title(loc="left")
+    assert f"step time {result.step_time:.4g} s" in title and f"{max(result.peak_memory) / 2**30:.2f} GiB" in title
+    assert panel.get_xlabel() == "seconds" and panel.get_ylabel() == "activation\nmemory (GiB)"
+    assert max(max(line.get_ydata()) for line in panel.get_lines()) < 80  # GiB, not bytes
+    for ax in (gantt, panel):
+        legend = ax.get_legend()
+        colours = [to_hex(h.get_facecolor() if hasattr(h, "get_facecolor") and not hasattr(h, "get_color")
+                          else h.get_color()) for h in legend.legend_handles]
+        assert len(set(colours)) == len(colours), [t.get_text() for t in legend.get_texts()]

@@ -24,7 +24,6 @@ from zbsolve.checks import check_size
 from zbsolve.costs import Costs
 from zbsolve.render import (
     PER_DEVICE,
-    layer_ranges,
     device_memory_table,
     figures_table,
     fmt,
@@ -194,10 +193,12 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
 
     Example: zbsolve plot zb-h1.json -o zb-h1.png --memory
     """
+    from zbsolve.costs import document_costs
     from zbsolve.plot import check_chart_path, save_chart
     check_chart_path(output, "--output", [file])
-    sched, _ = read_document(file)
-    save_chart(simulate(sched), output, memory=memory)
+    data = read_json(file)
+    sched, _ = from_document(data, str(file))
+    save_chart(simulate(sched), output, memory=memory, costs=document_costs(data, sched, str(file)))
     if not quiet:
         out.print(f"wrote {output}", markup=False)
 
@@ -296,7 +297,8 @@ def solve(
         if output:
             result.to_json(output)
         if chart:
-            save_chart(result.timeline, chart, memory=True)
+            save_chart(result.timeline, chart, memory=True, costs=result.costs,
+                       title=f"{name}: {solver}, {result.status_text}; the schedule is {result.schedule.name}'s")
     interrupted = result.interrupted or bool(late)
     if interrupted:
         written = [str(path) for path in (output, chart) if path]
@@ -350,17 +352,12 @@ def _print_result(summary: dict[str, object], published: dict[str, float], costs
     in_bytes = costs is not None and costs.in_bytes
     seconds = costs is not None and costs.model is not None
     shown = {(f"{key} (s)" if seconds and key in SECONDS else key): value for key, value in summary.items()
-             if not (in_bytes and key in PER_DEVICE)}
+             if not (in_bytes and key in (*PER_DEVICE, "device_layers"))}
+    if summary.get("bound_met") and summary.get("status") != "optimal":
+        shown["status"] = f"{summary['status']} (bound met)"
     out.print(figures_table({**shown, **{f"published {key}": value for key, value in published.items()}}, title))
     if in_bytes:
-        out.print(device_memory_table(summary, _device_layers(costs), "memory per device"))
-
-
-def _device_layers(costs: Costs) -> list[str]:
-    """Per device, the model layers it holds as ranges (e.g. "0-4, 30-32"), or "-" for a bare profile."""
-    if costs.model is None:
-        return ["-"] * len(costs.static_bytes)
-    return [layer_ranges(held, "") for held in costs.device_layers()]
+        wide.print(device_memory_table(summary, "memory per device"))
 
 
 @app.command()

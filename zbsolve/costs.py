@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.model import Layer, Model, check_ranges, held_static_bytes, partition, stage_profile
+from zbsolve.model import Layer, Model, check_ranges, held_static_bytes, module_names, partition, stage_profile
 from zbsolve.placement import Placement
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule
@@ -78,6 +78,13 @@ class Costs:
         for stage_range, d in zip(self.stages, self.devices):
             held[d].append(stage_range)
         return held
+
+    def device_names(self) -> list[str]:
+        """Per device, the model's names of the layers it holds (``model.module_names``), or "-" for a bare
+        profile."""
+        if self.model is None:
+            return ["-"] * len(self.static_bytes)
+        return [module_names(self.model, held) for held in self.device_layers()]
 
     def section(self) -> dict[str, object]:
         """The schedule document's keys for these costs: "partition" (for a model), "device_memory" and
@@ -190,11 +197,12 @@ def check_fits(costs: Costs, timeline: Timeline) -> None:
 
 
 def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
-    """Memory per device in GiB: static bytes, peak activations, their sum, and the device memory when given."""
+    """Memory per device in GiB: static bytes, peak activations, their sum, and the device memory when given; for a
+    model, the names of the layers each device holds first ("device_layers")."""
     peak = timeline.peak_memory
-    figures: dict[str, object] = {"static_gib": [gib(b) for b in costs.static_bytes],
-                                  "activation_gib": [gib(b) for b in peak],
-                                  "memory_gib": [gib(a + b) for a, b in zip(costs.static_bytes, peak)]}
+    figures: dict[str, object] = {"device_layers": costs.device_names()} if costs.model is not None else {}
+    figures |= {"static_gib": [gib(b) for b in costs.static_bytes], "activation_gib": [gib(b) for b in peak],
+                "memory_gib": [gib(a + b) for a, b in zip(costs.static_bytes, peak)]}
     if costs.device_memory is not None:
         figures["device_memory_gib"] = gib(costs.device_memory)
     return figures

@@ -274,7 +274,7 @@ def stage_profile(model: Model, ranges: Sequence[Sequence[int]]) -> Profile:
     for s, (a, b) in enumerate(ranges):
         missing = untimed(model.layers[a:b])
         if missing:
-            raise InputError(f"stage {s} (layers {_names(model, a, b)}) has {missing} = 0: every stage needs "
+            raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
@@ -310,10 +310,23 @@ def held_static_bytes(layers: Sequence[Layer]) -> int:
     return sum(layer.static_bytes for layer in layers if layer.shares not in names)
 
 
-def _names(model: Model, first: int, end: int) -> str:
-    """The layers [first, end) by name, a long run shortened."""
-    names = [layer.name for layer in model.layers[first:end]]
-    return ", ".join(names) if len(names) <= 3 else f"{names[0]} ... {names[-1]}"
+def module_names(model: Model, ranges: Sequence[Sequence[int]]) -> str:
+    """The model's own names of the layers in the half-open ``ranges``, in order, each run of numbered modules as
+    one (``tok_embeddings, layers.0-3``, ``layers.10-12``, ``layers.28-31, norm, output``): how a stage or a
+    device is labelled wherever a user reads it."""
+    runs: list[tuple[str, int, int] | str] = []
+    for a, b in ranges:
+        for layer in model.layers[a:b]:
+            prefix, dot, index = layer.name.rpartition(".")
+            last = runs[-1] if runs else None
+            if not (dot and index.isdigit()):
+                runs.append(layer.name)
+            elif isinstance(last, tuple) and last[0] == prefix and last[2] == int(index) - 1:
+                runs[-1] = (prefix, last[1], int(index))
+            else:
+                runs.append((prefix, int(index), int(index)))
+    return ", ".join(run if isinstance(run, str) else f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] > run[1] else "")
+                     for run in runs)
 
 
 

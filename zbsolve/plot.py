@@ -19,13 +19,15 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from zbsolve.costs import Costs
 from zbsolve.errors import InputError
 from zbsolve.files import check_output, write_with
-from zbsolve.render import layer_ranges
 from zbsolve.schedule import B, BW, F, KINDS, W, Pair, Schedule
 from zbsolve.simulator import Timeline
+from zbsolve.units import GIB, gib
 
 if TYPE_CHECKING:
     from zbsolve.planner import PlanResult
@@ -38,6 +40,8 @@ MAX_LABELS = 2500
 
 _WIDTH_IN, _ROW_IN, _MEMORY_IN = 14.0, 0.36, 2.6
 _LEFT_IN, _RIGHT_IN, _TOP_IN, _BOTTOM_IN = 0.8, 2.1, 0.75, 0.6
+_LABEL_IN = 0.075
+"""Inches of left margin per character of the longest device label."""
 _GAP_IN, _BOX, _MIN_FONT = 0.3, 0.8, 4.5
 
 
@@ -150,51 +154,66 @@ def _gantt(ax: Axes, timeline: Timeline, rows: Sequence[str] | None = None) -> N
               bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
-def _memory(ax: Axes, timeline: Timeline) -> None:
+def _memory(ax: Axes, timeline: Timeline, scale: float, unit: str) -> None:
+    """Activation memory over time per device (divided by ``scale``, in ``unit``), and the limits dashed: one legend
+    entry a device, and one for the limits."""
     schedule = timeline.schedule
     p, makespan = schedule.num_devices, timeline.makespan
     cmap = colormaps["viridis"]
     colors = [cmap(d / max(p - 1, 1) * 0.9) for d in range(p)]
     for d, steps in enumerate(timeline.memory):
         t, m = zip(*steps, (makespan, steps[-1][1]))
-        ax.step(t, m, where="post", color=colors[d], linewidth=1.0, label=f"device {d}")
+        ax.step(t, [x / scale for x in m], where="post", color=colors[d], linewidth=1.0,
+                label=f"device {d}" if p <= 8 or d in (0, p - 1) else None)
     limits = [schedule.limit_of(d) for d in range(p)]
-    if len({x for x in limits if x is not None}) == 1 and None not in limits:
-        ax.axhline(limits[0], color="black", linestyle="--", linewidth=1.0, label="memory limit")
-    else:
+    given = [x for x in limits if x is not None]
+    if len(given) == p and len(set(given)) == 1:
+        ax.axhline(given[0] / scale, color="black", linestyle="--", linewidth=1.0, label="memory limit")
+    handles, labels = ax.get_legend_handles_labels()
+    if given and "memory limit" not in labels:
         for d, limit in enumerate(limits):
             if limit is not None:
-                ax.axhline(limit, color=colors[d], linestyle="--", linewidth=0.8,
-                           label=f"limit of device {d}" if p <= 8 else None)
-    ax.set_ylabel("activation\nmemory")
-    ax.set_ylim(bottom=0.0)
-    handles, labels = ax.get_legend_handles_labels()
-    if p > 8:
-        keep = [i for i, lab in enumerate(labels) if lab in ("device 0", f"device {p - 1}", "memory limit")]
-        handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
+                ax.axhline(limit / scale, color=colors[d], linestyle="--", linewidth=0.8)
+        handles.append(Line2D([], [], color="0.5", linestyle="--", linewidth=0.8))
+        labels.append("limits (dashed)")
+    ax.set_ylabel(f"activation\nmemory{f' ({unit})' if unit else ''}")
+    ax.set_ylim(0.0, 1.05 * max([timeline.peak, *given]) / scale or 1.0)
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _units(costs: Costs | None) -> tuple[bool, bool]:
+    """Whether the times are seconds (a model's) and the memory bytes (a model's, or given a device memory)."""
+    return costs is not None and costs.model is not None, costs is not None and costs.in_bytes
 
 
 def _number(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1e5 else f"{x:.6g}"
 
 
-def _title(timeline: Timeline, title: str | None) -> str:
+def _title(timeline: Timeline, title: str | None, costs: Costs | None = None) -> str:
+    """``title`` (default: the schedule's name), then the figures: in seconds and GiB where ``costs`` are."""
     schedule = timeline.schedule
     head = schedule.name if title is None else title
-    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, makespan {_number(timeline.makespan)}, "
-            f"bubble rate {timeline.bubble_rate:.2%} (paper's {timeline.paper_bubble:.2%}), "
-            f"peak memory {_number(timeline.peak)}")
+    seconds, in_bytes = _units(costs)
+    step = f"step time {timeline.makespan:.4g} s" if seconds else f"makespan {_number(timeline.makespan)}"
+    peak = f"peak activations {gib(timeline.peak):.2f} GiB" if in_bytes else f"peak memory {_number(timeline.peak)}"
+    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, {step}, "
+            f"bubble rate {timeline.bubble_rate:.2%} (paper's {timeline.paper_bubble:.2%}), {peak}")
 
 
 def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None = None,
-                  ax: Axes | None = None, rows: Sequence[str] | None = None) -> Figure:
+                  ax: Axes | None = None, rows: Sequence[str] | None = None, costs: Costs | None = None) -> Figure:
     """Gantt chart of ``timeline``; ``memory`` adds a panel of activation memory per device.
 
     The title's first line is ``title`` (default: the schedule's name), the second its figures. ``rows`` labels
-    the devices (default: their numbers). With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s
-    figure is returned.
+    the devices (default: their numbers, with the model's layers they hold when ``costs`` has a model). With
+    ``costs`` of a model, times are in seconds and memory in GiB. With ``ax`` the chart is drawn there (no memory
+    panel) and ``ax``'s figure is returned.
     """
+    seconds, in_bytes = _units(costs)
+    if rows is None and seconds:
+        rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]  # type: ignore[union-attr]
+    xlabel = "seconds" if seconds else "time"
     if ax is not None and memory:
         raise InputError("memory = True needs a figure of its own: leave ax = None")
     if ax is None:
@@ -202,18 +221,19 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
         gantt_in = max(1.2, _ROW_IN * p)
         height = _TOP_IN + gantt_in + _BOTTOM_IN + (_MEMORY_IN + _GAP_IN if memory else 0.0)
         fig = Chart(figsize=(_WIDTH_IN, height))
-        fig.subplots_adjust(left=_LEFT_IN / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
+        left = max(_LEFT_IN, _LABEL_IN * max(map(len, rows or [""])))
+        fig.subplots_adjust(left=left / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
                             bottom=_BOTTOM_IN / height, hspace=2 * _GAP_IN / (gantt_in + _MEMORY_IN))
         if memory:
             ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
-            _memory(memory_ax, timeline)
-            memory_ax.set_xlabel("time")
+            _memory(memory_ax, timeline, GIB if in_bytes else 1.0, "GiB" if in_bytes else "")
+            memory_ax.set_xlabel(xlabel)
         else:
             ax = fig.subplots()
     _gantt(ax, timeline, rows)
     if not memory:
-        ax.set_xlabel("time")
-    ax.set_title(_title(timeline, title), loc="left", fontsize=10)
+        ax.set_xlabel(xlabel)
+    ax.set_title(_title(timeline, title, costs), loc="left", fontsize=10)
     return ax.get_figure()
 
 
@@ -226,11 +246,12 @@ def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str
     return check_output(path, what, inputs)
 
 
-def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None) -> Path:
-    """Write the chart of ``timeline`` as PNG or SVG, chosen by ``path``'s suffix, whole or not at all; return the
-    path."""
+def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None,
+               costs: Costs | None = None) -> Path:
+    """Write the chart of ``timeline`` (``plot_timeline``) as PNG or SVG, chosen by ``path``'s suffix, whole or not
+    at all; return the path."""
     path = check_chart_path(path)
-    fig = plot_timeline(timeline, memory=memory, title=title)
+    fig = plot_timeline(timeline, memory=memory, title=title, costs=costs)
     write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
     return path
 
@@ -248,10 +269,10 @@ def plot_plan(result: "PlanResult") -> Figure:
     fig.subplots_adjust(left=2.3 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
                         bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
     ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
-    _gantt(ax, timeline, [f"{d}: {layer_ranges(held)}" for d, held in enumerate(costs.device_layers())])
+    _gantt(ax, timeline, [f"{d}: {names}" for d, names in enumerate(costs.device_names())])
     ax.set_xlabel("seconds")
-    ax.set_title(_title(timeline, f"plan: {result.placement}, layers per stage {list(result.counts)}"), loc="left",
-                 fontsize=10)
+    ax.set_title(_title(timeline, f"plan: {result.placement}, layers per stage {list(result.counts)}", costs),
+                 loc="left", fontsize=10)
     names, times, fits = zip(*bars)
     y = range(len(bars))
     bar_ax.barh(y, times, color=["#3a923a" if k == 0 else "#4c72b0" for k in y],

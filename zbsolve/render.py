@@ -88,19 +88,16 @@ def frontier_table(frontier: Frontier, title: str) -> Table:
 
 
 PER_DEVICE = ("static_gib", "activation_gib", "memory_gib")
-"""Figures with one value per device, which ``device_memory_table`` shows as columns."""
+"""Figures with one value per device, which ``device_memory_table`` shows as columns (beside "device_layers")."""
 DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total GiB")
 """Columns of ``device_memory_table``."""
 
 
-def layer_ranges(ranges: Sequence[tuple[int, int]], prefix: str = "L") -> str:
-    """Half-open layer ranges as text, e.g. "L0-4, L30-34" (a single layer as "L7")."""
-    return ", ".join(f"{prefix}{a}-{b - 1}" if b - a > 1 else f"{prefix}{a}" for a, b in ranges)
-
-
-def device_memory_table(figures: Mapping[str, object], layers: Sequence[str], title: str) -> Table:
-    """Memory per device in GiB, one row per device: the layers it holds, its static bytes, its peak activations
-    and their sum (``figures`` as ``SolveResult.summary()`` gives them)."""
-    rows = [[str(d), names, *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
-            for d, names in enumerate(layers)]
+def device_memory_table(figures: Mapping[str, object], title: str) -> Table:
+    """Memory per device in GiB, one row per device: the layers it holds (by the model's names, "-" for a bare
+    profile), its static bytes, its peak activations and their sum (``figures`` as ``memory_figures`` gives them)."""
+    n = len(figures["static_gib"])  # type: ignore[arg-type]
+    names = figures.get("device_layers", ["-"] * n)
+    rows = [[str(d), names[d], *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
+            for d in range(n)]
     return text_table(DEVICE_COLUMNS, rows, title)

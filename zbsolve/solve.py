@@ -67,6 +67,8 @@ the heuristic and one run of the V-shape greedy; simulating a warm start; rebuil
 order; the formulation; the cheap lower bound with the warm start's order; building the warm-up relaxation; the
 least search worth starting (timing the warm start, building a small window, checking its order); the step times
 of the result (``zbsolve.steps``); its schedule document, built and written."""
+BOUND_MET = 1e-5
+"""The largest gap that reads as the bound met: what rounding times to integers for the solver leaves."""
 KEPT = ("step times", "document")
 """The phases after the search, whose time every solve keeps before its deadline."""
 
@@ -119,6 +121,17 @@ class SolveResult:
         return self.timeline.bubble_rate
 
     @property
+    def bound_met(self) -> bool:
+        """Whether the schedule meets the lower bound: proven optimal, or within ``BOUND_MET`` of it where the
+        bound is on times rounded for the solver."""
+        return self.gap <= BOUND_MET
+
+    @property
+    def status_text(self) -> str:
+        """The status as a reader takes it: "optimal", "feasible", "heuristic", or "heuristic (bound met)"."""
+        return f"{self.status} (bound met)" if self.bound_met and self.status != "optimal" else self.status
+
+    @property
     def paper_bubble(self) -> float:
         """The paper's bubble rate: (max span - max work) / max span."""
         return self.timeline.paper_bubble
@@ -133,6 +146,7 @@ class SolveResult:
         device in GiB (static bytes, peak activations, their sum) when the profile is in bytes."""
         figures = {"solver": self.solver, "status": self.status, "objective": self.objective_kind,
                    "value": self.objective, "lower_bound": self.lower_bound, "gap": self.gap,
+                   "bound_met": self.bound_met,
                    **self.step_times.figures(), "paper_bubble": self.paper_bubble, "makespan": self.timeline.makespan}
         if self.costs is not None and self.costs.in_bytes:
             figures.update(memory_figures(self.costs, self.timeline))
