@@ -158,6 +158,8 @@ def test_render_formats_figures():
 
     assert [fmt(x) for x in (1310405.0, 0.158496, 1.5, 0.0, 2.5e-5, None, 3, "optimal", [4.0, 3.5])] == \
         ["1310405", "0.1585", "1.5", "0", "2.5e-05", "-", "3", "optimal", "4, 3.5"]
+    # labels that hold commas themselves stay told apart
+    assert fmt(["tok_embeddings, layers.0-3", "layers.4-7"]) == "tok_embeddings, layers.0-3; layers.4-7"
     figures = {"status": "optimal", "gap": 0.0, "peak_memory": [4.0, 3.5], "name": "<a&b>"}
     assert figures_html(figures) == ("<table><tr><th>status</th><td>optimal</td></tr><tr><th>gap</th><td>0</td></tr>"
                                      "<tr><th>peak_memory</th><td>4, 3.5</td></tr>"

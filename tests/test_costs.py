@@ -198,3 +198,26 @@ def test_solve_prints_module_names_and_a_met_bound_as_such(tmp_path):
     assert solver["status"] == "heuristic" and 0 < solver["gap"] <= 1e-5 and solver["bound_met"] is True
     assert "heuristic (bound met)" in output
     assert solver["device_layers"][0] == "tok_embeddings, layers.0-3"
+
+
+def test_stages_are_labelled_by_the_model_s_module_names_in_the_json():
+    """`zbsolve solve --json` of Llama-3-8B on the V-shape names each stage's modules ("stage_layers") beside each
+    device's ("device_layers"): device 7 holds the two middle stages, told apart only per stage."""
+    done = runner.invoke(app, ["solve", str(LLAMA), "-p", "8", "-m", "16", "--placement", "vshape",
+                               "--solver", "heuristic", "--json"])
+    assert done.exit_code == 0, done.output
+    figures = json.loads(done.output)
+    stages = figures["stage_layers"]
+    assert len(stages) == 16 and len(figures["partition"]) == 16
+    assert (stages[0], stages[7], stages[8], stages[15]) == (
+        "tok_embeddings, layers.0-1", "layers.14-15", "layers.16-17", "layers.30-31, norm, output")
+    assert figures["device_layers"][7] == "layers.14-17"
+    assert figures["device_layers"][0] == "tok_embeddings, layers.0-1, layers.30-31, norm, output"
+
+
+def test_a_met_bound_reads_so_in_a_notebook():
+    """The result's own tables (Jupyter's HTML, rich) read the status as the command's table does."""
+    result = solve(LLAMA, num_devices=8, num_microbatches=16, device_memory="80GiB", solver="heuristic")
+    assert result.status == "heuristic" and result.bound_met and result.summary()["status"] == "heuristic"
+    assert "<td>heuristic (bound met)</td>" in result._repr_html_()
+    assert "heuristic (bound met)" in list(result.__rich__().columns[1].cells)

@@ -120,3 +120,22 @@ def test_interrupt_keeps_the_finished_solves():
 def test_reference_peak_merges_chunk_stages():
     """A memory factor means the same memory for a profile given per stage or per chunk."""
     assert reference_peak(SKEWED_3.per_chunk(3, 2), 3, 5) == reference_peak(SKEWED_3, 3, 5)
+
+
+def test_a_status_whose_schedule_meets_the_bound_reads_so_in_the_table():
+    """A warm start within the rounding of times of its bound reads "heuristic (bound met)" beside its gap (and
+    "bound_met" in the JSON); one further off stays "heuristic", and "optimal" is not qualified."""
+    from rich.console import Console
+
+    from zbsolve.frontier import Frontier, FrontierRow
+    from zbsolve.render import frontier_table
+
+    rows = (FrontierRow("sequential", 4.0, 1.0, 0.1, 0.2, "heuristic", 7e-7, None),
+            FrontierRow("sequential", 6.0, 1.5, 0.1, 0.2, "heuristic", 0.05, None),
+            FrontierRow("sequential", 8.0, 2.0, 0.1, 0.2, "optimal", 0.0, None))
+    result = Frontier(rows, (), 4.0)
+    console = Console(width=200, record=True)
+    console.print(frontier_table(result, "t"))
+    statuses = [line.split("│")[6].strip() for line in console.export_text().splitlines() if "sequential" in line]
+    assert statuses == ["heuristic (bound met)", "heuristic", "optimal"]
+    assert [row["bound_met"] for row in result.to_json()["rows"]] == [True, False, True]

@@ -446,14 +446,17 @@ def test_a_grid_of_models_refuses_a_plan_over_the_size_limit_before_any_job(tmp_
 
 
 def test_the_summary_writes_a_partition_whole_and_a_per_device_figure_as_its_largest(tmp_path):
+    labels = ["tok_embeddings, layers.0-3", "layers.4-7, norm, output"]
     record = {"hash": "h", "config": {"problem": "llama3-8b", "num_devices": 8}, "status": "planned",
-              "figures": {"partition": [2, 1, 1, 1, 5, 5, 5, 5], "memory_gib": [61.5, 70.25], "step_time": 1.5}}
+              "figures": {"partition": [2, 1, 1, 1, 5, 5, 5, 5], "memory_gib": [61.5, 70.25], "step_time": 1.5,
+                          "device_layers": labels}}
     write_summary([record], tmp_path / "s.csv")
     with open(tmp_path / "s.csv", newline="") as f:
         (row,) = csv.DictReader(f)
     assert row["partition"] == "2,1,1,1,5,5,5,5"
     assert [int(x) for x in row["partition"].split(",")] == record["figures"]["partition"]
     assert float(row["memory_gib"]) == 70.25 and float(row["step_time"]) == 1.5
+    assert row["device_layers"] == "tok_embeddings, layers.0-3; layers.4-7, norm, output"  # whole, devices told apart
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parent.parent / "problems" / "grids").glob("*.yaml")),

@@ -199,6 +199,9 @@ def test_plan_command_writes_a_document_that_checks(tmp_path):
     assert "baselines on the same costs" in done.output and "ZBVZeroBubble" in done.output
     doc = json.loads(out.read_text())
     assert doc["plan"]["placement"] == "sequential" and doc["partition"]["stages"][0][0] == 0
+    stages = doc["plan"]["stage_layers"]  # the model's module names, one stage a device
+    assert stages[0].startswith("tok_embeddings, layers.0") and stages[-1].endswith("-11, norm, output")
+    assert doc["plan"]["device_layers"] == stages
     schedule, _ = from_document(doc)
     check_fits(document_costs(doc, schedule, "plan"), simulate(schedule))
     assert runner.invoke(app, ["check", str(out), "-q"]).exit_code == 0

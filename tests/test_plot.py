@@ -207,3 +207,75 @@ def test_a_model_is_drawn_in_seconds_and_gib_with_its_module_names():
         colours = [to_hex(h.get_facecolor() if hasattr(h, "get_facecolor") and not hasattr(h, "get_color")
                           else h.get_color()) for h in legend.legend_handles]
         assert len(set(colours)) == len(colours), [t.get_text() for t in legend.get_texts()]
+
+
+def legend_colours(ax) -> dict[str, tuple[str, ...]]:
+    """Each legend entry's text and the colours of everything its handle draws (every patch of a tuple handle)."""
+    from matplotlib.colors import to_hex
+    from matplotlib.offsetbox import DrawingArea, OffsetBox, TextArea
+    from matplotlib.patches import Patch
+
+    entries: dict[str, tuple[str, ...]] = {}
+
+    def walk(box: OffsetBox) -> None:
+        kids = box.get_children()
+        if len(kids) == 2 and isinstance(kids[0], DrawingArea) and isinstance(kids[1], TextArea):
+            entries[kids[1].get_text()] = tuple(to_hex(a.get_facecolor() if isinstance(a, Patch) else a.get_color())
+                                                for a in kids[0].get_children())
+        for kid in kids:
+            if isinstance(kid, OffsetBox):
+                walk(kid)
+
+    walk(ax.get_legend().get_children()[0])
+    return entries
+
+
+def llama(placement: str, p: int, m: int):
+    from zbsolve.solve import solve
+
+    return solve(ROOT / "problems" / "models" / "llama3-8b.yaml", num_devices=p, num_microbatches=m,
+                 placement=placement, solver="heuristic")
+
+
+@pytest.mark.parametrize("case", ["vshape", "pairs", "16 devices"])
+def test_no_two_legend_entries_draw_the_same_colours(case):
+    """Every legend entry of the Gantt chart and of the memory panel is told apart by its colours: a device's later
+    stages (lighter shades of every kind) against the kinds, the F&B pair against F, the devices and the limits."""
+    if case == "pairs":
+        fig = plot_timeline(with_pairs(3, 4), memory=True)
+    else:
+        result = llama("vshape", 8, 16) if case == "vshape" else llama("sequential", 16, 32)
+        fig = plot_timeline(result.timeline, memory=True, costs=result.costs)
+    for ax in fig.axes:
+        entries = legend_colours(ax)
+        assert len(set(entries.values())) == len(entries) > 2, entries
+
+
+def test_the_plan_chart_names_modules_source_seconds_and_gib_and_cuts_no_label():
+    """A plan of Llama-3-8B on the V-shape: rows by the model's module names, none cut off at the figure's left edge;
+    the title names the placement, the partition and the source as the plan's table does (and the warm start CP-SAT
+    kept), times in seconds and memory in GiB; no two legend entries alike."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from zbsolve.planner import PlanResult, baselines
+    from zbsolve.plot import plot_plan
+
+    result = llama("vshape", 4, 8)
+    plan = PlanResult("vshape", 2, result.costs, result.timeline, "cpsat", result.lower_bound,
+                      tuple(baselines(result.costs.model, 4, 8, 80 * 2**30)), (), 1.0, "")
+    fig = plot_plan(plan)
+    gantt, bars = fig.axes
+    rows = [t.get_text() for t in gantt.get_yticklabels()]
+    assert rows == ["0: tok_embeddings, layers.0-3, layers.28-31, norm, output", "1: layers.4-7, layers.24-27",
+                    "2: layers.8-11, layers.20-23", "3: layers.12-19"]
+    summary = plan.summary()
+    title = gantt.get_title(loc="left")
+    kept = result.schedule.name
+    assert kept != "cpsat" and title.startswith(f"llama3-8b: plan, vshape x2, partition {summary['partition']}, "
+                                                f"source {summary['source']}; the schedule is {kept}'s\n")
+    assert f"step time {plan.step_time:.4g} s" in title and f"{max(result.peak_memory) / 2**30:.2f} GiB" in title
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    for label in gantt.get_yticklabels() + bars.get_yticklabels():
+        assert label.get_window_extent(renderer).x0 >= 0, label.get_text()
+    entries = legend_colours(gantt)
+    assert len(set(entries.values())) == len(entries), entries

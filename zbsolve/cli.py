@@ -23,12 +23,14 @@ from zbsolve.profile import UNIT, Profile
 from zbsolve.checks import check_size
 from zbsolve.costs import Costs
 from zbsolve.render import (
+    LAYER_LABELS,
     PER_DEVICE,
     device_memory_table,
     figures_table,
     fmt,
     frontier_table,
     records_table,
+    status_text,
     text_table,
 )
 from zbsolve.simulator import simulate
@@ -348,13 +350,14 @@ def _costs_figures(costs: Optional[Costs], limit: object) -> dict[str, object]:
 
 def _print_result(summary: dict[str, object], published: dict[str, float], costs: Optional[Costs],
                   title: str) -> None:
-    """The figures table (times in seconds for a model), then memory per device in GiB when it is in bytes."""
+    """The figures table (times in seconds for a model, the status as ``status_text`` reads it), then memory per
+    device in GiB with the layers each device holds when it is in bytes."""
     in_bytes = costs is not None and costs.in_bytes
     seconds = costs is not None and costs.model is not None
     shown = {(f"{key} (s)" if seconds and key in SECONDS else key): value for key, value in summary.items()
-             if not (in_bytes and key in (*PER_DEVICE, "device_layers"))}
-    if summary.get("bound_met") and summary.get("status") != "optimal":
-        shown["status"] = f"{summary['status']} (bound met)"
+             if key != "bound_met" and not (in_bytes and key in (*PER_DEVICE, *LAYER_LABELS))}
+    if "bound_met" in summary:
+        shown["status"] = status_text(str(summary["status"]), bool(summary["bound_met"]))
     out.print(figures_table({**shown, **{f"published {key}": value for key, value in published.items()}}, title))
     if in_bytes:
         wide.print(device_memory_table(summary, "memory per device"))

@@ -79,6 +79,10 @@ class Costs:
             held[d].append(stage_range)
         return held
 
+    def stage_names(self) -> list[str]:
+        """Per stage, the model's names of its layers (``model.module_names``; empty for a bare profile)."""
+        return [] if self.model is None else [module_names(self.model, [stage_range]) for stage_range in self.stages]
+
     def device_names(self) -> list[str]:
         """Per device, the model's names of the layers it holds (``model.module_names``), or "-" for a bare
         profile."""
@@ -198,9 +202,10 @@ def check_fits(costs: Costs, timeline: Timeline) -> None:
 
 def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
     """Memory per device in GiB: static bytes, peak activations, their sum, and the device memory when given; for a
-    model, the names of the layers each device holds first ("device_layers")."""
+    model, the names of the layers each stage and each device holds first ("stage_layers", "device_layers")."""
     peak = timeline.peak_memory
-    figures: dict[str, object] = {"device_layers": costs.device_names()} if costs.model is not None else {}
+    figures: dict[str, object] = ({"stage_layers": costs.stage_names(), "device_layers": costs.device_names()}
+                                  if costs.model is not None else {})
     figures |= {"static_gib": [gib(b) for b in costs.static_bytes], "activation_gib": [gib(b) for b in peak],
                 "memory_gib": [gib(a + b) for a, b in zip(costs.static_bytes, peak)]}
     if costs.device_memory is not None:

@@ -27,7 +27,7 @@ from zbsolve.placement import CHUNKS
 from zbsolve.profile import Profile
 from zbsolve.schedule import Schedule, build
 from zbsolve.simulator import simulate
-from zbsolve.solve import solve
+from zbsolve.solve import meets_bound, solve
 from zbsolve.spec import SUPPORTED_PLACEMENTS, make_spec
 
 if TYPE_CHECKING:
@@ -61,11 +61,16 @@ class FrontierRow:
     schedule: Schedule | None
     """The schedule (None when no schedule fits)."""
 
+    @property
+    def bound_met(self) -> bool:
+        """Whether the schedule meets the limit's lower bound (``solve.meets_bound``)."""
+        return meets_bound(self.gap)
+
     def as_dict(self) -> dict[str, object]:
         """The row's figures as plain values (no schedule)."""
         return {"placement": self.placement, "mem_limit": self.mem_limit, "factor": self.factor,
                 "paper_bubble": self.paper_bubble, "bubble_rate": self.bubble_rate, "status": self.status,
-                "gap": self.gap}
+                "gap": self.gap, "bound_met": self.bound_met}
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ def _label(ax: Axes, boxes: list, x_pt: float, row_pt: float) -> None:
 
 
 def _legend_handles(boxes: list, schedule: Schedule) -> tuple[list, list[str]]:
+    """One legend entry a pass kind, one for the F&B pairs, one for the lighter shades of a device's later stages
+    (every kind's), one for idle time: no two entries in the same colours."""
     kinds = {p.kind for *_, p, _ in boxes}
     handles: list = [Patch(facecolor=COLORS[k], label=k) for k in KINDS if k in kinds]
     labels = [{F: "F forward", B: "B input grad", W: "W weight grad", BW: "BW full backward"}[k]
@@ -124,8 +126,8 @@ def _legend_handles(boxes: list, schedule: Schedule) -> tuple[list, list[str]]:
         handles.append((Patch(facecolor=COLORS[F]), Patch(facecolor=COLORS[back])))
         labels.append(f"F&{back} pair (top F)")
     if max(len(c) for c in _chunks(schedule)) > 1:
-        handles += [Patch(facecolor=_shade(F, 0, 2)), Patch(facecolor=_shade(F, 1, 2))]
-        labels += ["device's 1st stage", "device's later stage"]
+        handles.append(tuple(Patch(facecolor=_shade(k, 1, 2)) for k in KINDS if k in kinds))
+        labels.append("device's later stages")
     handles.append(Patch(facecolor="white", edgecolor="0.6"))
     labels.append("idle (bubble)")
     return handles, labels
@@ -186,6 +188,11 @@ def _units(costs: Costs | None) -> tuple[bool, bool]:
     return costs is not None and costs.model is not None, costs is not None and costs.in_bytes
 
 
+def _left_in(labels: Sequence[str]) -> float:
+    """Inches of left margin that fit the longest of ``labels`` (tick labels beside the axes)."""
+    return max(_LEFT_IN, _LABEL_IN * max(map(len, labels), default=0))
+
+
 def _number(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1e5 else f"{x:.6g}"
 
@@ -221,9 +228,9 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
         gantt_in = max(1.2, _ROW_IN * p)
         height = _TOP_IN + gantt_in + _BOTTOM_IN + (_MEMORY_IN + _GAP_IN if memory else 0.0)
         fig = Chart(figsize=(_WIDTH_IN, height))
-        left = max(_LEFT_IN, _LABEL_IN * max(map(len, rows or [""])))
-        fig.subplots_adjust(left=left / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
-                            bottom=_BOTTOM_IN / height, hspace=2 * _GAP_IN / (gantt_in + _MEMORY_IN))
+        fig.subplots_adjust(left=_left_in(rows or []) / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN,
+                            top=1 - _TOP_IN / height, bottom=_BOTTOM_IN / height,
+                            hspace=2 * _GAP_IN / (gantt_in + _MEMORY_IN))
         if memory:
             ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
             _memory(memory_ax, timeline, GIB if in_bytes else 1.0, "GiB" if in_bytes else "")
@@ -257,22 +264,28 @@ def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, ti
 
 
 def plot_plan(result: "PlanResult") -> Figure:
-    """The plan's Gantt chart, each device labelled with its layers, above the step times of the plan and of the
-    baselines (hatched: does not fit the device memory)."""
+    """The plan's Gantt chart, each device labelled with the model's layers it holds, titled with the placement, the
+    partition and the source as the plan's table names them (and the schedule's own name where it differs), above
+    the step times of the plan and of the baselines (hatched: does not fit the device memory)."""
     timeline, costs = result.timeline, result.costs
     p = timeline.schedule.num_devices
+    rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]
     bars = [(f"plan ({result.placement})", result.step_time, True)] + [
         (f"{b.schedule} ({b.split})", b.step_time, b.fits) for b in result.baselines if b.step_time is not None]
     gantt_in, bars_in = max(1.2, _ROW_IN * p), max(1.2, 0.2 * len(bars))
     height = _TOP_IN + gantt_in + _BOTTOM_IN + bars_in + 2 * _GAP_IN
     fig = Chart(figsize=(_WIDTH_IN, height))
-    fig.subplots_adjust(left=2.3 / _WIDTH_IN, right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
+    fig.subplots_adjust(left=_left_in(rows + [name for name, *_ in bars]) / _WIDTH_IN,
+                        right=1 - _RIGHT_IN / _WIDTH_IN, top=1 - _TOP_IN / height,
                         bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
     ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
-    _gantt(ax, timeline, [f"{d}: {names}" for d, names in enumerate(costs.device_names())])
+    _gantt(ax, timeline, rows)
     ax.set_xlabel("seconds")
-    ax.set_title(_title(timeline, f"plan: {result.placement}, layers per stage {list(result.counts)}", costs),
-                 loc="left", fontsize=10)
+    maker = timeline.schedule.name
+    head = (f"{costs.model.name}: plan, {result.placement} x{result.chunks}, "  # type: ignore[union-attr]
+            f"partition {list(result.counts)}, source {result.source}"
+            + ("" if maker == result.source else f"; the schedule is {maker}'s"))
+    ax.set_title(_title(timeline, head, costs), loc="left", fontsize=10)
     names, times, fits = zip(*bars)
     y = range(len(bars))
     bar_ax.barh(y, times, color=["#3a923a" if k == 0 else "#4c72b0" for k in y],

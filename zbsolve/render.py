@@ -22,11 +22,12 @@ FRONTIER_COLUMNS = ("placement", "factor", "mem_limit", "paper_bubble", "bubble_
 
 def fmt(value: object) -> str:
     """A figure as text: integral numbers without a fraction, other floats to four decimals (trailing zeros
-    dropped; three significant digits below 0.001), lists comma-separated, None as "-"."""
+    dropped; three significant digits below 0.001), lists comma-separated (lists of texts, such as layer labels that
+    hold commas themselves, by semicolons), None as "-"."""
     if value is None:
         return "-"
     if isinstance(value, (list, tuple)):
-        return ", ".join(fmt(v) for v in value)
+        return ("; " if any(isinstance(v, str) for v in value) else ", ").join(fmt(v) for v in value)
     if isinstance(value, bool) or not isinstance(value, float):
         return str(value)
     if not math.isfinite(value):
@@ -79,16 +80,26 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str
     return table
 
 
+def status_text(status: str, bound_met: bool) -> str:
+    """A solve's status as a reader takes it: one not proven optimal whose schedule meets the lower bound all the same
+    (a bound on times rounded for the solver) reads "<status> (bound met)", e.g. "heuristic (bound met)"."""
+    return f"{status} (bound met)" if bound_met and status != "optimal" else status
+
+
 def frontier_table(frontier: Frontier, title: str) -> Table:
-    """The frontier's rows, then each family point as a row named "family (placement)" whose mem_limit is
-    the family's peak memory."""
+    """The frontier's rows (their status as ``status_text`` reads it), then each family point as a row named
+    "family (placement)" whose mem_limit is the family's peak memory."""
+    rows = [{**r.as_dict(), "status": status_text(r.status, r.bound_met)} for r in frontier.rows]
     points = [{"placement": f"{f.name} ({f.placement})", "factor": f.factor, "mem_limit": f.peak_memory,
                "paper_bubble": f.paper_bubble, "status": "family"} for f in frontier.families]
-    return records_table([r.as_dict() for r in frontier.rows] + points, title, FRONTIER_COLUMNS)
+    return records_table(rows + points, title, FRONTIER_COLUMNS)
 
 
 PER_DEVICE = ("static_gib", "activation_gib", "memory_gib")
 """Figures with one value per device, which ``device_memory_table`` shows as columns (beside "device_layers")."""
+LAYER_LABELS = ("stage_layers", "device_layers")
+"""Figures naming the model's layers each stage and each device holds (``costs.memory_figures``): the device table
+shows them, the figures table leaves them out."""
 DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total GiB")
 """Columns of ``device_memory_table``."""
 

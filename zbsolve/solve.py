@@ -41,7 +41,7 @@ from zbsolve.model import Model
 from zbsolve.placement import CHUNKS, make_placement, vshape
 from zbsolve.problem import load_costs
 from zbsolve.profile import Profile
-from zbsolve.render import figures_html, figures_table
+from zbsolve.render import figures_html, figures_table, status_text
 from zbsolve.schedule import Schedule, build, passes_of
 from zbsolve.simulator import Timeline, simulate
 from zbsolve.spec import SUPPORTED_PLACEMENTS, PlacementName, Spec, make_spec
@@ -71,6 +71,12 @@ BOUND_MET = 1e-5
 """The largest gap that reads as the bound met: what rounding times to integers for the solver leaves."""
 KEPT = ("step times", "document")
 """The phases after the search, whose time every solve keeps before its deadline."""
+
+
+def meets_bound(gap: float | None) -> bool:
+    """Whether a schedule ``gap`` (relative) above its lower bound meets it, up to ``BOUND_MET``; None (no
+    bound) does not."""
+    return gap is not None and gap <= BOUND_MET
 
 
 @dataclass(frozen=True, repr=False)
@@ -124,12 +130,13 @@ class SolveResult:
     def bound_met(self) -> bool:
         """Whether the schedule meets the lower bound: proven optimal, or within ``BOUND_MET`` of it where the
         bound is on times rounded for the solver."""
-        return self.gap <= BOUND_MET
+        return meets_bound(self.gap)
 
     @property
     def status_text(self) -> str:
-        """The status as a reader takes it: "optimal", "feasible", "heuristic", or "heuristic (bound met)"."""
-        return f"{self.status} (bound met)" if self.bound_met and self.status != "optimal" else self.status
+        """The status as a reader takes it (``render.status_text``): "heuristic (bound met)" for a warm start
+        that meets the bound."""
+        return status_text(self.status, self.bound_met)
 
     @property
     def paper_bubble(self) -> float:
@@ -167,11 +174,15 @@ class SolveResult:
         return (f"SolveResult(status={self.status!r}, objective={self.objective:.6g}, gap={self.gap:.4g}, "
                 f"solver={self.solver!r}, interrupted={self.interrupted})")
 
+    def _shown(self) -> dict[str, object]:
+        """The summary as a table shows it: the status as ``status_text`` reads it."""
+        return {**self.summary(), "status": self.status_text}
+
     def _repr_html_(self) -> str:
-        return figures_html(self.summary())
+        return figures_html(self._shown())
 
     def __rich__(self) -> object:
-        return figures_table(self.summary(), f"zbsolve {self.solver}")
+        return figures_table(self._shown(), f"zbsolve {self.solver}")
 
 
 def _check_search(solver: str, time_limit: object, objective: str, workers: object) -> None:

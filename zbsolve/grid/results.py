@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, Iterable
 from zbsolve.errors import InputError
 from zbsolve.files import write_with
 from zbsolve.grid.spec import Job
+from zbsolve.render import fmt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,19 +94,22 @@ def pending(jobs: Iterable[Job], output: str | Path | None, retry_failed: bool =
 
 
 WHOLE = ("partition",)
-"""List figures written whole, comma-separated as ``--partition`` takes them (a plan's layers per stage); any other
-list is one value per device, written as its largest."""
+"""List figures written whole, comma-separated as ``--partition`` takes them (a plan's layers per stage); a list of
+texts (the layers per stage or device, by the model's names) is written whole as tables show it; any other list is
+one value per device, written as its largest."""
 
 
 def flatten(record: dict) -> dict:
-    """One flat row of a record: config and figures side by side (a partition as "5,4,4,6", a per-device figure
-    such as peak memory as its maximum)."""
+    """One flat row of a record: config and figures side by side (a partition as "5,4,4,6", layer labels as
+    ``render.fmt`` writes them, a per-device figure such as peak memory as its maximum)."""
     row = {"hash": record["hash"], **record["config"], "status": record.get("status"),
            "mem_limit_value": record.get("mem_limit"), "solve_time": record.get("solve_time"),
            "error": record.get("error", ""), "schedule": record.get("schedule")}
     for key, value in (record.get("figures") or {}).items():
-        if isinstance(value, list) and value:
-            value = ",".join(map(str, value)) if key in WHOLE else max(value)
+        if isinstance(value, list) and value and key in WHOLE:
+            value = ",".join(map(str, value))
+        elif isinstance(value, list) and value:
+            value = fmt(value) if isinstance(value[0], str) else max(value)
         row[key] = value
     return row
 
