@@ -197,7 +197,8 @@ def test_progress_hears_every_log_line_as_it_comes(solver):
     check_result(result, [2.0, 2.0, 4.0])
     assert "\n".join(lines) == result.solver_log
     names = [line.split(":")[0] for line in lines]
-    floor = names[:names.index("heuristic")]  # the families to the first that fits, one at a time if one does not
+    assert names[names.index("heuristic") - 1] == "floor"  # the floor's time, then the warm starts
+    floor = names[:names.index("floor")]  # the families to the first that fits, one at a time if one does not
     families = [name for name in floor if name != solve_module.ONE_AT_A_TIME]
     assert floor and families == list(PLACEMENT_FAMILIES["sequential"])[:len(families)]
     over = any("over the memory limit" in line for line in lines[:len(floor)])

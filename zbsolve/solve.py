@@ -217,6 +217,8 @@ class _Budget:
     """The one deadline of a solve, and the unit of ``COSTS``."""
 
     deadline: float
+    started: float
+    """``time.monotonic()`` when the solve began."""
     unit: float = 0.0
     """Seconds the first schedule's simulation took."""
 
@@ -300,6 +302,9 @@ def _floor(spec: Spec, budget: _Budget, log: Log, best: _Best) -> list[str]:
     if best.timeline is None:
         offer(ONE_AT_A_TIME, _one_at_a_time(spec))
     best.proven(max(best.timeline.work), True)
+    kept = sum(budget.cost(phase) for phase in KEPT)
+    log.append(f"floor: built in {time.monotonic() - budget.started:.2f}s; {kept:.2f}s kept for the step times and "
+               "the document")
     return names
 
 
@@ -466,7 +471,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     log = Log(progress)
     best = _Best(objective)
     try:
-        _search(spec, solver, objective, workers or os.cpu_count() or 1, seed, _Budget(began + time_limit), log, best)
+        budget = _Budget(began + time_limit, began)
+        _search(spec, solver, objective, workers or os.cpu_count() or 1, seed, budget, log, best)
     except KeyboardInterrupt:
         if best.timeline is None:
             raise
