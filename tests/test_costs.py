@@ -221,3 +221,12 @@ def test_a_met_bound_reads_so_in_a_notebook():
     assert result.status == "heuristic" and result.bound_met and result.summary()["status"] == "heuristic"
     assert "<td>heuristic (bound met)</td>" in result._repr_html_()
     assert "heuristic (bound met)" in list(result.__rich__().columns[1].cells)
+
+
+def test_check_of_a_model_s_document_prints_seconds_and_gib(tmp_path):
+    """No figure in the profile's raw units: the makespan in seconds, memory per device in GiB by module names."""
+    solved_document(tmp_path)
+    checked = runner.invoke(app, ["check", str(tmp_path / "plan.json")])
+    assert checked.exit_code == 0, checked.output
+    assert "makespan (s)" in checked.output and "peak_memory" not in checked.output
+    assert "total GiB" in checked.output and "layers.28-31, norm, output" in checked.output

@@ -152,7 +152,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **figures, "planned_drift": drift}, indent=1))
         return
-    out.print(figures_table({"name": escape(sched.name), **figures}, f"{escape(str(file))}: valid"))
+    _print_result({"name": escape(sched.name), **figures}, {}, costs, f"{escape(str(file))}: valid")
     if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
@@ -339,6 +339,8 @@ def _spinner() -> tuple:
 
 SECONDS = ("value", "lower_bound", "step_time", "step_time_no_barrier", "makespan")
 """Figures in the profile's time unit, which is seconds for a model."""
+RAW_MEMORY = ("peak_memory", "peak_memory_per_device")
+"""Figures in the profile's memory unit, which the table of memory per device shows in GiB when it is bytes."""
 
 
 def _costs_figures(costs: Optional[Costs], limit: object) -> dict[str, object]:
@@ -355,7 +357,7 @@ def _print_result(summary: dict[str, object], published: dict[str, float], costs
     in_bytes = costs is not None and costs.in_bytes
     seconds = costs is not None and costs.model is not None
     shown = {(f"{key} (s)" if seconds and key in SECONDS else key): value for key, value in summary.items()
-             if key != "bound_met" and not (in_bytes and key in (*PER_DEVICE, *LAYER_LABELS))}
+             if key != "bound_met" and not (in_bytes and key in (*PER_DEVICE, *LAYER_LABELS, *RAW_MEMORY))}
     if "bound_met" in summary:
         shown["status"] = status_text(str(summary["status"]), bool(summary["bound_met"]))
     out.print(figures_table({**shown, **{f"published {key}": value for key, value in published.items()}}, title))
