@@ -230,6 +230,10 @@ class _Budget:
         """Estimated seconds of ``phase``."""
         return COSTS[phase] * self.unit
 
+    def kept(self) -> float:
+        """Estimated seconds of the phases after the search (``KEPT``), kept before the deadline."""
+        return sum(self.cost(phase) for phase in KEPT)
+
     def allows(self, phase: str, log: Log, then: float = 0.0, name: str | None = None) -> bool:
         """Whether ``phase`` fits in the time left, keeping ``then`` seconds for what must follow; if not, log
         why (naming it ``name``, by default the phase)."""
@@ -286,7 +290,7 @@ def _floor(spec: Spec, budget: _Budget, log: Log, best: _Best) -> list[str]:
         timeline = simulate(schedule)
         if not budget.unit:
             budget.unit = time.monotonic() - began
-            budget.deadline -= sum(budget.cost(phase) for phase in KEPT)
+            budget.deadline -= budget.kept()
         best.offer(name, timeline, log)
 
     names = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
@@ -302,9 +306,8 @@ def _floor(spec: Spec, budget: _Budget, log: Log, best: _Best) -> list[str]:
     if best.timeline is None:
         offer(ONE_AT_A_TIME, _one_at_a_time(spec))
     best.proven(max(best.timeline.work), True)
-    kept = sum(budget.cost(phase) for phase in KEPT)
-    log.append(f"floor: built in {time.monotonic() - budget.started:.2f}s; {kept:.2f}s kept for the step times and "
-               "the document")
+    log.append(f"floor: built in {time.monotonic() - budget.started:.2f}s; {budget.kept():.2f}s kept for the step "
+               "times and the document")
     return names
 
 
