@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from zbsolve.document import drift_matters, from_document, planned_drift, read_document, read_json, write_document
+from zbsolve.document import drift_matters, from_document, planned_drift, read_json, write_document
 from zbsolve.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.families import FAMILIES, make_schedule
 from zbsolve.files import check_output
