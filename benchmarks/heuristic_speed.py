@@ -10,10 +10,10 @@ import statistics
 import time
 from pathlib import Path
 
-from zbsolve.heuristic import heuristic
-from zbsolve.placement import sequential
-from zbsolve.problem import Problem
-from zbsolve.simulator import simulate
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.core.placement import sequential
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.simulator import simulate
 
 RUNS = 5
 PROFILE = Problem.load(Path(__file__).resolve().parent.parent / "problems/iclr/1.5b-p8-m24.yaml").profile

@@ -18,14 +18,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from zbsolve.errors import ZbsolveError
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.heuristic import heuristic
-from zbsolve.placement import sequential
-from zbsolve.problem import Problem
-from zbsolve.simulator import simulate
-from zbsolve.solve import solve
-from zbsolve.transforms import with_limit
+from zbsolve.base.errors import ZbsolveError
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.core.placement import sequential
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import solve
+from zbsolve.core.transforms import with_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -47,10 +47,10 @@ def _problem(folder: Path, p: int, m: int, factor: float | None) -> Path:
 def _floor(placement: str, p: int, m: int, factor: float) -> tuple[float, float]:
     """The objective of the first family of ``placement`` that fits ``factor`` x 1F1B's peak, and the seconds that
     building and simulating the families down to it take here."""
-    from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
-    from zbsolve.limits import reference_peak
-    from zbsolve.profile import UNIT
-    from zbsolve.simulator import simulate
+    from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
+    from zbsolve.problem.memory_factor import reference_peak
+    from zbsolve.core.profile import UNIT
+    from zbsolve.core.simulator import simulate
 
     limit = factor * reference_peak(UNIT, p, m)
     began = time.monotonic()

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from zbsolve.errors import InfeasibleError
-from zbsolve.model import Layer, Model
-from zbsolve.planner import PlanResult, plan
-from zbsolve.render import records_table
-from zbsolve.solve import solve
-from zbsolve.units import GIB
+from zbsolve.base.errors import InfeasibleError
+from zbsolve.problem.model import Layer, Model
+from zbsolve.planning.planner import PlanResult, plan
+from zbsolve.present.tables import records_table
+from zbsolve.optimize.solve import solve
+from zbsolve.base.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))

@@ -41,12 +41,12 @@ def _rss_bytes() -> int:
 
 def child(task: str, placement: str, p: int, m: int, time_limit: float) -> dict:
     """Measure one task in this (fresh) process."""
-    from zbsolve.families import make_schedule
-    from zbsolve.heuristic import heuristic
-    from zbsolve.placement import sequential, vshape
-    from zbsolve.profile import UNIT
-    from zbsolve.simulator import simulate
-    from zbsolve.solve import solve
+    from zbsolve.schedulers.families import make_schedule
+    from zbsolve.schedulers.heuristic import heuristic
+    from zbsolve.core.placement import sequential, vshape
+    from zbsolve.core.profile import UNIT
+    from zbsolve.core.simulator import simulate
+    from zbsolve.optimize.solve import solve
 
     limit = p * UNIT.mem_f
     base = _rss_bytes()

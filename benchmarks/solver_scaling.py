@@ -12,9 +12,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT
-from zbsolve.solve import solve
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT
+from zbsolve.optimize.solve import solve
 
 PROFILE = Problem.load(Path(__file__).resolve().parent.parent / "problems/iclr/1.5b-p8-m24.yaml").profile
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from zbsolve.families import make_schedule
-from zbsolve.limits import reference_peak
-from zbsolve.problem import Problem
-from zbsolve.simulator import simulate
-from zbsolve.solve import solve
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.problem.memory_factor import reference_peak
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import solve
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = ("zb-v", "v-half", "v-min")

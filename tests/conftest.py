@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from zbsolve.errors import InputError
-from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
-from zbsolve.heuristic import heuristic
-from zbsolve.placement import interleaved, sequential, vshape
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import B, BW, F, W, Pass, Schedule, build
-from zbsolve.simulator import Timeline, simulate
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.core.placement import interleaved, sequential, vshape
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import B, BW, F, W, Pass, Schedule, build
+from zbsolve.core.simulator import Timeline, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: every path in the tests is built from it."""

@@ -10,15 +10,15 @@ import threading
 import pytest
 from ortools.sat.python import cp_model
 
-from zbsolve.backends import BACKENDS
-from zbsolve.bound import lower_bound
-from zbsolve.formulation import formulate
-from zbsolve.heuristic import heuristic
-from zbsolve.interrupt import run_interruptible
-from zbsolve.placement import sequential, vshape
-from zbsolve.profile import Profile
-from zbsolve.simulator import simulate
-from zbsolve.solve import SOLVERS
+from zbsolve.optimize.backends import BACKENDS
+from zbsolve.optimize.bound import lower_bound
+from zbsolve.optimize.formulation import formulate
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.base.interrupt import run_interruptible
+from zbsolve.core.placement import sequential, vshape
+from zbsolve.core.profile import Profile
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import SOLVERS
 
 UNEVEN = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2,
                  mem_f=[1.0, 1.0, 2.0], mem_b=[-0.5, -0.25, -1.0], mem_w=[-0.5, -0.75, -1.0])

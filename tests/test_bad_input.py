@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import ICLR, ROOT
-from zbsolve.cli import app
-from zbsolve.document import from_document, read_document, to_document
-from zbsolve.errors import InputError
-from zbsolve.export import torch_csv
-from zbsolve.families import make_schedule
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT, Profile, load_mapping
-from zbsolve.simulator import simulate
+from zbsolve.app.cli import app
+from zbsolve.io.document import from_document, read_document, to_document
+from zbsolve.base.errors import InputError
+from zbsolve.io.torch_csv import torch_csv
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT, Profile, load_mapping
+from zbsolve.core.simulator import simulate
 
 RUNNER = CliRunner()
 DOCUMENT = json.loads(json.dumps(to_document(simulate(make_schedule("zb-h1", UNIT, 4, 8)))))

@@ -1,18 +1,18 @@
-"""Tests of torch's built-in schedules as baselines (zbsolve.baselines, zbsolve.torch_compat.schedule_order): valid
+"""Tests of torch's built-in schedules as baselines (zbsolve.schedulers.builtins, zbsolve.core.torch_compat.schedule_order): valid
 under the simulator, torch's orders against zbsolve's families, and one-line errors."""
 
 from __future__ import annotations
 
 import pytest
 
-from zbsolve import torch_compat
-from zbsolve.baselines import BUILTINS, builtin_schedule
-from zbsolve.errors import InputError
-from zbsolve.families import make_schedule
-from zbsolve.placement import make_placement
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import BW, B, F, Pair, Pass, W, passes_of
-from zbsolve.simulator import simulate
+from zbsolve.core import torch_compat
+from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.placement import make_placement
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, passes_of
+from zbsolve.core.simulator import simulate
 
 CASES = [(2, 4), (4, 8), (8, 32)]
 """(devices, microbatches) that every built-in runs, with torch or with zbsolve's families."""
@@ -85,7 +85,7 @@ def test_torch_orders_are_the_families(name: str, p: int, m: int) -> None:
     ("DualPipeV", 4, 8, True, True),
 ])
 def test_documented_differences(name: str, p: int, m: int, torch_runs: bool, family_runs: bool) -> None:
-    """Where torch and zbsolve's family accept different (p, m), as zbsolve.baselines' docstring says."""
+    """Where torch and zbsolve's family accept different (p, m), as zbsolve.schedulers.builtins' docstring says."""
     pytest.importorskip("torch.distributed.pipelining")
     family = BUILTINS[name].family
     for runs, make in ((torch_runs, lambda: builtin_schedule(name, UNIT, p, m)),

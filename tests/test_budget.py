@@ -22,9 +22,9 @@ import pytest
 from conftest import ROOT, check_result
 
 from zbsolve import UNIT, solve
-from zbsolve.families import PLACEMENT_FAMILIES, make_schedule
-from zbsolve.limits import reference_peak
-from zbsolve.simulator import simulate
+from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.problem.memory_factor import reference_peak
+from zbsolve.core.simulator import simulate
 
 SLACK = 2.0, 0.05
 """The contract: a solve returns within time_limit + max(2 s, 5% of it), or, where building the floor (built
@@ -37,10 +37,10 @@ WRAPPER = textwrap.dedent('''
     import importlib
     import sys
 
-    from zbsolve.cli import app
+    from zbsolve.app.cli import app
 
     solve_module, frontier_module, limits_module = (importlib.import_module(f"zbsolve.{name}")
-                                                    for name in ("solve", "frontier", "limits"))
+                                                    for name in ("optimize.solve", "planning.frontier", "problem.memory_factor"))
 
 
     def announce(name, fn):

@@ -58,7 +58,7 @@ def test_schedule_with_profile_file(tmp_path):
 
 
 def test_compare_lists_every_family():
-    from zbsolve.families import FAMILIES
+    from zbsolve.schedulers.families import FAMILIES
     run = zbsolve("compare", "--devices", 4, "--microbatches", 8, "--json")
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
@@ -97,7 +97,7 @@ def test_compare_same_devices_under_both_names():
 
 
 def test_every_command_has_help_with_an_example():
-    from zbsolve.cli import app
+    from zbsolve.app.cli import app
     names = [c.name or c.callback.__name__ for c in app.registered_commands]
     assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize", "frontier"} <= set(names)
     for name in names:
@@ -134,8 +134,8 @@ def test_solve_and_friends_bad_input(args, code, needle, tmp_path):
 def test_frontier_factors_match_the_library_with_limits(tmp_path):
     """The command passes --factors straight through: its rows are the library's at the same limits."""
     from zbsolve import UNIT
-    from zbsolve.frontier import frontier
-    from zbsolve.limits import reference_peak
+    from zbsolve.planning.frontier import frontier
+    from zbsolve.problem.memory_factor import reference_peak
 
     problem = tmp_path / "p.yaml"
     problem.write_text("num_devices: 2\nnum_microbatches: 4\n")
@@ -154,7 +154,7 @@ def test_frontier_factors_match_the_library_with_limits(tmp_path):
 
 
 def test_render_formats_figures():
-    from zbsolve.render import figures_html, figures_table, fmt, records_table
+    from zbsolve.present.tables import figures_html, figures_table, fmt, records_table
 
     assert [fmt(x) for x in (1310405.0, 0.158496, 1.5, 0.0, 2.5e-5, None, 3, "optimal", [4.0, 3.5])] == \
         ["1310405", "0.1585", "1.5", "0", "2.5e-05", "-", "3", "optimal", "4, 3.5"]

@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from conftest import one_f_one_b, span_bubble
 from zbsolve import InputError, MemoryLimitError, Profile, ScheduleError, simulate
-from zbsolve.placement import bidirectional, interleaved, make_placement, sequential, vshape
-from zbsolve.profile import UNIT
-from zbsolve.schedule import Pair, Pass, build, op_from_str
+from zbsolve.core.placement import bidirectional, interleaved, make_placement, sequential, vshape
+from zbsolve.core.profile import UNIT
+from zbsolve.core.schedule import Pair, Pass, build, op_from_str
 
 
 # -- profile -----------------------------------------------------------------------

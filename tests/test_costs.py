@@ -10,18 +10,18 @@ from typer.testing import CliRunner
 
 from conftest import ROOT, check_result
 from test_model import LAYERS, toy
-from zbsolve.cli import app
-from zbsolve.costs import check_fits, device_static_bytes, document_costs
-from zbsolve.document import from_document
-from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.model import Model, partition
-from zbsolve.placement import sequential, vshape
-from zbsolve.profile import Profile
-from zbsolve.simulator import simulate
-from zbsolve.solve import solve
-from zbsolve.steps import steady_period
-from zbsolve.transforms import repeat
-from zbsolve.units import GIB
+from zbsolve.app.cli import app
+from zbsolve.problem.costs import check_fits, device_static_bytes, document_costs
+from zbsolve.io.document import from_document
+from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
+from zbsolve.problem.model import Model, partition
+from zbsolve.core.placement import sequential, vshape
+from zbsolve.core.profile import Profile
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import solve
+from zbsolve.core.step_time import steady_period
+from zbsolve.core.transforms import repeat
+from zbsolve.base.units import GIB
 
 runner = CliRunner()
 LLAMA = ROOT / "problems" / "models" / "llama3-8b.yaml"

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import one_f_one_b
 from zbsolve import InputError, Profile, simulate
-from zbsolve.document import from_document, planned_drift, read_document, to_document, write_document
-from zbsolve.families import make_schedule
-from zbsolve.profile import UNIT
+from zbsolve.io.document import from_document, planned_drift, read_document, to_document, write_document
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.profile import UNIT
 
 UNEVEN = Profile(t_f=[1.0, 2.0, 1.0, 1.0], t_comm=0.1)
 

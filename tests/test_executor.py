@@ -19,20 +19,20 @@ torch = pytest.importorskip("torch")
 
 from typer.testing import CliRunner
 
-from zbsolve.cli import app
-from zbsolve.costs import document_costs
-from zbsolve.document import from_document
-from zbsolve.errors import InputError
-from zbsolve.families import make_schedule
-from zbsolve.placement import sequential
-from zbsolve.profile import UNIT, Profile
+from zbsolve.app.cli import app
+from zbsolve.problem.costs import document_costs
+from zbsolve.io.document import from_document
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.placement import sequential
+from zbsolve.core.profile import UNIT, Profile
 from zbsolve.runtime import executor
 from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
 from zbsolve.runtime.launch import LaunchError
 from zbsolve.runtime.model import ModelSpec, build_partitioned, build_stages, load_model
-from zbsolve.schedule import BW, F, Pass, build, passes_of
-from zbsolve.simulator import simulate
-from zbsolve.transforms import torch_actions
+from zbsolve.core.schedule import BW, F, Pass, build, passes_of
+from zbsolve.core.simulator import simulate
+from zbsolve.core.transforms import torch_actions
 
 USER_MODEL = "zbsolve_test_usermodel"
 USER_SOURCE = textwrap.dedent("""
@@ -125,7 +125,7 @@ def test_family_runs_with_exact_gradients(family: str, p: int, m: int) -> None:
 
 
 def test_optimizer_schedule_runs_with_exact_gradients() -> None:
-    from zbsolve.solve import solve
+    from zbsolve.optimize.solve import solve
 
     profile = Profile(t_f=1.0, t_b=1.0, t_w=1.0)
     schedule = solve(profile, 2.0, num_microbatches=4, num_devices=2, solver="heuristic").schedule

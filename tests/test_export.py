@@ -1,4 +1,4 @@
-"""Tests of the torch CSV exporter (zbsolve.export), checked by torch's own loader offline."""
+"""Tests of the torch CSV exporter (zbsolve.io.torch_csv), checked by torch's own loader offline."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from zbsolve.document import read_document, write_document
-from zbsolve.errors import InfeasibleError, InputError
-from zbsolve.export import export_schedule, torch_csv
-from zbsolve.export_configs import (
+from zbsolve.io.document import read_document, write_document
+from zbsolve.base.errors import InfeasibleError, InputError
+from zbsolve.io.torch_csv import export_schedule, torch_csv
+from zbsolve.io.configs import (
     Plan,
     export_document,
     megatron_export,
@@ -25,16 +25,16 @@ from zbsolve.export_configs import (
     torchtitan_config,
     torchtitan_schedule_name,
 )
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.heuristic import heuristic
-from zbsolve.model import Layer, Model
-from zbsolve.placement import Placement, bidirectional, interleaved, sequential, vshape
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import BW, B, F, Pair, Pass, W, build, passes_of
-from zbsolve.simulator import simulate
-from zbsolve.solve import solve
-from zbsolve.torch_compat import lower_csv
-from zbsolve.transforms import renumber_last_stage, torch_actions
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.problem.model import Layer, Model
+from zbsolve.core.placement import Placement, bidirectional, interleaved, sequential, vshape
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, build, passes_of
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import solve
+from zbsolve.core.torch_compat import lower_csv
+from zbsolve.core.transforms import renumber_last_stage, torch_actions
 
 pytest.importorskip("torch.distributed.pipelining")
 
@@ -57,7 +57,7 @@ def _family_cases() -> list[tuple[str, int, int]]:
 
 
 def _expected_cells(schedule) -> list[list[str]]:
-    """The cells the export must hold, built independently of zbsolve.export."""
+    """The cells the export must hold, built independently of zbsolve.io.torch_csv."""
     last = schedule.num_stages - 1
     dev = schedule.placement.device(0, last)
     order = [p.mb for op in schedule.devices[dev] for p in passes_of(op) if p.kind == F and p.stage == last]
@@ -207,16 +207,16 @@ def test_export_command(tmp_path: Path) -> None:
 def test_export_without_torch(tmp_path: Path) -> None:
     out = tmp_path / "1f1b.csv"
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from zbsolve.export import export_schedule\n"
-            "from zbsolve.families import make_schedule\nfrom zbsolve.profile import UNIT\n"
+            "from zbsolve.io.torch_csv import export_schedule\n"
+            "from zbsolve.schedulers.families import make_schedule\nfrom zbsolve.core.profile import UNIT\n"
             f"export_schedule(make_schedule('1f1b', UNIT, 2, 2), {str(out)!r})\n"
-            "import zbsolve.torch_compat as tc; assert not tc.has_pipelining()\n")
+            "import zbsolve.core.torch_compat as tc; assert not tc.has_pipelining()\n")
     subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.read_text() == torch_csv(make_schedule("1f1b", UNIT, 2, 2))
 
 
 def test_optimizer_schedule_loads_in_torch() -> None:
-    from zbsolve.solve import solve
+    from zbsolve.optimize.solve import solve
 
     try:
         result = solve(Profile(t_f=1.0, t_b=1.2, t_w=0.8), 3.0, num_microbatches=6, num_devices=3,
@@ -228,7 +228,7 @@ def test_optimizer_schedule_loads_in_torch() -> None:
     assert _last_stage_forwards(actions, 2) == list(range(6))
 
 
-# -- torchtitan and Megatron exports (zbsolve.export_configs) ------------------------------------------------------
+# -- torchtitan and Megatron exports (zbsolve.io.configs) ------------------------------------------------------
 
 TORCHTITAN_PARALLELISM_KEYS = {
     "pipeline_parallel_degree",
@@ -518,6 +518,6 @@ def _zbsolve(*args: object):
     """The command line run in-process on a wide terminal (result: exit_code, stdout, stderr)."""
     from typer.testing import CliRunner
 
-    from zbsolve.cli import app
+    from zbsolve.app.cli import app
 
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "100000"})

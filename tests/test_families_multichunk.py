@@ -11,11 +11,11 @@ import random
 import pytest
 
 from conftest import span_bubble
-from zbsolve.errors import InputError
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import BW, F, Pair, passes_of
-from zbsolve.simulator import Timeline, simulate
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import BW, F, Pair, passes_of
+from zbsolve.core.simulator import Timeline, simulate
 
 V_FAMILIES = ("zb-v", "v-half", "v-min")
 FAMILY_NAMES = V_FAMILIES + ("dualpipe", "dualpipev")

@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zbsolve import InputError, Profile, simulate
-from zbsolve.families import FAMILIES, make_schedule
+from zbsolve.schedulers.families import FAMILIES, make_schedule
 
 times = st.floats(0.1, 5.0, allow_nan=False)
 

@@ -7,11 +7,11 @@ import pytest
 
 from conftest import ICLR, span_bubble, stem
 from zbsolve import InputError, Profile, simulate
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.placement import interleaved, sequential
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT
-from zbsolve.schedule import B, BW, F, W
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.core.placement import interleaved, sequential
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT
+from zbsolve.core.schedule import B, BW, F, W
 
 NAMES = ("gpipe", "1f1b", "1f1b-i", "zb-h1", "zb-h2")
 T_F, T_B, T_W = UNIT.durations(0)

@@ -7,18 +7,18 @@ from fractions import Fraction
 import pytest
 
 from conftest import ICLR, brute_force, objective_of, problem, serial_order, stem
-from zbsolve.backends.cbc import solve_cbc
-from zbsolve.backends.cpsat import solve_cpsat
-from zbsolve.bound import lower_bound, warmup_bound
-from zbsolve.errors import InputError, MemoryLimitError
-from zbsolve.families import make_schedule
-from zbsolve.formulation import formulate
-from zbsolve.heuristic import heuristic
-from zbsolve.placement import sequential, vshape
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import B, F, W
-from zbsolve.simulator import simulate
+from zbsolve.optimize.backends.cbc import solve_cbc
+from zbsolve.optimize.backends.cpsat import solve_cpsat
+from zbsolve.optimize.bound import lower_bound, warmup_bound
+from zbsolve.base.errors import InputError, MemoryLimitError
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.optimize.formulation import formulate
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.core.placement import sequential, vshape
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import B, F, W
+from zbsolve.core.simulator import simulate
 
 PROFILE_1_5B = Profile.from_paper(T_F=18522, T_B=18086, T_W=9337, T_comm=601, M_B=201216, M_W=73728)
 SKEWED = Profile(t_f=[1.0, 1.5], t_b=[1.0, 2.0], t_w=[0.5, 1.0], t_comm=0.25)

@@ -19,13 +19,13 @@ import pytest
 import yaml
 
 from zbsolve import InputError, simulate
-from zbsolve.document import read_document
-from zbsolve.checks import MAX_PASSES
-from zbsolve.grid import (
+from zbsolve.io.document import read_document
+from zbsolve.base.checks import MAX_PASSES
+from zbsolve.base import parallel
+from zbsolve.app.grid import (
     Grid,
     Job,
     ResultsFile,
-    executors,
     expand,
     read_results,
     run_job,
@@ -33,8 +33,8 @@ from zbsolve.grid import (
     to_dataframe,
     write_summary,
 )
-from zbsolve.limits import problem_limit
-from zbsolve.problem import Problem
+from zbsolve.problem.memory_factor import problem_limit
+from zbsolve.problem.problem_file import Problem
 
 SMOKE = "problems/grids/smoke.yaml"
 
@@ -254,7 +254,7 @@ def test_stopping_early_terminates_the_running_jobs(tmp_path):
 
 
 def test_executors_use_no_private_attribute():
-    assert re.findall(r"\._[A-Za-z]\w*", inspect.getsource(executors)) == []
+    assert re.findall(r"\._[A-Za-z]\w*", inspect.getsource(parallel)) == []
 
 
 def test_workers_die_with_a_killed_grid(tmp_path):

@@ -1,4 +1,4 @@
-"""Tests of the paper's heuristic scheduler (zbsolve.heuristic)."""
+"""Tests of the paper's heuristic scheduler (zbsolve.schedulers.heuristic)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ICLR, limits_of, span_bubble, stem
-from zbsolve.errors import InfeasibleError, InputError
-from zbsolve.heuristic import heuristic, min_feasible_limits
-from zbsolve.placement import bidirectional, interleaved, sequential, vshape
-from zbsolve.problem import Problem
-from zbsolve.profile import UNIT, Profile
-from zbsolve.simulator import simulate
+from zbsolve.base.errors import InfeasibleError, InputError
+from zbsolve.schedulers.heuristic import heuristic, min_feasible_limits
+from zbsolve.core.placement import bidirectional, interleaved, sequential, vshape
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.simulator import simulate
 
 FEW = settings(max_examples=40, deadline=None)
 

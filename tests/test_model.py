@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from zbsolve.errors import InputError
-from zbsolve.model import Layer, Link, Model, check_ranges, comm_time, partition, stage_profile, stage_static_bytes
-from zbsolve.profile import MEM_FIELDS, TIME_FIELDS
+from zbsolve.base.errors import InputError
+from zbsolve.problem.model import Layer, Link, Model, check_ranges, comm_time, partition, stage_profile, stage_static_bytes
+from zbsolve.core.profile import MEM_FIELDS, TIME_FIELDS
 
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
 
@@ -195,9 +195,9 @@ def test_layer_error_without_a_file():
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
 def test_model_files_give_problems_the_optimizer_takes(path):
     """F allocates and B and W only free, so every stage's profile formulates and the heuristic schedules it."""
-    from zbsolve.formulation import formulate
-    from zbsolve.heuristic import heuristic
-    from zbsolve.placement import sequential
+    from zbsolve.optimize.formulation import formulate
+    from zbsolve.schedulers.heuristic import heuristic
+    from zbsolve.core.placement import sequential
 
     model = Model.load(path)
     profile = stage_profile(model, partition(model, 4))

@@ -10,13 +10,13 @@ import pytest
 
 from conftest import brute_force, check_result
 from zbsolve import UNIT, InputError, Profile, simulate, solve
-from zbsolve.bound import lower_bound
-from zbsolve.families import make_schedule
-from zbsolve.formulation import Formulation, formulate
-from zbsolve.heuristic import heuristic
-from zbsolve.placement import interleaved, sequential, vshape
-from zbsolve.limits import reference_peak
-from zbsolve.schedule import B, F, build
+from zbsolve.optimize.bound import lower_bound
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.optimize.formulation import Formulation, formulate
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.core.placement import interleaved, sequential, vshape
+from zbsolve.problem.memory_factor import reference_peak
+from zbsolve.core.schedule import B, F, build
 
 SKEWED = Profile(t_f=[1.0, 1.5], t_b=[1.0, 2.0], t_w=[0.5, 1.0], t_comm=0.25)
 UNEVEN_3 = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2)

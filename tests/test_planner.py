@@ -11,17 +11,17 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from zbsolve.cli import app
-from zbsolve.costs import check_fits, document_costs
-from zbsolve.document import from_document
-from zbsolve.errors import InfeasibleError, InputError
-from zbsolve.model import Layer, Model, stage_profile
-from zbsolve.placement import interleaved, sequential, vshape
-from zbsolve.planner import baselines, plan
-from zbsolve.simulator import simulate
-from zbsolve.solve import solve
-from zbsolve.split_bound import split_bound
-from zbsolve.units import GIB
+from zbsolve.app.cli import app
+from zbsolve.problem.costs import check_fits, document_costs
+from zbsolve.io.document import from_document
+from zbsolve.base.errors import InfeasibleError, InputError
+from zbsolve.problem.model import Layer, Model, stage_profile
+from zbsolve.core.placement import interleaved, sequential, vshape
+from zbsolve.planning.planner import baselines, plan
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import solve
+from zbsolve.planning.split_bound import split_bound
+from zbsolve.base.units import GIB
 
 runner = CliRunner()
 

@@ -12,12 +12,12 @@ from matplotlib.figure import Figure
 
 from conftest import ROOT
 from conftest import one_f_one_b as hand_1f1b
-from zbsolve.errors import InputError
-from zbsolve.placement import sequential, vshape
-from zbsolve.plot import COLORS, plot_timeline, save_chart
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import B, BW, F, W, Pair, Pass, build, passes_of
-from zbsolve.simulator import Timeline, simulate
+from zbsolve.base.errors import InputError
+from zbsolve.core.placement import sequential, vshape
+from zbsolve.present.plot import COLORS, plot_timeline, save_chart
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import B, BW, F, W, Pair, Pass, build, passes_of
+from zbsolve.core.simulator import Timeline, simulate
 
 
 def one_f_one_b(p: int, m: int, *, split: bool = False, mem_limit: float | None = None) -> Timeline:
@@ -190,7 +190,7 @@ def test_a_model_is_drawn_in_seconds_and_gib_with_its_module_names():
     GiB, and no two legend entries in one colour."""
     from matplotlib.colors import to_hex
 
-    from zbsolve.solve import solve
+    from zbsolve.optimize.solve import solve
 
     result = solve(ROOT / "problems" / "models" / "llama3-8b.yaml", num_devices=4, num_microbatches=8,
                    solver="heuristic")
@@ -231,7 +231,7 @@ def legend_colours(ax) -> dict[str, tuple[str, ...]]:
 
 
 def llama(placement: str, p: int, m: int):
-    from zbsolve.solve import solve
+    from zbsolve.optimize.solve import solve
 
     return solve(ROOT / "problems" / "models" / "llama3-8b.yaml", num_devices=p, num_microbatches=m,
                  placement=placement, solver="heuristic")
@@ -257,8 +257,8 @@ def test_the_plan_chart_names_modules_source_seconds_and_gib_and_cuts_no_label()
     kept), times in seconds and memory in GiB; no two legend entries alike."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from zbsolve.planner import PlanResult, baselines
-    from zbsolve.plot import plot_plan
+    from zbsolve.planning.planner import PlanResult, baselines
+    from zbsolve.present.plot import plot_plan
 
     result = llama("vshape", 4, 8)
     plan = PlanResult("vshape", 2, result.costs, result.timeline, "cpsat", result.lower_bound,

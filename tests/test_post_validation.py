@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from zbsolve.errors import InputError
+from zbsolve.base.errors import InputError
 from zbsolve.runtime.post_validation import GlobalState, PostValidatedOptimizer, step_stages
 
 OPTIMIZERS = {

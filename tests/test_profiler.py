@@ -8,12 +8,12 @@ torch = pytest.importorskip("torch")
 from torch import nn
 from typer.testing import CliRunner
 
-from zbsolve.cli import app
-from zbsolve.errors import InputError
-from zbsolve.families import make_schedule
-from zbsolve.model import Model, partition, stage_profile
-from zbsolve.problem import Problem
-from zbsolve.profile import Profile
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.problem.model import Model, partition, stage_profile
+from zbsolve.problem.problem_file import Problem
+from zbsolve.core.profile import Profile
 from zbsolve.runtime.layer_profiler import STATE_COPIES, profile_layers
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, StagedModel, load_layers, load_model
@@ -33,7 +33,7 @@ from zbsolve.runtime.profiler import (
     run_passes,
     write_profile,
 )
-from zbsolve.simulator import simulate
+from zbsolve.core.simulator import simulate
 
 RUNNER = CliRunner()
 SPEC = ModelSpec(layers=4, hidden=64, vocab=96, seq_len=32)

@@ -15,18 +15,18 @@ import pytest
 from conftest import span_bubble
 from test_bad_input import failed_cleanly, zbsolve
 from test_planner import heavy_head
-from zbsolve import heuristic as heuristic_module
-from zbsolve import planner
-from zbsolve.checks import MAX_PASSES, MAX_STAGES, check_size
-from zbsolve.errors import BudgetError, InputError
-from zbsolve.families import FAMILIES, make_schedule
-from zbsolve.heuristic import heuristic
-from zbsolve.planner import plan
-from zbsolve.placement import sequential, vshape
-from zbsolve.profile import UNIT, Profile
-from zbsolve.simulator import simulate
-from zbsolve.spec import make_spec
-from zbsolve.vgreedy import v_greedy
+from zbsolve.schedulers import heuristic as heuristic_module
+from zbsolve.planning import planner
+from zbsolve.base.checks import MAX_PASSES, MAX_STAGES, check_size
+from zbsolve.base.errors import BudgetError, InputError
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.planning.planner import plan
+from zbsolve.core.placement import sequential, vshape
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.simulator import simulate
+from zbsolve.core.spec import make_spec
+from zbsolve.schedulers.vgreedy import v_greedy
 
 STAGES = 64
 BIGGEST = MAX_PASSES // (3 * STAGES)

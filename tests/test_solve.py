@@ -24,12 +24,12 @@ from zbsolve import (
     simulate,
     solve,
 )
-from zbsolve.backends import BackendResult
-from zbsolve.document import from_document
-from zbsolve.families import PLACEMENT_FAMILIES
-from zbsolve.schedule import build
+from zbsolve.optimize.backends import BackendResult
+from zbsolve.io.document import from_document
+from zbsolve.schedulers.families import PLACEMENT_FAMILIES
+from zbsolve.core.schedule import build
 
-solve_module = importlib.import_module("zbsolve.solve")
+solve_module = importlib.import_module("zbsolve.optimize.solve")
 SLOW_LAST = Profile(t_f=[1.0, 1.0, 1.0, 1.4], t_b=[1.0, 1.0, 1.0, 1.4], t_w=[1.0, 1.0, 1.0, 1.4], t_comm=0.1)
 UNEVEN = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2,
                  mem_f=[1.0, 1.0, 2.0], mem_b=[-0.5, -0.25, -1.0], mem_w=[-0.5, -0.75, -1.0])

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from zbsolve.errors import InputError
-from zbsolve.model import Layer, Model, check_ranges
-from zbsolve.splits import (
+from zbsolve.base.errors import InputError
+from zbsolve.problem.model import Layer, Model, check_ranges
+from zbsolve.problem.splits import (
     megatron_blocks_per_stage,
     megatron_layout,
     megatron_split,

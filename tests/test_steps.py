@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from zbsolve.families import make_schedule
-from zbsolve.profile import UNIT, Profile
-from zbsolve.simulator import simulate
-from zbsolve.steps import step_times
-from zbsolve.transforms import repeat
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.simulator import simulate
+from zbsolve.core.step_time import step_times
+from zbsolve.core.transforms import repeat
 
 SKEWED = Profile(t_f=[1.0, 1.2, 0.9, 1.6], t_b=[1.1, 1.0, 1.3, 1.9], t_w=[0.6, 0.5, 0.7, 0.9], t_comm=0.05)
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from zbsolve.errors import InputError
-from zbsolve.units import gib, parse_bytes
+from zbsolve.base.errors import InputError
+from zbsolve.base.units import gib, parse_bytes
 
 
 @pytest.mark.parametrize("text, size", [("80GiB", 80 * 2**30), ("80 GB", 80 * 10**9), ("512MiB", 512 * 2**20),

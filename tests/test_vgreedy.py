@@ -6,10 +6,10 @@ from hypothesis import strategies as st
 
 from conftest import VSHAPE, check_result, problem, stem
 from zbsolve import UNIT, Profile, simulate
-from zbsolve.families import make_schedule
-from zbsolve.problem import Problem
-from zbsolve.solve import solve
-from zbsolve.vgreedy import v_greedy
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.problem.problem_file import Problem
+from zbsolve.optimize.solve import solve
+from zbsolve.schedulers.vgreedy import v_greedy
 
 
 @pytest.mark.parametrize("path", VSHAPE, ids=stem)

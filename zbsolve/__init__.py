@@ -1,14 +1,14 @@
 """zbsolve: optimal pipeline-parallel training schedules under a memory budget."""
 
-from zbsolve.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
-from zbsolve.placement import Placement
-from zbsolve.profile import UNIT, Profile
-from zbsolve.schedule import Pair, Pass, Schedule
-from zbsolve.simulator import Timeline, simulate
-from zbsolve.solve import SolveResult, solve
-from zbsolve.model import Model
-from zbsolve.planner import PlanResult, plan
-from zbsolve.frontier import frontier  # zbsolve.frontier is the function; import names from the module
+from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
+from zbsolve.core.placement import Placement
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import Pair, Pass, Schedule
+from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.optimize.solve import SolveResult, solve
+from zbsolve.problem.model import Model
+from zbsolve.planning.planner import PlanResult, plan
+from zbsolve.planning.frontier import frontier  # zbsolve.planning.frontier is the function; import names from the module
 
 __all__ = [
     "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass", "Placement", "PlanResult", "Profile",

@@ -1,3 +1,3 @@
-from zbsolve.cli import main
+from zbsolve.app.cli import main
 
 main()

@@ -1,7 +1,7 @@
 """Run a zbsolve schedule for real on torch.distributed and compare it with the simulator.
 
 Each rank builds torch pipeline stages for its stages (ascending; the GPT cut as the document's partition says when
-it has one), loads the exported CSV into torch's pipeline runtime (``zbsolve.torch_compat``) and runs ``steps``
+it has one), loads the exported CSV into torch's pipeline runtime (``zbsolve.core.torch_compat``) and runs ``steps``
 training steps (forward and backward, no optimizer).
 Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation memory counted
 through saved-tensor hooks; the first step is a warm-up and is not timed when there are more.
@@ -25,17 +25,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zbsolve import torch_compat
-from zbsolve.costs import Costs
-from zbsolve.document import from_document, to_document
-from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.export import torch_csv
-from zbsolve.profile import Profile
+from zbsolve.core import torch_compat
+from zbsolve.problem.costs import Costs
+from zbsolve.io.document import from_document, to_document
+from zbsolve.base.errors import InputError, ZbsolveError
+from zbsolve.io.torch_csv import torch_csv
+from zbsolve.core.profile import Profile
 from zbsolve.runtime.launch import launch, torchrun_rank
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, load_model
-from zbsolve.schedule import BW, B, F, Schedule, W, build
-from zbsolve.simulator import simulate
+from zbsolve.core.schedule import BW, B, F, Schedule, W, build
+from zbsolve.core.simulator import simulate
 
 DEVICES = ("cpu", "cuda")
 """Where ``run_schedule`` runs: "cpu" (gloo) or "cuda" (NCCL)."""
@@ -70,7 +70,7 @@ class RunOptions:
     seed: int = 0
     """Seed of the batches: step i runs the batch of seed + i."""
     costs: Costs | None = None
-    """The schedule document's costs (``zbsolve.costs.document_costs``): with a partition, the GPT is cut into the
+    """The schedule document's costs (``zbsolve.problem.costs.document_costs``): with a partition, the GPT is cut into the
     stages it names (``ModelSpec.partition``) and the plan's seconds and bytes are reported in ms and MiB."""
 
     def __post_init__(self) -> None:

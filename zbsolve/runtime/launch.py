@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from zbsolve.errors import InputError, ZbsolveError
+from zbsolve.base.errors import InputError, ZbsolveError
 
 RankFn = Callable[[int, int, str, Any], Any]
 """(rank, world_size, init_method, payload) -> that rank's result; a module-level function (it is pickled)."""

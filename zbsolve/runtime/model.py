@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from zbsolve.errors import InputError
+from zbsolve.base.errors import InputError
 
 
 class Block(nn.Module):

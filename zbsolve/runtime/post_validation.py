@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from zbsolve.errors import InputError
+from zbsolve.base.errors import InputError
 
 CLIP_EPS = 1e-6
 """Added to the gradient norm in the clip coefficient, as torch.nn.utils.clip_grad_norm_ does."""

@@ -32,10 +32,10 @@ import torch.distributed as dist
 import yaml
 from torch import nn
 
-from zbsolve import torch_compat
-from zbsolve.errors import InputError, ZbsolveError
-from zbsolve.files import write_atomic
-from zbsolve.profile import STAGE_FIELDS, Profile
+from zbsolve.core import torch_compat
+from zbsolve.base.errors import InputError, ZbsolveError
+from zbsolve.base.files import write_atomic
+from zbsolve.core.profile import STAGE_FIELDS, Profile
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, StagedModel
 

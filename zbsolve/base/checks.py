@@ -1,0 +1,80 @@
+"""One validation rule per field, and the memory tolerance: the leaf every entry point imports."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from zbsolve.base.errors import InputError
+
+TOLERANCE = 1e-9
+"""Relative slack of every comparison of memory with its limit (against floating-point rounding)."""
+
+Limit = float | tuple[float, ...] | None
+"""A memory limit: one number, one per device, or None for none."""
+
+
+def check_count(name: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an integer >= ``minimum``; a bool, a float or a smaller number is an ``InputError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{name} = {value!r} must be an integer >= {minimum} (smallest valid: {minimum})")
+    return value
+
+
+def check_limit(mem_limit: object, num_devices: int | None = None) -> Limit:
+    """A memory limit as one number, a tuple of one number per device, or None; anything else (a bool,
+    NaN, infinity, a list of the wrong length or with a None) is an ``InputError``."""
+    if mem_limit is None:
+        return None
+    values = list(mem_limit) if isinstance(mem_limit, (list, tuple)) else [mem_limit]
+    if not values or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                             for x in values):
+        raise InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
+    if not isinstance(mem_limit, (list, tuple)):
+        return float(mem_limit)  # type: ignore[arg-type]
+    if num_devices is not None and len(values) != num_devices:
+        raise InputError(f"mem_limit has {len(values)} entries, but num_devices = {num_devices}")
+    return tuple(float(x) for x in values)
+
+
+def device_limits(mem_limit: Limit | Sequence[float], num_devices: int) -> tuple[float, ...]:
+    """Per device, its memory limit (infinity for none)."""
+    limit = check_limit(mem_limit, num_devices)
+    if limit is None:
+        return (math.inf,) * num_devices
+    return limit if isinstance(limit, tuple) else (limit,) * num_devices
+
+
+def exceeds(memory: float, limit: float) -> bool:
+    """Whether ``memory`` is over ``limit`` by more than the tolerance."""
+    return memory > limit + TOLERANCE * max(1.0, abs(limit))
+
+
+def room(limit: float) -> float:
+    """The memory a generator may plan up to under ``limit``: within half the tolerance."""
+    return limit + 0.5 * TOLERANCE * max(1.0, abs(limit))
+
+
+MAX_PASSES = 10_000_000
+"""Most passes (3 x stages x microbatches) a problem may have. Measured up to 1.5 million passes, a schedule
+and its timeline take about 300 bytes a pass, the heuristic as much, a solve about 1 KiB: at most about
+10 GiB here."""
+MAX_STAGES = 1024
+"""Most stages (devices x stages per device) a problem may have. ZB-H2's and the V-shape families' generators
+take time growing with the square of the stages: measured with 8 microbatches on a 2-core machine, ZB-H2 (the
+floor of a sequential solve without a memory limit) takes 2.9 s at 1,024 stages and about 10 s at 2,000, ZB-V
+2.2 s at 1,024 stages and 9.6 s at 2,000, `zbsolve compare -p 2000 -m 8` 74 s."""
+
+
+def check_size(num_stages: int, num_microbatches: int) -> int:
+    """The passes of ``num_stages`` stages and ``num_microbatches`` microbatches (3 per microbatch and stage);
+    more than ``MAX_STAGES`` stages or ``MAX_PASSES`` passes is an ``InputError``, raised before anything is
+    built."""
+    if num_stages > MAX_STAGES:
+        raise InputError(f"{num_stages:,} stages (devices x stages per device) are more than the limit of "
+                         f"{MAX_STAGES:,}: give fewer --devices")
+    passes = 3 * num_stages * num_microbatches
+    if passes > MAX_PASSES:
+        raise InputError(f"{num_stages} stages x {num_microbatches} microbatches would be {passes:,} passes; "
+                         f"the limit is {MAX_PASSES:,}: give fewer --devices or --microbatches")
+    return passes

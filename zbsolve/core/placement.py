@@ -1,0 +1,82 @@
+"""Placement: which device runs each model stage, expressed as routes.
+
+``routes[r][s]`` is the device that runs stage ``s`` for microbatches of route ``r``.
+One route covers sequential, interleaved and V-shape placements; DualPipe's bidirectional
+placement has two routes (one per direction, each device holding two weight copies).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from zbsolve.base.checks import check_count
+from zbsolve.base.errors import InputError
+
+PLACEMENTS = ("sequential", "interleaved", "vshape", "bidirectional")
+CHUNKS = 2
+"""Stages per device of the interleaved and V-shape placements unless given."""
+
+
+class Placement(NamedTuple):
+    """Stage-to-device map of a schedule."""
+
+    num_devices: int
+    """Number of devices p."""
+    routes: tuple[tuple[int, ...], ...]
+    """routes[r][s]: device of stage s on route r."""
+
+    @property
+    def num_stages(self) -> int:
+        """Number of model stages S (every route has S entries)."""
+        return len(self.routes[0])
+
+    def device(self, route: int, stage: int) -> int:
+        """Device running ``stage`` for a microbatch on ``route``."""
+        return self.routes[route][stage]
+
+    def stages_of(self, device: int) -> list[tuple[int, int]]:
+        """(route, stage) pairs that ``device`` runs, in route then stage order."""
+        return [(r, s) for r, route in enumerate(self.routes) for s, d in enumerate(route) if d == device]
+
+
+def sequential(num_devices: int) -> Placement:
+    """One stage per device: stage s on device s."""
+    check_count("num_devices", num_devices)
+    return Placement(num_devices, (tuple(range(num_devices)),))
+
+
+def interleaved(num_devices: int, chunks: int = CHUNKS) -> Placement:
+    """``chunks`` stages per device, looped as in Megatron: stage s on device s mod p."""
+    check_count("num_devices", num_devices)
+    check_count("chunks", chunks)
+    return Placement(num_devices, (tuple(s % num_devices for s in range(chunks * num_devices)),))
+
+
+def vshape(num_devices: int, chunks: int = CHUNKS) -> Placement:
+    """V-shape: device r holds stages r and 2p-1-r (zig-zag for more chunks)."""
+    check_count("num_devices", num_devices)
+    check_count("chunks", chunks)
+    p = num_devices
+    return Placement(p, (tuple(s % p if (s // p) % 2 == 0 else p - 1 - s % p for s in range(chunks * p)),))
+
+
+def bidirectional(num_devices: int) -> Placement:
+    """DualPipe: route 0 runs stages down the devices, route 1 up; p must be even."""
+    check_count("num_devices", num_devices)
+    if num_devices % 2:
+        raise InputError(f"num_devices = {num_devices} must be even for the bidirectional placement")
+    p = num_devices
+    return Placement(p, (tuple(range(p)), tuple(range(p - 1, -1, -1))))
+
+
+def make_placement(name: str, num_devices: int, chunks: int = CHUNKS) -> Placement:
+    """Placement by name: one of ``PLACEMENTS``."""
+    if name == "sequential":
+        return sequential(num_devices)
+    if name == "interleaved":
+        return interleaved(num_devices, chunks)
+    if name == "vshape":
+        return vshape(num_devices, chunks)
+    if name == "bidirectional":
+        return bidirectional(num_devices)
+    raise InputError(f"placement = {name!r} is unknown; choose one of {', '.join(PLACEMENTS)}")

@@ -1,0 +1,241 @@
+"""The memory-bubble frontier: the optimizer's best paper bubble at each memory limit, per placement,
+beside the handcrafted families as (peak memory, bubble) points.
+
+Independent solves run in parallel processes (``ProcessPool``, one solver thread each). A schedule found under
+a smaller limit also fits every larger one, so each placement's frontier is made non-increasing in memory
+by carrying the better schedule up. A ``progress`` callback hears of every finished solve; an interrupt
+(Ctrl-C, or SIGTERM inside ``zbsolve.base.interrupt.signals_as_interrupt()``) stops the solves still running and keeps
+the finished ones (the others are rows with status "interrupted").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
+from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
+from zbsolve.base.files import check_output, write_with
+from zbsolve.base.parallel import ProcessPool, shutdown_pool
+from zbsolve.problem.memory_factor import reference_peak
+from zbsolve.core.placement import CHUNKS
+from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import Schedule, build
+from zbsolve.core.simulator import simulate
+from zbsolve.optimize.solve import meets_bound, solve
+from zbsolve.core.spec import SUPPORTED_PLACEMENTS, make_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+DEFAULT_PLACEMENTS = ("sequential", "vshape")
+"""Placements solved when none are given."""
+DEFAULT_TIME_LIMIT = 30.0
+"""Time limit of each solve, in seconds, when none is given."""
+CHART_FORMATS = (".png", ".svg", ".pdf")
+"""The suffixes ``Frontier.save_chart`` writes."""
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """The best schedule found for one placement under one memory limit."""
+
+    placement: str
+    mem_limit: float
+    """Memory limit in profile units."""
+    factor: float
+    """The limit as a multiple of 1F1B's peak (mem_limit / Frontier.reference_peak)."""
+    paper_bubble: float | None
+    """(max span - max work) / max span; None when no schedule fits."""
+    bubble_rate: float | None
+    """1 - total work / (devices x makespan); None when no schedule fits."""
+    status: str
+    """solve()'s status, "infeasible", "carried" (a smaller limit's schedule was better) or "interrupted"."""
+    gap: float | None
+    """Relative gap to the limit's lower bound; None when no schedule fits."""
+    schedule: Schedule | None
+    """The schedule (None when no schedule fits)."""
+
+    @property
+    def bound_met(self) -> bool:
+        """Whether the schedule meets the limit's lower bound (``solve.meets_bound``)."""
+        return meets_bound(self.gap)
+
+    def as_dict(self) -> dict[str, object]:
+        """The row's figures as plain values (no schedule)."""
+        return {"placement": self.placement, "mem_limit": self.mem_limit, "factor": self.factor,
+                "paper_bubble": self.paper_bubble, "bubble_rate": self.bubble_rate, "status": self.status,
+                "gap": self.gap, "bound_met": self.bound_met}
+
+
+@dataclass(frozen=True)
+class FamilyPoint:
+    """A handcrafted family's schedule: its peak memory and bubble."""
+
+    name: str
+    placement: str
+    peak_memory: float
+    factor: float
+    """peak_memory / 1F1B's peak."""
+    paper_bubble: float
+
+    def as_dict(self) -> dict[str, object]:
+        """The point as plain values."""
+        return {"name": self.name, "placement": self.placement, "peak_memory": self.peak_memory,
+                "factor": self.factor, "paper_bubble": self.paper_bubble}
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Frontier rows (by placement, then limit) and the families' points."""
+
+    rows: tuple[FrontierRow, ...]
+    families: tuple[FamilyPoint, ...]
+    reference_peak: float
+    """1F1B's peak memory: the unit of ``factor``."""
+    interrupted: bool = False
+    """Whether Ctrl-C stopped some solves (their rows have status "interrupted" unless carried)."""
+
+    def to_json(self) -> dict[str, object]:
+        """Rows and family points as plain values."""
+        return {"reference_peak": self.reference_peak, "interrupted": self.interrupted,
+                "rows": [r.as_dict() for r in self.rows], "families": [f.as_dict() for f in self.families]}
+
+    def figure(self, title: str = "memory-bubble frontier") -> Figure:
+        """Paper bubble against memory factor: one line per placement, families as labelled points."""
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(7, 4.5), layout="constrained")
+        ax = fig.add_subplot()
+        for placement in dict.fromkeys(r.placement for r in self.rows):
+            pts = [(r.factor, r.paper_bubble) for r in self.rows if r.placement == placement and r.paper_bubble is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=placement)
+        for f in self.families:
+            ax.scatter([f.factor], [f.paper_bubble], marker="x", color="black")
+            ax.annotate(f.name, (f.factor, f.paper_bubble), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("memory limit / 1F1B's peak")
+        ax.set_ylabel("paper bubble rate")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        return fig
+
+    def save_chart(self, path: str | Path, title: str = "memory-bubble frontier") -> None:
+        """Write the figure (.png, .svg or .pdf), whole or not at all."""
+        path = check_chart(path)
+        figure = self.figure(title)
+        write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
+
+
+def check_chart(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` as a Path if a frontier chart can be written there (a .png, .svg or .pdf file in a writable folder,
+    none of the files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
+    path = Path(path)
+    if path.suffix.lower() not in CHART_FORMATS:
+        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of "
+                         f"{', '.join(CHART_FORMATS)}")
+    return check_output(path, what, inputs)
+
+
+def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
+               time_limit: float) -> tuple[str, Schedule | None, float, str, float]:
+    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap); the objective is
+    the span, as the frontier compares the paper's bubble."""
+    try:
+        result = solve(profile, limit, num_microbatches=m, num_devices=p, placement=placement,
+                       time_limit=time_limit, workers=1, chunks=CHUNKS, objective="span")
+    except InfeasibleError:
+        return placement, None, math.inf, "infeasible", math.nan
+    return placement, result.schedule, result.lower_bound, result.status, result.gap
+
+
+def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, factors: Sequence[float] | None = None,
+             num_microbatches: int, num_devices: int | None = None,
+             placements: Sequence[str] = DEFAULT_PLACEMENTS, time_limit: float = DEFAULT_TIME_LIMIT,
+             jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> Frontier:
+    """Solve every (placement, memory limit) pair, ``jobs`` at a time in worker processes (default: all
+    cores); ``progress(done, total)`` is called as solves finish. The limits are ``mem_limits`` in profile
+    units or ``factors`` (multiples of 1F1B's peak activation memory): give exactly one. ``profile`` has one
+    stage per device, is scalar, or has two chunk stages per device (merged for the sequential placement
+    and for 1F1B's reference peak). An interrupt returns the finished solves with ``interrupted`` set."""
+    p = num_devices if num_devices is not None else profile.num_stages
+    if p is None:
+        raise InputError("num_devices = None: give num_devices when every profile field is a scalar")
+    if isinstance(jobs, bool) or jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise InputError(f"jobs = {jobs!r} must be an integer >= 1 (smallest valid: 1) or None")
+    for name in placements:
+        if name not in SUPPORTED_PLACEMENTS:
+            raise InputError(f"placement = {name!r} is not supported; choose from {', '.join(SUPPORTED_PLACEMENTS)}")
+    if (mem_limits is None) == (factors is None):
+        raise InputError("give mem_limits or factors, exactly one")
+    kind = "mem_limit" if mem_limits is not None else "factor"
+    values = sorted(set(mem_limits if mem_limits is not None else factors))
+    if not values:
+        raise InputError(f"{kind}s is empty: give at least one memory limit")
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or not math.isfinite(x):
+            raise InputError(f"{kind} = {x!r} must be a positive number")
+    m = num_microbatches
+    merged = profile.merge_chunks(p, CHUNKS)
+    for name in placements:  # every problem is checked (its size too) before the first solve
+        make_spec(merged if name == "sequential" else profile, None, num_microbatches=m, num_devices=p, placement=name,
+                  chunks=CHUNKS)
+    peak = reference_peak(profile, p, m)
+    limits = [(x, x / peak) if mem_limits is not None else (x * peak, x) for x in values]
+    tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
+             for name in placements for x, _ in limits]
+    results: dict[int, tuple[str, Schedule | None, float, str, float]] = {}
+    pool = ProcessPool(min(len(tasks), jobs or os.cpu_count() or 1))
+    interrupted = False
+    try:
+        futures = {pool.submit(_solve_one, *task): k for k, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if progress is not None:
+                progress(len(results), len(tasks))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        shutdown_pool(pool, not interrupted)
+    rows = []
+    for k, name in enumerate(placements):
+        best: Schedule | None = None
+        best_span = math.inf
+        for j, (x, factor) in enumerate(limits):
+            _, schedule, bound, status, gap = results.get(k * len(limits) + j,
+                                                          (name, None, math.inf, "interrupted", math.nan))
+            timeline = simulate(schedule) if schedule is not None else None
+            carried = best is not None and (timeline is None or best_span < max(timeline.span))
+            if carried:
+                schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
+                timeline, status = simulate(schedule), "carried"
+            if schedule is None or timeline is None:
+                rows.append(FrontierRow(name, x, factor, None, None, status, None, None))
+                continue
+            span = max(timeline.span)
+            if carried:
+                gap = max(0.0, (span - bound) / span) if math.isfinite(bound) else None
+            rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, gap,
+                                    schedule))
+            best, best_span = schedule, span
+    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)
+
+
+def _family_points(profile: Profile, merged: Profile, p: int, m: int, placements: Sequence[str],
+                   peak: float) -> list[FamilyPoint]:
+    points = []
+    for placement in placements:
+        for name in PLACEMENT_FAMILIES.get(placement, ()):
+            try:
+                timeline = simulate(make_schedule(name, merged if placement == "sequential" else profile, p, m))
+            except ZbsolveError:
+                continue
+            points.append(FamilyPoint(name, placement, timeline.peak, timeline.peak / peak, timeline.paper_bubble))
+    return points
+

@@ -1,0 +1,146 @@
+"""The split bound: over every partition of a model's layers into a placement's stages, the least step time that
+no schedule can beat, and a partition that reaches it.
+
+A device cannot start before the forward of microbatch 0 has crossed the stages before its first one (its
+head), and then runs all of its passes one at a time, so a step lasts at least head + work on every device. The
+integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the largest head + work; its
+optimum (or its proven bound, when the time runs out) is a lower bound on the step time of any schedule on any
+partition of this placement, and its partition is where the planner's search starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from zbsolve.problem.model import TIMES, Model, comm_time
+from zbsolve.core.placement import Placement
+
+RESOLUTION = 10**9
+"""The largest head + work is scaled to about this many integer units (times are floored to them)."""
+
+
+@dataclass(frozen=True)
+class SplitBound:
+    """What the split model proves and finds."""
+
+    bound: float
+    """Seconds no schedule on any partition of the placement beats."""
+    counts: tuple[int, ...] | None
+    """Layers per stage of the best partition found (None when the time ran out before one was)."""
+    value: float
+    """Its largest head + work, in seconds (the bound when proven optimal)."""
+    optimal: bool
+    """Whether CP-SAT proved the partition optimal."""
+
+
+def split_bound(model: Model, placement: Placement, num_microbatches: int, *, time_limit: float = 10.0,
+                heads: bool = True, workers: int = 1) -> SplitBound:
+    """Minimise over partitions of ``model`` into ``placement``'s stages the largest (head + work) over devices;
+    ``heads=False`` balances the work alone (a partition to try, whose value is no bound on the step)."""
+    # -- data ----------------------------------------------------------------------------------------------
+    layers, m, S = model.layers, num_microbatches, placement.num_stages
+    L = len(layers)
+    figures = Figures.of(model, placement, m, heads)
+    work, forward, hop, held = figures.work, figures.forward, figures.hop, figures.held
+    top = m * work[-1] + (forward[-1] + S * hop if heads else 0.0)
+    scale = RESOLUTION / top if top > 0 else 1.0
+    # Per pass kind, how many layers before each index have a positive time: every stage needs one of each.
+    positive = [[0] for _ in TIMES]
+    for layer in layers:
+        for k, name in enumerate(TIMES):
+            positive[k].append(positive[k][-1] + (getattr(layer, name) > 0))
+    W = [math.floor(m * x * scale) for x in work]
+    Fh = [math.floor(x * scale) for x in forward]
+    H = math.floor(hop * scale)
+
+    # -- variables ---------------------------------------------------------------------------------------
+    model_ = cp_model.CpModel()
+    bounds = [model_.new_constant(0)] + [model_.new_int_var(s, L - S + s, f"b{s}") for s in range(1, S)] \
+        + [model_.new_constant(L)]
+    at_work = [model_.new_int_var(0, W[-1], f"w{s}") for s in range(S + 1)]
+    at_forward = [model_.new_int_var(0, max(Fh), f"f{s}") for s in range(S + 1)]
+    objective = model_.new_int_var(0, W[-1] + max(Fh) + S * H, "objective")
+
+    # -- constraints ---------------------------------------------------------------------------------------
+    for s in range(S):
+        model_.add(bounds[s + 1] >= bounds[s] + 1)
+    for s in range(S + 1):
+        model_.add_element(bounds[s], W, at_work[s])
+        model_.add_element(bounds[s], Fh, at_forward[s])
+    for counts in positive:
+        at = [model_.new_int_var(0, counts[-1], "") for _ in range(S + 1)]
+        for s in range(S + 1):
+            model_.add_element(bounds[s], counts, at[s])
+        for s in range(S):
+            model_.add(at[s + 1] >= at[s] + 1)
+    for dev, stages in enumerate(held):
+        first = stages[0]
+        model_.add(objective >= at_forward[first] + first * H
+                   + sum(at_work[s + 1] - at_work[s] for s in stages))
+
+    # -- objective, a hint (even blocks of layers), and solve ----------------------------------------------------
+    model_.minimize(objective)
+    for s in range(1, S):
+        model_.add_hint(bounds[s], round(s * L / S))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    solver.parameters.num_workers = workers
+    status = solver.solve(model_)
+    # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
+    slack = 2 * max(len(stages) for stages in held) + 2
+    proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SplitBound(proven, None, math.inf, False)
+    ends = [solver.value(b) for b in bounds]
+    counts = tuple(b - a for a, b in zip(ends, ends[1:]))
+    return SplitBound(proven, counts, figures.largest(ends), status == cp_model.OPTIMAL)
+
+
+def _least_hop(model: Model) -> float:
+    """Seconds of the cheapest move of an activation between stages, whatever the partition."""
+    if model.t_comm is not None or model.link is None:
+        return comm_time(model, [(0, len(model.layers))])
+    return min(model.link.time(layer.out_bytes) for layer in model.layers[:-1]) if len(model.layers) > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the split model reads of a model and a placement: prefix sums of the layers' work and forward times,
+    the least hop between stages, and the stages each device holds."""
+
+    work: list[float]
+    """work[i]: F + B + W seconds of layers before i, one microbatch."""
+    forward: list[float]
+    """forward[i]: F seconds of layers before i (0 everywhere without heads)."""
+    hop: float
+    """Seconds of the cheapest move between stages (0 without heads)."""
+    held: list[list[int]]
+    """Per device, its stages in order."""
+    num_microbatches: int
+    """m."""
+
+    @classmethod
+    def of(cls, model: Model, placement: Placement, num_microbatches: int, heads: bool = True) -> "Figures":
+        """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out."""
+        work, forward = [0.0], [0.0]
+        for layer in model.layers:
+            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w)
+            forward.append(forward[-1] + (layer.t_f if heads else 0.0))
+        held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
+                for dev in range(placement.num_devices)]
+        return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
+
+    def largest(self, ends: Sequence[int]) -> float:
+        """The largest head + work over devices of the partition with stage boundaries ``ends``, in seconds."""
+        return max(self.forward[ends[stages[0]]] + stages[0] * self.hop
+                   + self.num_microbatches * sum(self.work[ends[s + 1]] - self.work[ends[s]] for s in stages)
+                   for stages in self.held)
+
+    def largest_of(self, counts: Sequence[int]) -> float:
+        """``largest`` of the partition with ``counts`` layers per stage."""
+        return self.largest([0, *itertools.accumulate(counts)])

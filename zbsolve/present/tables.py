@@ -1,0 +1,114 @@
+"""Figures as text: one number format, rich tables for the terminal and an HTML table for notebooks.
+
+Figures are plain values by name (as ``Timeline.figures()`` and ``SolveResult.summary()`` give them):
+floats, ints, strings, None, or lists of numbers.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from zbsolve.planning.frontier import Frontier
+
+FRONTIER_COLUMNS = ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap")
+"""Columns of the frontier table: a row per (placement, limit), then a row per family point."""
+
+
+def fmt(value: object) -> str:
+    """A figure as text: integral numbers without a fraction, other floats to four decimals (trailing zeros
+    dropped; three significant digits below 0.001), lists comma-separated (lists of texts, such as layer labels that
+    hold commas themselves, by semicolons), None as "-"."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ("; " if any(isinstance(v, str) for v in value) else ", ").join(fmt(v) for v in value)
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def figures_table(figures: Mapping[str, object], title: str) -> Table:
+    """A two-column table: one row per figure, its name and value."""
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in figures.items():
+        table.add_row(name, fmt(value))
+    return table
+
+
+def figures_html(figures: Mapping[str, object]) -> str:
+    """The figures as an HTML table: one row per figure, its name and value."""
+    rows = "".join(f"<tr><th>{html.escape(name)}</th><td>{html.escape(fmt(value))}</td></tr>"
+                   for name, value in figures.items())
+    return f"<table>{rows}</table>"
+
+
+def records_table(records: Sequence[Mapping[str, object]], title: str,
+                  columns: Sequence[str] | None = None) -> Table:
+    """One row per record, one column per name in ``columns`` (default: the first record's names); a
+    column holding numbers is right-aligned, a missing value shows as "-"."""
+    names = list(columns if columns is not None else records[0] if records else ())
+    table = Table(title=title)
+    for name in names:
+        numeric = any(isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool) for r in records)
+        table.add_column(name, justify="right" if numeric else "left")
+    for record in records:
+        table.add_row(*(fmt(record.get(name)) for name in names))
+    return table
+
+
+def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str, caption: str | None = None) -> Table:
+    """A table of rows already formatted as text, every column right-aligned."""
+    table = Table(title=title, caption=caption)
+    for name in columns:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def status_text(status: str, bound_met: bool) -> str:
+    """A solve's status as a reader takes it: one not proven optimal whose schedule meets the lower bound all the same
+    (a bound on times rounded for the solver) reads "<status> (bound met)", e.g. "heuristic (bound met)"."""
+    return f"{status} (bound met)" if bound_met and status != "optimal" else status
+
+
+def frontier_table(frontier: Frontier, title: str) -> Table:
+    """The frontier's rows (their status as ``status_text`` reads it), then each family point as a row named
+    "family (placement)" whose mem_limit is the family's peak memory."""
+    rows = [{**r.as_dict(), "status": status_text(r.status, r.bound_met)} for r in frontier.rows]
+    points = [{"placement": f"{f.name} ({f.placement})", "factor": f.factor, "mem_limit": f.peak_memory,
+               "paper_bubble": f.paper_bubble, "status": "family"} for f in frontier.families]
+    return records_table(rows + points, title, FRONTIER_COLUMNS)
+
+
+PER_DEVICE = ("static_gib", "activation_gib", "memory_gib")
+"""Figures with one value per device, which ``device_memory_table`` shows as columns (beside "device_layers")."""
+LAYER_LABELS = ("stage_layers", "device_layers")
+"""Figures naming the model's layers each stage and each device holds (``costs.memory_figures``): the device table
+shows them, the figures table leaves them out."""
+DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total GiB")
+"""Columns of ``device_memory_table``."""
+
+
+def device_memory_table(figures: Mapping[str, object], title: str) -> Table:
+    """Memory per device in GiB, one row per device: the layers it holds (by the model's names, "-" for a bare
+    profile), its static bytes, its peak activations and their sum (``figures`` as ``memory_figures`` gives them)."""
+    n = len(figures["static_gib"])  # type: ignore[arg-type]
+    names = figures.get("device_layers", ["-"] * n)
+    rows = [[str(d), names[d], *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
+            for d in range(n)]
+    return text_table(DEVICE_COLUMNS, rows, title)

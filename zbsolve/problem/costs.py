@@ -1,0 +1,232 @@
+"""Where a problem's costs come from: a model cut into stages, and the device memory around the activations.
+
+A model (``zbsolve.problem.model``) and a partition give the per-stage profile; each device's activation budget is its
+memory minus the static bytes (weights, gradients, optimizer states) of the stages it holds minus a reserve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
+from zbsolve.problem.model import Layer, Model, check_ranges, held_static_bytes, module_names, partition, stage_profile
+from zbsolve.core.placement import Placement
+from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import Schedule
+from zbsolve.core.simulator import Timeline
+from zbsolve.base.units import GIB, gib, parse_bytes
+
+DEFAULT_RESERVE = 4 * GIB
+"""Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
+and the allocator's fragmentation."""
+SUM_TOLERANCE = 1e-9
+"""Relative difference allowed between a stage's profile figure and the sum over its layers."""
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a problem's profile stands for in real units: the model and its partition, and the device memory."""
+
+    model: Model | None
+    """The model the profile sums, or None for a bare profile."""
+    stages: tuple[tuple[int, int], ...]
+    """Half-open layer ranges of the model per stage, in stage order (empty for a bare profile)."""
+    device_memory: int | None
+    """Bytes of memory per device, or None when the memory limit is given in the profile's own unit."""
+    reserve: int
+    """Bytes of each device that no stage may use."""
+    static_bytes: tuple[int, ...]
+    """Per device, the bytes its stages hold for the whole step (0 for a bare profile)."""
+    devices: tuple[int, ...] = ()
+    """The device of each stage in ``stages``."""
+
+    @property
+    def in_bytes(self) -> bool:
+        """Whether the profile's memory is in bytes (a model's, or a bare profile given a device memory)."""
+        return self.model is not None or self.device_memory is not None
+
+    def limits(self) -> tuple[float, ...]:
+        """Per device, its activation budget: device memory - static bytes - reserve; an ``InfeasibleError``
+        naming the first device whose static bytes alone do not fit, and the shortfall in GiB."""
+        assert self.device_memory is not None
+        out = []
+        for d, static in enumerate(self.static_bytes):
+            budget = self.device_memory - static - self.reserve
+            if budget <= 0:
+                raise InfeasibleError(self.shortfall(d, {"static": static}))
+            out.append(float(budget))
+        return tuple(out)
+
+    def over(self, uses: dict[str, float]) -> float:
+        """Bytes by which ``uses`` (bytes by name) and the reserve exceed the device memory (at most 0: they fit)."""
+        assert self.device_memory is not None
+        return sum(uses.values()) + self.reserve - self.device_memory
+
+    def shortfall(self, device: int, uses: dict[str, float]) -> str:
+        """The line saying that ``device``'s ``uses`` (bytes by name) and the reserve exceed the device memory."""
+        assert self.device_memory is not None
+        terms = {**uses, "reserve": self.reserve}
+        over = self.over(uses)
+        spent = " + ".join(f"{name} {gib(value):.2f} GiB" for name, value in terms.items())
+        return (f"device {device} does not fit: {spent} exceed device_memory {gib(self.device_memory):.2f} GiB by "
+                f"{gib(over):.2f} GiB")
+
+    def device_layers(self) -> list[list[tuple[int, int]]]:
+        """Per device, the layer ranges of the stages it holds, in stage order (empty lists for a bare profile)."""
+        held: list[list[tuple[int, int]]] = [[] for _ in self.static_bytes]
+        for stage_range, d in zip(self.stages, self.devices):
+            held[d].append(stage_range)
+        return held
+
+    def stage_names(self) -> list[str]:
+        """Per stage, the model's names of its layers (``model.module_names``; empty for a bare profile)."""
+        return [] if self.model is None else [module_names(self.model, [stage_range]) for stage_range in self.stages]
+
+    def device_names(self) -> list[str]:
+        """Per device, the model's names of the layers it holds (``model.module_names``), or "-" for a bare
+        profile."""
+        if self.model is None:
+            return ["-"] * len(self.static_bytes)
+        return [module_names(self.model, held) for held in self.device_layers()]
+
+    def section(self) -> dict[str, object]:
+        """The schedule document's keys for these costs: "partition" (for a model), "device_memory" and
+        "reserve" (when given)."""
+        doc: dict[str, object] = {}
+        if self.model is not None:
+            doc["partition"] = {"model": self.model.name,
+                                "layers": [layer_record(layer) for layer in self.model.layers],
+                                "stages": [list(r) for r in self.stages]}
+        if self.device_memory is not None:
+            doc["device_memory"] = self.device_memory
+            doc["reserve"] = self.reserve
+        return doc
+
+
+LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
+"""The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
+
+
+def layer_record(layer: Layer) -> dict[str, object]:
+    """A layer as the schedule document records it."""
+    return {key: getattr(layer, key) for key in LAYER_KEYS}
+
+
+def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
+                device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE) -> tuple[Profile, Costs]:
+    """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
+    layer counts per stage), and its costs: each device's static bytes over the layers of every stage it holds
+    (a weight two of them share counted once)."""
+    memory, spare = memory_and_reserve(device_memory, reserve)
+    ranges = partition(model, placement.num_stages, partition_spec)
+    static = device_static_bytes(model.layers, ranges, placement)
+    return stage_profile(model, ranges), Costs(model, tuple(ranges), memory, spare, static, placement.routes[0])
+
+
+def profile_costs(num_devices: int, device_memory: int | str | None = None,
+                  reserve: int | str = DEFAULT_RESERVE) -> Costs:
+    """The costs of a bare profile: no static bytes, and the device memory (when given) in bytes."""
+    return Costs(None, (), *memory_and_reserve(device_memory, reserve), (0,) * num_devices)
+
+
+def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]],
+                        placement: Placement) -> tuple[int, ...]:
+    """Per device, the static bytes of the layers of every stage it holds on any route, a layer held twice or a
+    weight shared by two layers it holds counted once."""
+    held: list[set[int]] = [set() for _ in range(placement.num_devices)]
+    for route in placement.routes:
+        for s, d in enumerate(route):
+            held[d].update(range(*ranges[s]))
+    return tuple(held_static_bytes([layers[i] for i in sorted(indices)]) for indices in held)
+
+
+def check_partition(section: object, profile: Profile, num_stages: int,
+                    where: str) -> tuple[list[Layer], list[tuple[int, int]]]:
+    """The layers and stage ranges of a schedule document's "partition" section, checked: every stage's profile
+    figures are the sums over its layers. An ``InputError`` naming the stage and figure otherwise."""
+    if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
+        raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
+    model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"]},
+                        f"{where}: partition")
+    stages = section.get("stages")
+    if not isinstance(stages, list):
+        raise InputError(f"{where}: partition.stages = {stages!r} must be a list of [first, end) layer ranges")
+    try:
+        ranges = check_ranges(model, stages)
+    except InputError as exc:
+        raise InputError(f"{where}: partition.{exc}") from None
+    if len(ranges) != num_stages:
+        raise InputError(f"{where}: partition.stages has {len(ranges)} stages, the schedule {num_stages}")
+    for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w"):
+        for s, (a, b) in enumerate(ranges):
+            total = sum(getattr(layer, name) for layer in model.layers[a:b])
+            value = profile.stage_value(name, s)
+            if abs(total - value) > SUM_TOLERANCE * max(abs(total), abs(value), 1e-300):
+                raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) sum to "
+                                 f"{total:g}")
+    return model.layers, ranges
+
+
+def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
+    """The costs a schedule document records ("partition", "device_memory", "reserve"), checked against its
+    schedule (each stage's profile figures are the sums over its layers); None when it records none."""
+    section, device_memory = data.get("partition"), data.get("device_memory")
+    if section is None and device_memory is None:
+        return None
+    model, ranges, static = None, (), (0,) * schedule.num_devices
+    if section is not None:
+        layers, stage_ranges = check_partition(section, schedule.profile, schedule.num_stages, where)
+        model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
+        static = device_static_bytes(layers, stage_ranges, schedule.placement)
+    memory = None
+    if device_memory is not None:
+        if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
+            raise InputError(f"{where}: device_memory = {device_memory!r} must be a positive whole number of bytes")
+        memory = device_memory
+    reserve = data.get("reserve", 0)
+    if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+        raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
+    return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else ())
+
+
+def check_fits(costs: Costs, timeline: Timeline) -> None:
+    """A ``MemoryLimitError`` naming the first device whose static bytes, peak activations and reserve exceed the
+    device memory, and by how many GiB."""
+    if costs.device_memory is None:
+        return
+    for d, (static, peak) in enumerate(zip(costs.static_bytes, timeline.peak_memory)):
+        if static + peak + costs.reserve > costs.device_memory:
+            raise MemoryLimitError(costs.shortfall(d, {"static": static, "peak activations": peak}))
+
+
+def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
+    """Memory per device in GiB: static bytes, peak activations, their sum, and the device memory when given; for a
+    model, the names of the layers each stage and each device holds first ("stage_layers", "device_layers")."""
+    peak = timeline.peak_memory
+    figures: dict[str, object] = ({"stage_layers": costs.stage_names(), "device_layers": costs.device_names()}
+                                  if costs.model is not None else {})
+    figures |= {"static_gib": [gib(b) for b in costs.static_bytes], "activation_gib": [gib(b) for b in peak],
+                "memory_gib": [gib(a + b) for a, b in zip(costs.static_bytes, peak)]}
+    if costs.device_memory is not None:
+        figures["device_memory_gib"] = gib(costs.device_memory)
+    return figures
+
+
+def memory_and_reserve(device_memory: int | str | None, reserve: int | str) -> tuple[int | None, int]:
+    """The device memory (None when not given) and the reserve (0 allowed) in bytes; a reserve that leaves
+    nothing of the device memory is an ``InputError``."""
+    memory = None if device_memory is None else parse_bytes(device_memory, "device_memory")
+    spare = parse_bytes(reserve, "reserve", zero=True)
+    if memory is not None and spare >= memory:
+        raise InputError(f"reserve = {reserve!r} ({gib(spare):.2f} GiB) leaves nothing of device_memory = "
+                         f"{device_memory!r} ({gib(memory):.2f} GiB): give a reserve below the device memory")
+    return memory, spare
+
+
+def default_device_memory(model: Model) -> int | None:
+    """The memory of the GPU preset the model's costs are for, or None when it names none."""
+    from zbsolve.problem.estimate.gpus import GPUS
+
+    gpu = model.setting.gpu if model.setting is not None else None
+    return GPUS[gpu].memory_bytes if gpu in GPUS else None

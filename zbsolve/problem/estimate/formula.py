@@ -1,0 +1,268 @@
+"""Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
+GPT-2, GPT-NeoX) and the closed-form cost model of ``docs/cost-model.md``: FLOPs per pass over a GPU preset's
+peak throughput times an efficiency, activation bytes after Korthikanti et al. 2022, static bytes of
+mixed-precision Adam after the ZeRO paper. Every figure is per device of the tensor-parallel group. With
+``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
+(``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by ``zbsolve.problem.estimate.hf_config``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbsolve.problem.estimate import counting
+from zbsolve.base.checks import check_count
+from zbsolve.base.errors import InputError
+from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
+from zbsolve.problem.estimate.hf_config import Architecture, architecture, read_config
+from zbsolve.problem.model import Layer, Link, Model, Setting
+
+EFFICIENCY = 0.4
+"""Default fraction of the peak FLOP/s and HBM bandwidth a pass reaches (an assumed model FLOPs utilization)."""
+DTYPE_BYTES = {"bf16": 2, "fp16": 2}
+"""Bytes per element of weights and activations, by ``dtype``."""
+WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12
+"""Mixed-precision Adam per parameter (ZeRO, Rajbhandari et al. 2020, section 3.1): 16-bit weight and gradient,
+fp32 master weight, momentum and variance."""
+ID_BYTES = 8
+"""Bytes of a token id (int64), which the embedding keeps for its weight gradient."""
+FP32_BYTES = 4
+"""Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
+METHODS = ("formula", "count")
+"""Where FLOPs and activation bytes come from: the closed form (the default), or counted by torch on the
+transformers model."""
+
+
+def method_note(method: str) -> str:
+    """One line saying what the figures of ``method`` stand for, and which is an upper bound."""
+    if method == "count":
+        return ("method: count (counted by torch on transformers' eager modules: the activation bytes are an upper "
+                "bound; fused norm and MLP kernels keep those of --method formula)")
+    return ("method: formula (the closed form, docs/cost-model.md: activations as fused norm and MLP kernels keep "
+            "them; --method count counts transformers' eager modules, an upper bound)")
+
+
+def attended_pairs(seq_len: int, window: int | None) -> int:
+    """The (query, key) pairs of a sequence whose attention scores the cost model counts: all s² (causal masking is
+    not discounted), or, under a sliding window of w < s keys, the pairs less than w apart either way,
+    s² - (s - w)(s - w + 1): twice the pairs the causal window lets through less the diagonal, as s² is for the
+    causal triangle."""
+    if window is None or window >= seq_len:
+        return seq_len * seq_len
+    return seq_len * seq_len - (seq_len - window) * (seq_len - window + 1)
+
+
+def saving_windows(arch: Architecture, seq_len: int, flash_attention: bool) -> list[int | None]:
+    """Each block's sliding window where it saves work (it is shorter than the sequence and flash attention skips
+    the pairs outside it), None elsewhere: without flash attention all s² scores are computed and kept."""
+    return [w if flash_attention and w is not None and w < seq_len else None for w in arch.windows]
+
+
+def count_parameters(config: Architecture | dict | str | Path) -> int:
+    """Parameters of the whole model (tied embedding weights counted once)."""
+    arch = config if isinstance(config, Architecture) else architecture(config)
+    head = 0 if arch.tied else arch.vocab * arch.hidden
+    return arch.embedding_params + arch.layers * arch.block_params + arch.norm_params + head
+
+
+def reference_flops_per_token(config: Architecture | dict | str | Path, seq_len: int,
+                              flash_attention: bool = True) -> float:
+    """Training FLOPs per token by the usual rule, 6·N + 12·L·a·d·s (N parameters; PaLM, Chowdhery et al. 2022,
+    appendix B), to compare an estimate's total with; a block whose sliding window saves work counts
+    ``attended_pairs / s`` keys a query for s."""
+    arch = config if isinstance(config, Architecture) else architecture(config)
+    pairs = sum(attended_pairs(seq_len, w) for w in saving_windows(arch, seq_len, flash_attention))
+    return 6 * count_parameters(arch) + 12 * arch.q_width * pairs / seq_len
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """One layer's costs before they become times: per pass (F, B, W) its FLOPs, its HBM traffic in bytes
+    (memory-bound work) and its tensor-parallel collectives; its activation bytes M_B and M_W, its parameters and
+    the bytes of its output."""
+
+    flops: tuple[int, int, int]
+    traffic: tuple[int, int, int]
+    collectives: tuple[int, int, int]
+    m_b: int
+    m_w: int
+    params: int
+    out_bytes: int
+
+
+def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
+             dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float = EFFICIENCY,
+             flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
+             source: str | None = None, method: str = "formula") -> Model:
+    """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
+
+    ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
+    ``zero=1`` shards the optimizer states over the ``dp`` replicas; ``link`` ("nvlink" or "network") carries the
+    activations between stages. Layers are named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ...,
+    ``norm``, ``output``. A block whose sliding window is shorter than ``seq_len`` counts the attention scores of
+    ``attended_pairs`` under flash attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and
+    activation bytes from ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
+    """
+    if method not in METHODS:
+        raise InputError(f"method = {method!r}: should be one of {', '.join(METHODS)}")
+    arch = architecture(config)
+    device = gpu if isinstance(gpu, Gpu) else get_gpu(gpu)
+    for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp)):
+        check_count(what, value)
+    if zero not in (0, 1) or isinstance(zero, bool):
+        raise InputError(f"zero = {zero!r}: should be 0 or 1")
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
+    if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
+        raise InputError(f"efficiency = {efficiency!r}: should be a number in (0, 1]")
+    if link not in LINKS:
+        raise InputError(f"link = {link!r}: should be one of {', '.join(LINKS)}")
+    if arch.positions and seq_len > arch.positions:
+        raise InputError(f"seq_len = {seq_len}: the config has {arch.positions} learned positions")
+    for what, value in (("num_attention_heads", arch.heads), ("num_key_value_heads", arch.kv_heads),
+                        ("intermediate_size", arch.ffn)):
+        if value % tp:
+            raise InputError(f"tp = {tp}: {what} = {value} is not a multiple of it")
+
+    tokens, e = seq_len * microbatch_size, DTYPE_BYTES[dtype]
+    shard = _Shard(tokens, tp)
+    windows = saving_windows(arch, seq_len, flash_attention)
+    kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
+    ends = [_embedding(arch, shard, e), _norm(arch, shard, e), _output(arch, shard, e)]
+    blocks = [_block(arch, shard, e, seq_len, flash_attention, microbatch_size * attended_pairs(seq_len, w))
+              for w in kinds]
+    if method == "count":
+        counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
+                                 flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
+        ends = [_counted(part, counts, tp) for part, counts in
+                zip(ends, (counted.embedding, counted.norm, counted.output))]
+        blocks = [_counted(part, counts, tp) for part, counts in zip(blocks, counted.blocks)]
+    block_of = dict(zip(kinds, blocks))
+    costs = ([("tok_embeddings", ends[0])] + [(f"layers.{i}", block_of[w]) for i, w in enumerate(windows)]
+             + [("norm", ends[1]), ("output", ends[2])])
+    collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
+
+    def seconds(c: _Costs, p: int) -> float:
+        return (c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency)
+                + c.collectives[p] * collective)
+
+    optimizer_shards = dp if zero else 1
+    layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
+                    mem_f=max(c.m_b, c.m_w), mem_b=c.m_w - max(c.m_b, c.m_w), mem_w=-c.m_w,
+                    static_bytes=c.params * (WEIGHT_BYTES + GRAD_BYTES)
+                    + math.ceil(c.params * OPTIMIZER_BYTES / optimizer_shards),
+                    out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
+                    shares="tok_embeddings" if n == "output" and arch.tied else None)
+              for n, c in costs]
+    gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
+    where = read_config(config)[1]
+    return Model(name=name or (Path(where).stem if where != "config" else "model"),
+                 source=source or f"zbsolve.problem.estimate.formula.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
+                                  f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
+                                  f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
+                                  f"link={link!r}, method={method!r}); cost model: docs/cost-model.md",
+                 link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
+                 setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp, zero=zero,
+                                 dtype=dtype, gpu=gpu_name, efficiency=efficiency),
+                 layers=layers)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """A microbatch of ``tokens`` tokens on one device of ``tp``: what a per-token size comes to."""
+
+    tokens: int
+    tp: int
+
+    def bytes(self, per_token: int) -> int:
+        """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
+        (sequence parallelism: each device holds a 1/tp slice, rounded up)."""
+        return -(-self.tokens * per_token // self.tp)
+
+
+def _counted(part: _Costs, counts: counting.Counts, tp: int) -> _Costs:
+    """``part`` with the counted FLOPs and activation bytes, each divided over the ``tp`` devices (rounded up)."""
+    f, b, w = (-(-flops // tp) for flops in counts.flops)
+    return dataclasses.replace(part, flops=(f, b, w), m_b=-(-counts.m_b // tp), m_w=-(-counts.m_w // tp))
+
+
+def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
+    """A gather: no FLOPs; F reads the rows and writes the output, W reads the output gradient and reads and
+    writes fp32 gradient rows (scatter-add); B has nothing to do (its input is token ids)."""
+    n, h, t = shard.tokens, arch.hidden, shard.tp
+    ids = n * ID_BYTES
+    grad = shard.bytes(h * e)
+    params = -(-arch.vocab // t) * h + arch.positions * h
+    return _Costs(flops=(0, 0, 0), traffic=(2 * n * h * e, 0, n * h * (e + 2 * FP32_BYTES)),
+                  collectives=(1, 0, 1) if t > 1 else (0, 0, 0), m_b=ids, m_w=ids + grad, params=params,
+                  out_bytes=shard.bytes(h * e))
+
+
+def _block(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool, scores: int) -> _Costs:
+    """Matmuls: 2·tokens·weights FLOPs each for F, B and W; attention core (QK^T, AV) 4·scores·a·d in F and twice
+    that in B, none in W (``scores``: the microbatch's attended_pairs, b·s² without a window); four collectives in F
+    and B and two in W under tensor parallelism."""
+    n, h, t, f = shard.tokens, arch.hidden, shard.tp, arch.ffn
+    qd, kd = arch.q_width, arch.kv_width
+    matmul = 2 * n * arch.matmul_params // t
+    attention = 4 * scores * qd // t
+    mlp_out = 3 if arch.gated else 2
+    saved = e * (2 * h + 2 * qd + 2 * kd) + e * (2 * h + mlp_out * f)
+    if arch.hidden_dropout:
+        saved += 2 * h
+    if not flash_attention:
+        saved += e * arch.heads * seq_len
+        if arch.attention_dropout:
+            saved += arch.heads * seq_len + e * arch.heads * seq_len
+    for_w = e * ((h + qd + 2 * kd) + (qd + h) + (h + (mlp_out - 1) * f) + (f + h))
+    params = -(-(arch.block_params - 2 * arch.norm_params) // t) + 2 * arch.norm_params
+    return _Costs(flops=(matmul + attention, matmul + 2 * attention, matmul), traffic=(0, 0, 0),
+                  collectives=(4, 4, 2) if t > 1 else (0, 0, 0), m_b=shard.bytes(saved), m_w=shard.bytes(for_w),
+                  params=params, out_bytes=shard.bytes(h * e))
+
+
+def _norm(arch: Architecture, shard: _Shard, e: int) -> _Costs:
+    """Memory-bound: F reads and writes the activation, B reads it and the output gradient and writes the input
+    gradient (and its weight gradient: only matmul weights wait for W)."""
+    slice_bytes = shard.bytes(arch.hidden * e)
+    return _Costs(flops=(0, 0, 0), traffic=(2 * slice_bytes, 3 * slice_bytes, 0), collectives=(0, 0, 0),
+                  m_b=slice_bytes, m_w=0, params=arch.norm_params, out_bytes=slice_bytes)
+
+
+def _output(arch: Architecture, shard: _Shard, e: int) -> _Costs:
+    """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
+    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input."""
+    n, h, t = shard.tokens, arch.hidden, shard.tp
+    vocab = -(-arch.vocab // t)
+    matmul = 2 * n * h * vocab
+    logits = n * vocab
+    x = shard.bytes(h * e)
+    return _Costs(flops=(matmul, matmul, matmul), traffic=(logits * (e + FP32_BYTES), logits * (FP32_BYTES + e), 0),
+                  collectives=(1, 1, 1) if t > 1 else (0, 0, 0), m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
+                  params=vocab * h, out_bytes=FP32_BYTES)
+
+
+def flops_note(model: Model, config: dict | str | Path, flash_attention: bool = True) -> str:
+    """One line comparing the estimate's training FLOPs per token with 6·N + 12·L·a·d·s
+    (``reference_flops_per_token``)."""
+    arch = architecture(config)
+    if model.setting is None:
+        raise InputError(f"model {model.name} has no setting: its tokens per microbatch are unknown")
+    params = count_parameters(arch)
+    reference = reference_flops_per_token(arch, model.setting.seq_len, flash_attention)
+    attention = reference - 6 * params
+    windows = set(saving_windows(arch, model.setting.seq_len, flash_attention)) - {None}
+    ours = model.flops_per_token()
+    no_matmul = params - arch.layers * arch.matmul_params - arch.vocab * arch.hidden
+    counted = ours - reference + 6 * no_matmul
+    return (f"FLOPs per token: estimate {ours / 1e9:.2f} G (F + B + W of every layer) vs 6·N + 12·L·a·d·s = "
+            f"{reference / 1e9:.2f} G (N = {params / 1e9:.3f}e9 parameters: 6·N = {6 * params / 1e9:.2f} G, "
+            f"attention {attention / 1e9:.2f} G"
+            + (f" over the pairs of a sliding window of {', '.join(map(str, sorted(windows)))}" if windows else "")
+            + f"), ratio {ours / reference:.3f}; 6·N also counts the "
+            f"{no_matmul / 1e6:.1f}e6 weights that are no matmul here (input embedding, norms, biases)"
+            + (f"; the estimate counts {counted / 1e9:.2f} G more (counted by torch: flash attention's recomputation "
+               "of QK^T in B)" if abs(counted) >= 5e6 else ""))

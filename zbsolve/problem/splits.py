@@ -1,0 +1,197 @@
+"""The stage splits two training frameworks make by default, reproduced over a ``Model``, and the
+``--pipeline-model-parallel-layout`` string Megatron takes for any split.
+
+Every split is half-open ranges of ``model.layers`` per stage (what ``zbsolve.problem.model.partition`` returns); the
+frameworks deal out only the repeated blocks (``Layer.block``), so the layers before the first block (the
+embedding) go to the first stage, those after the last block (final norm and head) to the last, and a non-block
+layer between blocks stays with the block before it, as in ``partition(model, n, "uniform")``.
+
+Sources read (the rules are the same in each pair):
+
+- torchtitan 0.3.0 from PyPI, and pytorch/torchtitan main at b5bcd76c66d0acb1a08b176d9639425bc55e0b2a:
+  ``torchtitan/distributed/pipeline_parallel.py``, ``_generate_llm_fqn_per_model_part`` (public as
+  ``generate_llm_fqn_per_model_part`` up to 0.2.2).
+- megatron-core 0.16.1 from PyPI, and NVIDIA/Megatron-LM main at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
+  ``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``;
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``, ``PipelineParallelLayerLayout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zbsolve.base.checks import check_count
+from zbsolve.base.errors import InputError
+from zbsolve.problem.model import Model, check_ranges
+
+# -- torchtitan ------------------------------------------------------------------------------------------------
+
+def torchtitan_blocks_per_stage(num_stages: int, num_blocks: int, first_stage_less_layers: int = 1,
+                                last_stage_less_layers: int = 1) -> list[int]:
+    """Blocks per stage as torchtitan deals them out when ``module_fqns_per_model_part`` is not given.
+
+    torchtitan ``_generate_llm_fqn_per_model_part`` (``torchtitan/distributed/pipeline_parallel.py``): one stage
+    takes everything; otherwise the embedding counts as ``first_stage_less_layers`` layers and norm + head as
+    ``last_stage_less_layers``, the ``num_blocks + first + last`` effective layers are dealt out evenly with the
+    remainder one each to the first stages, and the first stage's share less ``first`` (the last stage's less
+    ``last``) is its blocks. torchtitan refuses more stages than effective layers and a knob larger than the
+    smallest share; so does this, with an ``InputError``.
+    """
+    check_count("num_stages", num_stages)
+    check_count("num_blocks", num_blocks, 0)
+    first = check_count("first_stage_less_layers", first_stage_less_layers, 0)
+    last = check_count("last_stage_less_layers", last_stage_less_layers, 0)
+    if num_stages == 1:
+        return [num_blocks]
+    effective = num_blocks + first + last
+    if num_stages > effective:
+        raise InputError(f"num_stages = {num_stages} exceeds torchtitan's {effective} effective layers ({num_blocks} "
+                         f"blocks + first_stage_less_layers {first} + last_stage_less_layers {last})")
+    per, extra = divmod(effective, num_stages)
+    for name, value in (("first_stage_less_layers", first), ("last_stage_less_layers", last)):
+        if value > per:
+            raise InputError(f"{name} = {value} exceeds the {per} effective layers per stage torchtitan deals "
+                             f"{num_stages} stages ({effective} effective layers)")
+    counts = []
+    left = num_blocks
+    for s in range(num_stages):
+        share = per + (s < extra) - (first if s == 0 else last if s == num_stages - 1 else 0)
+        take = min(share, left)  # torchtitan's `if current_layer < num_layers`; never binds given the checks
+        counts.append(take)
+        left -= take
+    return counts
+
+
+def torchtitan_split(model: Model, num_stages: int, first_stage_less_layers: int = 1,
+                     last_stage_less_layers: int = 1) -> list[tuple[int, int]]:
+    """torchtitan's default split of ``model`` into ``num_stages`` stages (all stages, over every device:
+    ``pipeline_parallel_degree`` x stages per rank), as half-open layer ranges.
+
+    The knobs are torchtitan's ``parallelism.pipeline_parallel_first_stage_less_layers`` and
+    ``parallelism.pipeline_parallel_last_stage_less_layers`` (default 1 each); the rule is
+    ``torchtitan_blocks_per_stage``, from ``_generate_llm_fqn_per_model_part`` in
+    ``torchtitan/distributed/pipeline_parallel.py``. E.g. 32 blocks on 8 stages: 4, 5, 4, 4, 4, 4, 4, 3.
+    """
+    counts = torchtitan_blocks_per_stage(num_stages, _num_blocks(model), first_stage_less_layers,
+                                         last_stage_less_layers)
+    return _ranges(model, counts, "torchtitan's split")
+
+
+# -- Megatron --------------------------------------------------------------------------------------------------
+
+def megatron_blocks_per_stage(num_stages: int, num_blocks: int, account_for_embedding: bool = True,
+                              account_for_loss: bool = True) -> list[int]:
+    """Transformer layers per stage as Megatron-core builds them without a custom layout or uneven first/last
+    stage.
+
+    Megatron-core ``get_num_layers_to_build`` (``megatron/core/transformer/transformer_block.py``): with
+    ``account_for_embedding_in_pipeline_split`` (``account_for_loss_in_pipeline_split``) the embedding (the loss)
+    counts as one more layer; the total must divide evenly over the pipeline ranks and each rank's share over its
+    virtual stages, which is to divide by ``num_stages`` = pp x vpp; the first stage then builds one layer fewer
+    for the embedding, the last one fewer for the loss. A total that does not divide is an ``InputError``, as it
+    is a ``ValueError`` in ``TransformerConfig.__post_init__``.
+    """
+    check_count("num_stages", num_stages)
+    check_count("num_blocks", num_blocks, 0)
+    for name, value in (("account_for_embedding", account_for_embedding), ("account_for_loss", account_for_loss)):
+        if not isinstance(value, bool):
+            raise InputError(f"{name} = {value!r} must be true or false")
+    total = num_blocks + account_for_embedding + account_for_loss
+    if total % num_stages:
+        raise InputError(f"num_stages = {num_stages} does not divide Megatron's {total} layers ({num_blocks} blocks"
+                         f"{' + embedding' * account_for_embedding}{' + loss' * account_for_loss}); give "
+                         "an uneven split as a --pipeline-model-parallel-layout (megatron_layout)")
+    counts = [total // num_stages] * num_stages
+    counts[0] -= account_for_embedding
+    counts[-1] -= account_for_loss  # never below 0: a total that divides gives every stage at least 1
+    return counts
+
+
+def megatron_split(model: Model, num_stages: int, account_for_embedding: bool = True,
+                   account_for_loss: bool = True) -> list[tuple[int, int]]:
+    """Megatron-core's even split of ``model`` into ``num_stages`` stages (pp x vpp, all virtual stages over every
+    device, in layer order), as half-open layer ranges.
+
+    The flags are ``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split``
+    (``TransformerConfig.account_for_embedding_in_pipeline_split`` / ``..._loss_...``, False by default in
+    Megatron); the rule is ``megatron_blocks_per_stage``, from ``get_num_layers_to_build`` in
+    ``megatron/core/transformer/transformer_block.py``. E.g. 30 blocks on 8 stages with both: 3, 4, ..., 4, 3.
+    """
+    counts = megatron_blocks_per_stage(num_stages, _num_blocks(model), account_for_embedding, account_for_loss)
+    return _ranges(model, counts, "Megatron's split")
+
+
+def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: int) -> str:
+    """The ``--pipeline-model-parallel-layout`` string of ``ranges`` placed looped, stage s on device
+    s % ``num_devices`` (``--pipeline-model-parallel-size`` = num_devices; the virtual stages per device follow
+    from the number of stages), e.g. ``"Et*3|t*4|t*4|t*2L"``.
+
+    The grammar (``PipelineParallelLayerLayout.parse_str_to_list`` in
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): stages separated by ``|`` in layer order,
+    stage i on pipeline rank i % pp in virtual stage i // pp; ``E`` the embedding, ``t`` a transformer block,
+    ``m`` an MTP layer, ``L`` the loss (with the final norm and the head); ``x*n`` repeats one symbol, ``(...)*n``
+    a group, commas are ignored. ``E`` must come first and ``L`` last, each once.
+
+    Here the layers before the first block are the ``E`` of the first stage, those after the last block the
+    ``L`` of the last (written even where the model lists no such layer: Megatron always has them). A stage
+    boundary among the layers before the first block or after the last, or a non-block layer between blocks,
+    has no symbol: an ``InputError``; so is a stage count that ``num_devices`` does not divide.
+    """
+    ranges = check_ranges(model, ranges)
+    check_count("num_devices", num_devices)
+    if len(ranges) % num_devices:
+        raise InputError(f"num_devices = {num_devices} does not divide the {len(ranges)} stages: Megatron's layout "
+                         "places stage i on device i % num_devices with the same stages on every device")
+    blocks = _blocks(model)
+    first, last = blocks[0], blocks[-1]
+    names = [layer.name for layer in model.layers]
+    for i in range(first, last + 1):
+        if not model.layers[i].block:
+            raise InputError(f"layer {names[i]} (block = false) lies between blocks: Megatron's layout has no "
+                             "symbol for it (E, t, m and L only)")
+    for s, (a, _) in enumerate(ranges[1:], 1):
+        if a < first or a > last + 1:
+            where = "before the first block (one E)" if a < first else "after the last block (one L)"
+            raise InputError(f"stage {s} starts at layer {names[a]}, splitting the layers {where}: Megatron's "
+                             "layout cannot express that boundary")
+    stages = []
+    for s, (a, b) in enumerate(ranges):
+        count = sum(layer.block for layer in model.layers[a:b])
+        text = "t" if count == 1 else f"t*{count}" if count else ""
+        stages.append(("E" if s == 0 else "") + text + ("L" if s == len(ranges) - 1 else ""))
+    return "|".join(stages)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+def _blocks(model: Model) -> list[int]:
+    """Indices of the model's blocks; none is an ``InputError``."""
+    blocks = [i for i, layer in enumerate(model.layers) if layer.block]
+    if not blocks:
+        raise InputError(f"model {model.name} has no blocks (layers with block = true) to deal out over stages")
+    return blocks
+
+
+def _num_blocks(model: Model) -> int:
+    return len(_blocks(model))
+
+
+def _ranges(model: Model, counts: Sequence[int], what: str) -> list[tuple[int, int]]:
+    """Layer ranges giving stage s ``counts[s]`` blocks: each stage with blocks after the first starts at its
+    first block, a last stage without blocks just after the last block; a stage left with no layer is an
+    ``InputError``."""
+    blocks = _blocks(model)
+    n = len(model.layers)
+    starts = [0]
+    dealt = counts[0]
+    for s in range(1, len(counts)):
+        if counts[s] == 0 and s != len(counts) - 1:  # neither framework leaves a middle stage without blocks
+            raise InputError(f"{what} gives stage {s} no blocks")
+        starts.append(blocks[dealt] if counts[s] else blocks[-1] + 1)
+        dealt += counts[s]
+    ends = starts[1:] + [n]
+    for s, (a, b) in enumerate(zip(starts, ends)):
+        if b <= a:
+            side = "before its first block" if s == 0 else "after its last block"
+            raise InputError(f"{what} gives stage {s} no blocks, and model {model.name} has no layer {side}")
+    return check_ranges(model, list(zip(starts, ends)))

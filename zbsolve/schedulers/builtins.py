@@ -1,0 +1,82 @@
+"""torch.distributed.pipelining's built-in schedules as baselines on zbsolve's costs.
+
+Each built-in is timed by the simulator like any schedule, on the profile given: its order is the one torch's own
+schedule class makes (``torch_compat.schedule_order``) where torch is installed, else zbsolve's family of the same
+order. Where both run, torch 2.13's orders are the families', pass for pass (``tests/test_baselines.py``); they
+differ in the (p, m) they accept:
+
+- 1F1B: torch refuses m < p; zbsolve's 1f1b runs it (min(p - s, m) warm-up forwards).
+- Interleaved1F1B: torch runs m a multiple of max(1, m // p) (its rounds); zbsolve's 1f1b-i only m a multiple
+  of p, where the two orders are the same.
+- DualPipeV: torch refuses m < 2p; zbsolve's dualpipev runs m = 2p - 1, the fewest its warm-up needs.
+- InterleavedZeroBubble (torch's ZB1P on the looped placement) has no zbsolve family: it needs torch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from dataclasses import replace
+from typing import NamedTuple
+
+from zbsolve.core import torch_compat
+from zbsolve.base.checks import check_count, check_size
+from zbsolve.base.errors import InputError
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.placement import make_placement
+from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import Schedule, build
+
+
+class Builtin(NamedTuple):
+    """Where one of torch's built-in schedules puts its stages, and zbsolve's family of the same order."""
+
+    placement: str
+    """Placement name: "sequential", "interleaved" (stage s on device s mod p) or "vshape"."""
+    chunks: int
+    """Stages per device."""
+    family: str | None
+    """zbsolve's family of the same order, used without torch; None for none."""
+
+
+BUILTINS: dict[str, Builtin] = {
+    "GPipe": Builtin("sequential", 1, "gpipe"),
+    "1F1B": Builtin("sequential", 1, "1f1b"),
+    "Interleaved1F1B": Builtin("interleaved", 2, "1f1b-i"),
+    "InterleavedZeroBubble": Builtin("interleaved", 2, None),
+    "ZBVZeroBubble": Builtin("vshape", 2, "zb-v"),
+    "DualPipeV": Builtin("vshape", 2, "dualpipev"),
+}
+"""torch's built-in schedules (``schedules.get_schedule_class`` names), in order, with their placements."""
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_order(name: str, num_devices: int, stages_per_rank: int, num_microbatches: int) -> tuple[tuple, ...]:
+    """torch's order of ``name``, built once per (name, p, stages per rank, m): it does not depend on the costs."""
+    order = torch_compat.schedule_order(name, num_devices=num_devices, stages_per_rank=stages_per_rank,
+                                        num_microbatches=num_microbatches)
+    return tuple(tuple(ops) for ops in order)
+
+
+def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
+    """torch's built-in schedule ``name`` (one of ``BUILTINS``) on ``num_devices`` devices with
+    ``num_microbatches`` microbatches and no memory limit, named ``name``. Its order is torch's own
+    (``torch_compat.schedule_order``) where torch is installed, else that of zbsolve's family (``BUILTINS``).
+    The profile has one entry per stage (stages per device x ``num_devices``) or scalars; for two stages per
+    device, a ``num_devices``-stage or scalar profile is split into chunks as the families split it
+    (``Profile.per_chunk``). ``InputError`` of one line for an unknown name, a combination torch (or, without
+    torch, the family) refuses, and InterleavedZeroBubble without torch."""
+    if name not in BUILTINS:
+        raise InputError(f"schedule = {name!r} is not one of torch's built-in schedules; choose one of "
+                         f"{', '.join(BUILTINS)}")
+    placement, chunks, family = BUILTINS[name]
+    p = check_count("num_devices", num_devices)
+    m = check_count("num_microbatches", num_microbatches)
+    check_size(chunks * p, m)
+    costs = profile.per_chunk(p, chunks, name) if chunks > 1 else profile.expand(p)
+    if torch_compat.has_pipelining():
+        return build(name, make_placement(placement, p, chunks), m, costs, _torch_order(name, p, chunks, m))
+    if family is None:
+        raise InputError(f"schedule = {name!r} needs torch (torch.distributed.pipelining), which is not installed; "
+                         "zbsolve has no family of its order")
+    return replace(make_schedule(family, costs, p, m), name=name)

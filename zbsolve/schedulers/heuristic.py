@@ -1,0 +1,421 @@
+"""The Zero Bubble paper's automatic heuristic scheduler (Section 3.1).
+
+Each device runs a greedy list schedule driven by a small event simulation of its own. A stage
+runs an F while it has fewer microbatches in flight than its warm-up count and memory allows
+(warm-up, then 1F1B: the F of the next round before the B that has arrived); otherwise a B as
+soon as one arrives; a W fills an idle gap when it fits before the next arrival, runs early
+when memory requires it, and the leftover W run at the end. The warm-up count of a stage is
+the number of F that fit before its first B arrives and in memory, each stage keeping at least
+one more than the next. The paper's variants (allow a bubble before the first B, prioritise B,
+fill gaps greedily) are tried and the best schedule kept, until an optional deadline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+from typing import NamedTuple
+
+from zbsolve.base.checks import check_count, check_limit, check_size, device_limits, room
+from zbsolve.core.dependencies import dependencies, lag
+from zbsolve.base.errors import BudgetError, InfeasibleError, InputError
+from zbsolve.core.placement import Placement
+from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
+from zbsolve.core.simulator import simulate
+from zbsolve.core.timing import device_objective
+
+_EPS = 1e-9
+"""Slack of comparisons of times."""
+_INF = math.inf
+_CLOCK_EVERY = 4096
+"""Events between two looks at the clock when a run has a deadline."""
+
+
+class Variant(NamedTuple):
+    """One setting of the heuristic's choices."""
+
+    bubble_before_first_b: bool
+    """Warm-up F must end by the time the first B arrives, leaving a bubble before it (else an F
+    may start until then)."""
+    prioritize_b: bool
+    """Hold an F that would delay a B (arrived, or arriving before the F would end) when the stage
+    is at least two F ahead of the next stage."""
+    greedy_fill: bool
+    """A W that overruns an idle gap always runs (else only when leaving the gap would make the
+    device's total bubble the largest)."""
+
+
+VARIANTS = tuple(Variant(a, b, c) for a in (True, False) for b in (True, False) for c in (True, False))
+"""Every variant ``heuristic`` tries."""
+
+
+@dataclass
+class _Problem:
+    """Per-stage costs and per-device layout of one heuristic run."""
+
+    placement: Placement
+    m: int
+    profile: Profile
+    limit: list[float]
+    """Per device, the memory it may reach (``room`` of its limit)."""
+
+    def __post_init__(self) -> None:
+        pl, pr = self.placement, self.profile
+        self.S = pl.num_stages
+        self.p = pl.num_devices
+        self.dev = list(pl.routes[0])
+        self.stages = [[s for s in range(self.S) if self.dev[s] == d] for d in range(self.p)]
+        self.stages_back = [st[::-1] for st in self.stages]
+        self.t_f, self.t_b, self.t_w = ([pr.stage_value(n, s) for s in range(self.S)] for n in ("t_f", "t_b", "t_w"))
+        self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
+                                              for n in ("mem_f", "mem_b", "mem_w"))
+        c = pr.t_comm
+        # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, device, lag, duration) of mb's pass
+        self.deps = {kind: [tuple((dep.kind, dep.stage, self.dev[dep.stage], lag(c, self.dev[dep.stage], self.dev[s]),
+                                   pr.time(dep.kind, dep.stage)) for dep in dependencies(Pass(kind, 0, s), self.S))
+                            for s in range(self.S)] for kind in (F, B)}
+        self.comm_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
+        self.comm_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
+        self.first = [st[0] if st else -1 for st in self.stages]
+        self.footprint = [0.0] * self.p
+        self.after_first = [0.0] * self.p
+        self.reserve: list[list[tuple[int, int, int, float]]] = [[] for _ in range(self.p)]
+        self.f_need = list(self.mem_f)
+        for d, st in enumerate(self.stages):
+            if st:
+                self._reserve_table(d, st)
+
+    def _reserve_table(self, d: int, st: list[int]) -> None:
+        """Memory one microbatch still needs on device ``d``, per state, if run alone (W right after B)."""
+        deltas = [self.mem_f[s] for s in st]
+        for s in reversed(st):
+            deltas += [self.mem_b[s], self.mem_w[s]]
+
+        def peak_after(i: int) -> float:
+            run, top = 0.0, 0.0
+            for x in deltas[i:]:
+                run += x
+                top = max(top, run)
+            return top
+
+        self.footprint[d] = peak_after(0)
+        self.after_first[d] = peak_after(1)
+        k = len(st)
+        states = [(0, s, st[i + 1] if i + 1 < k else -1, peak_after(i + 1)) for i, s in enumerate(st)]
+        states += [(1, st[i], st[i - 1] if i > 0 else -1, peak_after(k + 2 * (k - i))) for i in range(k)]
+        self.reserve[d] = [state for state in states if state[3] > 0]
+        self.f_need[st[0]] = max(self.footprint[d], self.mem_f[st[0]] + self.after_first[d])
+
+
+def min_feasible_limits(profile: Profile, placement: Placement) -> list[float]:
+    """Per device, the smallest memory limit under which a schedule exists: the peak of running
+    one microbatch at a time, each W right after its B (exact when F allocates and B and W free)."""
+    _check_placement(placement)
+    return _Problem(placement, 1, profile.expand(placement.num_stages), [_INF] * placement.num_devices).footprint
+
+
+def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) -> list[int]:
+    """Per stage, how many F run before its first B: those that fit before the B arrives and in
+    memory; with ``monotone`` each stage keeps at least one more than the next."""
+    S, m, dev, t_f = prob.S, prob.m, prob.dev, prob.t_f
+    end_f = [0.0] * S
+    for s in range(S):
+        end_f[s] = (end_f[s - 1] + prob.comm_f[s] if s else 0.0) + t_f[s]
+    counts = [1] * S
+    arrival = end_f[S - 1]
+    for s in range(S - 1, -1, -1):
+        fp = prob.footprint[dev[s]]
+        limit = prob.limit[dev[s]]
+        by_memory = m if fp <= 0 or limit == _INF else max(1, int(limit / fp + _EPS))
+        k, busy = 1, end_f[s]
+        if s < S - 1:
+            while k < min(m, by_memory):
+                if (busy + t_f[s] > arrival + _EPS) if bubble_before_first_b else (busy >= arrival - _EPS):
+                    break
+                busy += t_f[s]
+                k += 1
+        counts[s] = k
+        arrival = max(busy, arrival) + prob.t_b[s] + (prob.comm_b[s - 1] if s else 0.0)
+    if monotone:
+        for s in range(1, S):
+            counts[s] = max(1, min(counts[s], counts[s - 1] - 1))
+    return counts
+
+
+class _Run:
+    """One event-driven greedy run; ``ops`` per device once ``run`` succeeds."""
+
+    def __init__(self, prob: _Problem, caps: list[int], variant: Variant) -> None:
+        self.prob, self.caps, self.v = prob, caps, variant
+        S, m, p = prob.S, prob.m, prob.p
+        self.f, self.b = [0] * S, [0] * S
+        self.end_f: list[list[float]] = [[-1.0] * m for _ in range(S)]
+        self.end_b: list[list[float]] = [[-1.0] * m for _ in range(S)]
+        self.ends = {F: self.end_f, B: self.end_b}
+        """End of each placed F and B by kind, stage and microbatch (-1: not placed)."""
+        self.first_start = [-1.0] * p
+        self.free = [0.0] * p
+        self.mem = [0.0] * p
+        self.peak = 0.0
+        self.bubble = [0.0] * p
+        self.max_bubble = 0.0
+        self.mattered: set[str] = set()
+        """Variant flags that changed a decision; flipping any other flag gives the same run."""
+        self.waits: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
+        self.ops: list[list[Pass]] = [[] for _ in range(p)]
+        self.events: list[tuple[float, int]] = [(0.0, d) for d in range(p) if prob.stages[d]]
+        heapq.heapify(self.events)
+
+    def run(self, deadline: float | None = None) -> bool:
+        """Schedule every pass; False if the greedy got stuck (memory); ``BudgetError`` once past ``deadline``
+        (a ``time.monotonic()`` instant)."""
+        events, free, decide = self.events, self.free, self._decide
+        countdown = _CLOCK_EVERY
+        while events:
+            now, d = heapq.heappop(events)
+            if free[d] <= now + _EPS:
+                decide(d, now)
+            countdown -= 1
+            if not countdown:
+                countdown = _CLOCK_EVERY
+                if deadline is not None and time.monotonic() > deadline:
+                    raise BudgetError("the heuristic's deadline passed")
+        return sum(map(len, self.ops)) == 3 * self.prob.S * self.prob.m
+
+    def objective(self) -> tuple[float, float, float]:
+        """(max per-device span, makespan, peak memory) of this run."""
+        busy = [d for d in range(self.prob.p) if self.ops[d]]
+        return (max(device_objective(self.first_start[d], self.free[d], "span") for d in busy),
+                max(device_objective(self.first_start[d], self.free[d], "makespan") for d in busy), self.peak)
+
+    def _reserved(self, d: int) -> float:
+        """Memory the microbatches in flight on device ``d`` may still need on top of what they hold."""
+        f, b = self.f, self.b
+        total = 0.0
+        for phase, s, other, need in self.prob.reserve[d]:
+            if phase == 0:
+                total += (f[s] - (f[other] if other >= 0 else b[s])) * need
+            else:
+                total += (b[s] - (b[other] if other >= 0 else 0)) * need
+        return total
+
+    def _f_fits(self, d: int, s: int) -> bool:
+        """Whether the next F of stage ``s`` fits in memory, keeping room for the microbatches in
+        flight to finish (the first stage of a device starts a new microbatch there)."""
+        prob = self.prob
+        need = prob.f_need[s]
+        if s == prob.first[d] and prob.reserve[d]:
+            need = max(need, prob.mem_f[s] + prob.after_first[d] + self._reserved(d))
+        return self.mem[d] + need <= prob.limit[d]
+
+    def _decide(self, d: int, now: float) -> None:
+        """Commit device ``d``'s next pass at time ``now``, or wait for the next arrival."""
+        prob, f, b = self.prob, self.f, self.b
+        free = self.free
+        t0 = free[d]
+        waits = self.waits[d]
+        ready = now + _EPS
+        # known: earliest future arrival of a committed dependency; unknown: earliest lower bound
+        # of one not yet committed on another device (which tells this device when it commits it).
+        known = unknown = _INF
+        ready_b = None
+        b_arrivals: list[float] = []
+        for s in prob.stages[d]:
+            mb = b[s]
+            if mb < f[s]:
+                arr, lb = self._arrival(B, s, mb, d, now)
+                if arr is None:
+                    unknown = min(unknown, lb)
+                    continue
+                b_arrivals.append(arr)
+                if arr <= ready:
+                    if ready_b is None or mb < ready_b[1]:
+                        ready_b = (s, mb, arr)
+                elif arr < known:
+                    known = arr
+        need_w, blocked_at = False, _INF
+        m, caps = prob.m, self.caps
+        for s in prob.stages_back[d]:
+            mb = f[s]
+            if mb >= m or mb - b[s] >= caps[s]:
+                continue
+            arr, lb = self._arrival(F, s, mb, d, now)
+            if arr is None:
+                unknown = min(unknown, lb)
+                continue
+            if not self._f_fits(d, s):
+                if arr <= ready:
+                    need_w = True
+                elif arr < blocked_at:
+                    blocked_at = arr
+            elif arr > ready:
+                known = min(known, arr)
+            else:
+                begin = max(t0, arr)
+                if not (b_arrivals and self._hold_f(s, begin + prob.t_f[s], b_arrivals)):
+                    self._commit_f(d, s, mb, begin, now)
+                    return
+        if ready_b is not None:
+            s, mb, arr = ready_b
+            if self.mem[d] + prob.mem_b[s] <= prob.limit[d]:
+                self._commit_b(d, s, mb, max(t0, arr), now)
+                return
+            need_w = True
+        if waits:
+            if need_w or t0 + prob.t_w[waits[0][0]] <= min(known, unknown) + _EPS:
+                self._commit_w(d, now)
+                return
+            if unknown >= known and known < _INF:
+                if known - t0 > self.max_bubble - self.bubble[d] + _EPS:
+                    self._commit_w(d, now)
+                    return
+                self.mattered.add("greedy_fill")
+                if self.v.greedy_fill:
+                    self._commit_w(d, now)
+                    return
+        wake = min(blocked_at, known)
+        if wake < _INF:
+            heapq.heappush(self.events, (wake, d))
+
+    def _arrival(self, kind: str, s: int, mb: int, d: int, now: float) -> tuple[float | None, float]:
+        """When the inputs of pass (``kind``, ``mb``, ``s``) on device ``d`` arrive, and that time again; while
+        a producer is not placed, None and the earliest it could arrive (infinity when the producer is on ``d``
+        itself)."""
+        arrival = 0.0
+        for dep_kind, dep_stage, producer, gap, duration in self.prob.deps[kind][s]:
+            end = self.ends[dep_kind][dep_stage][mb]
+            if end < 0:
+                if producer == d:
+                    return None, _INF
+                return None, max(self.free[producer], now) + duration + gap
+            arrival = max(arrival, end + gap)
+        return arrival, arrival
+
+    def _hold_f(self, s: int, f_end: float, b_arrivals: list[float]) -> bool:
+        """Whether an F ending at ``f_end`` waits for a B that arrives before then (prioritize_b)."""
+        if (not self.v.prioritize_b and "prioritize_b" in self.mattered) or s + 1 >= self.prob.S \
+                or self.f[s] < self.f[s + 1] + 2 or min(b_arrivals) >= f_end - _EPS:
+            return False
+        self.mattered.add("prioritize_b")
+        return self.v.prioritize_b
+
+    def _commit_f(self, d: int, s: int, mb: int, begin: float, now: float) -> None:
+        prob = self.prob
+        end = self._place(d, Pass(F, mb, s), begin, prob.t_f[s], prob.mem_f[s], now)
+        self.f[s] += 1
+        self.end_f[s][mb] = end
+        if s + 1 < prob.S:
+            self._notify(prob.dev[s + 1], d, now)
+
+    def _commit_b(self, d: int, s: int, mb: int, begin: float, now: float) -> None:
+        prob = self.prob
+        end = self._place(d, Pass(B, mb, s), begin, prob.t_b[s], prob.mem_b[s], now)
+        self.b[s] += 1
+        self.end_b[s][mb] = end
+        self.waits[d].append((s, mb))
+        if s > 0:
+            self._notify(prob.dev[s - 1], d, now)
+
+    def _commit_w(self, d: int, now: float) -> None:
+        s, mb = self.waits[d].popleft()
+        self._place(d, Pass(W, mb, s), self.free[d], self.prob.t_w[s], self.prob.mem_w[s], now)
+
+    def _notify(self, consumer: int, d: int, now: float) -> None:
+        """Wake an idle ``consumer``: the arrival it waits for is now known."""
+        if consumer != d and self.free[consumer] <= now + _EPS:
+            heapq.heappush(self.events, (now, consumer))
+
+    def _place(self, d: int, op: Pass, begin: float, duration: float, delta: float, now: float) -> float:
+        """Append ``op`` to device ``d`` at ``begin``; return its end."""
+        ops = self.ops[d]
+        if ops:
+            if begin > self.free[d]:
+                bubble = self.bubble[d] = self.bubble[d] + begin - self.free[d]
+                self.max_bubble = max(self.max_bubble, bubble)
+        else:
+            self.first_start[d] = begin
+        ops.append(op)
+        end = begin + duration
+        self.free[d] = end
+        mem = self.mem[d] = self.mem[d] + delta
+        self.peak = max(self.peak, mem)
+        heapq.heappush(self.events, (max(now, end), d))
+        return end
+
+
+def _same_run(ran: Variant, mattered: set[str], variant: Variant) -> bool:
+    """Whether ``variant`` repeats, decision for decision, a run of ``ran`` (same warm-up counts)
+    in which only the flags in ``mattered`` changed a decision."""
+    return all(getattr(ran, flag) == getattr(variant, flag) or flag not in mattered
+               for flag in ("prioritize_b", "greedy_fill"))
+
+
+def one_at_a_time(placement: Placement, num_microbatches: int) -> list[list[Pass]]:
+    """Per device, one microbatch at a time: the F of its stages, then their B and W in reverse, each W right
+    after its B (the least memory: valid whenever any schedule is)."""
+    devices: list[list[Pass]] = [[] for _ in range(placement.num_devices)]
+    for mb in range(num_microbatches):
+        for d in range(placement.num_devices):
+            stages = [s for _, s in placement.stages_of(d)]
+            devices[d] += [Pass(F, mb, s) for s in stages]
+            for s in reversed(stages):
+                devices[d] += [Pass(B, mb, s), Pass(W, mb, s)]
+    return devices
+
+
+def _check_placement(placement: Placement) -> None:
+    if len(placement.routes) != 1:
+        raise InputError(f"placement with {len(placement.routes)} routes (bidirectional) is not supported "
+                         "by the heuristic; use sequential, interleaved or vshape")
+
+
+def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
+              mem_limit: float | Sequence[float] | None = None, *, deadline: float | None = None) -> Schedule:
+    """The best schedule the paper's heuristic finds over ``VARIANTS``: smallest max per-device
+    span, ties by makespan, then by peak memory; validated by the simulator. ``mem_limit`` is one
+    number, one per device, or None for unlimited. Raises InfeasibleError, with ``min_feasible``
+    the smallest uniform limit that works, when a device's limit is below what one microbatch
+    needs there (``min_feasible_limits``). Past ``deadline`` (a ``time.monotonic()`` instant) no
+    further variant is tried and the best so far is kept; ``BudgetError`` if no variant finished by then."""
+    _check_placement(placement)
+    m = check_count("num_microbatches", num_microbatches)
+    check_size(placement.num_stages, m)
+    profile = profile.expand(placement.num_stages)
+    limits = device_limits(mem_limit, placement.num_devices)
+    need = min_feasible_limits(profile, placement)
+    rooms = [room(lim) for lim in limits]
+    short = [d for d, (room, n) in enumerate(zip(rooms, need)) if n > room]
+    if short:
+        d = short[0]
+        raise InfeasibleError(f"mem_limit {limits[d]:g} on device {d} is below {need[d]:g}, the memory one "
+                              f"microbatch needs there; the smallest feasible limit is {max(need):g}",
+                              min_feasible=max(need))
+    prob = _Problem(placement, m, profile, rooms)
+    best: _Run | None = None
+    done: list[tuple[list[int], Variant, set[str]]] = []
+    for monotone, variant in product((True,) if prob.S == prob.p else (True, False), VARIANTS):
+        caps = _warmup_counts(prob, variant.bubble_before_first_b, monotone)
+        if any(c == caps and _same_run(v, mattered, variant) for c, v, mattered in done):
+            continue
+        try:
+            if deadline is not None and time.monotonic() > deadline:
+                raise BudgetError("the heuristic's deadline passed")
+            run = _Run(prob, caps, variant)
+            finished = run.run(deadline)
+        except BudgetError:
+            if done:
+                break
+            raise BudgetError("the heuristic's deadline passed before its first variant finished") from None
+        if finished and (best is None or run.objective() < best.objective()):
+            best = run
+        done.append((caps, variant, run.mattered))
+    devices = best.ops if best is not None else one_at_a_time(placement, m)
+    schedule = build("heuristic", placement, m, profile, devices, check_limit(mem_limit))
+    simulate(schedule)
+    return schedule
