@@ -6,13 +6,15 @@ from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.optimize.solve import SolveResult, solve
-from zbsolve.problem.model import Model
+from zbsolve.planning.frontier import frontier
 from zbsolve.planning.planner import PlanResult, plan
-from zbsolve.planning.frontier import frontier  # zbsolve.planning.frontier is the function; import names from the module
+from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
+from zbsolve.problem.estimate.formula import estimate
+from zbsolve.problem.model import Model
 
 __all__ = [
     "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass", "Placement", "PlanResult", "Profile",
-    "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "frontier", "plan", "simulate",
-    "solve",
+    "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "estimate", "frontier", "plan",
+    "simulate", "solve",
 ]
 __version__ = "0.1.0"

@@ -30,11 +30,10 @@ from zbsolve.present.tables import (
     fmt,
     frontier_table,
     records_table,
-    status_text,
     text_table,
 )
 from zbsolve.core.simulator import simulate
-from zbsolve.optimize.solve import SOLVERS, TIME_LIMIT
+from zbsolve.optimize.solve import SOLVERS, TIME_LIMIT, status_text
 from zbsolve.core.spec import SUPPORTED_PLACEMENTS
 from zbsolve.core.timing import OBJECTIVES
 

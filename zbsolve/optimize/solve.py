@@ -32,6 +32,7 @@ from zbsolve.optimize.bound import lower_bound, warmup_bound
 from zbsolve.base.checks import TOLERANCE, check_count, exceeds, room
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, memory_figures, model_costs, profile_costs
 from zbsolve.io.document import to_document
+from zbsolve.base.shown import Shown
 from zbsolve.base.errors import BudgetError, InfeasibleError, InputError, ZbsolveError
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.base.files import write_atomic
@@ -41,7 +42,6 @@ from zbsolve.problem.model import Model
 from zbsolve.core.placement import CHUNKS, make_placement, vshape
 from zbsolve.problem.problem_file import load_costs
 from zbsolve.core.profile import Profile
-from zbsolve.present.tables import figures_html, figures_table, status_text
 from zbsolve.core.schedule import Schedule, build, passes_of
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.spec import SUPPORTED_PLACEMENTS, PlacementName, Spec, make_spec
@@ -73,6 +73,12 @@ KEPT = ("step times", "document")
 """The phases after the search, whose time every solve keeps before its deadline."""
 
 
+def status_text(status: str, bound_met: bool) -> str:
+    """A solve's status as a reader takes it: one not proven optimal whose schedule meets the lower bound all the same
+    (a bound on times rounded for the solver) reads "<status> (bound met)", e.g. "heuristic (bound met)"."""
+    return f"{status} (bound met)" if bound_met and status != "optimal" else status
+
+
 def meets_bound(gap: float | None) -> bool:
     """Whether a schedule ``gap`` (relative) above its lower bound meets it, up to ``BOUND_MET``; None (no
     bound) does not."""
@@ -80,7 +86,7 @@ def meets_bound(gap: float | None) -> bool:
 
 
 @dataclass(frozen=True, repr=False)
-class SolveResult:
+class SolveResult(Shown):
     """What ``solve`` found: a validated schedule, its figures, and how good it provably is."""
 
     schedule: Schedule
@@ -134,8 +140,8 @@ class SolveResult:
 
     @property
     def status_text(self) -> str:
-        """The status as a reader takes it (``render.status_text``): "heuristic (bound met)" for a warm start
-        that meets the bound."""
+        """The status as a reader takes it (``status_text``): "heuristic (bound met)" for a warm start that meets
+        the bound."""
         return status_text(self.status, self.bound_met)
 
     @property
@@ -174,15 +180,6 @@ class SolveResult:
         return (f"SolveResult(status={self.status!r}, objective={self.objective:.6g}, gap={self.gap:.4g}, "
                 f"solver={self.solver!r}, interrupted={self.interrupted})")
 
-    def _shown(self) -> dict[str, object]:
-        """The summary as a table shows it: the status as ``status_text`` reads it."""
-        return {**self.summary(), "status": self.status_text}
-
-    def _repr_html_(self) -> str:
-        return figures_html(self._shown())
-
-    def __rich__(self) -> object:
-        return figures_table(self._shown(), f"zbsolve {self.solver}")
 
 
 def _check_search(solver: str, time_limit: object, objective: str, workers: object) -> None:

@@ -41,13 +41,13 @@ from zbsolve.problem.costs import (
     model_costs,
 )
 from zbsolve.io.document import to_document
+from zbsolve.base.shown import Shown
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.parallel import make_executor
 from zbsolve.schedulers.heuristic import min_feasible_limits
 from zbsolve.problem.model import Model, partition, stage_profile, untimed
 from zbsolve.core.placement import make_placement
-from zbsolve.present.tables import figures_html, figures_table
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.optimize.solve import solve
 from zbsolve.core.spec import PlanPlacement
@@ -120,7 +120,7 @@ class Baseline:
 
 
 @dataclass(frozen=True, repr=False)
-class PlanResult:
+class PlanResult(Shown):
     """The plan: partition, placement, schedule, step times, the bound over partitions, and the baselines."""
 
     placement: str
@@ -196,11 +196,6 @@ class PlanResult:
         return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "
                 f"step_time={self.step_time:.6g}, gap={self.gap:.4g}, source={self.source!r})")
 
-    def _repr_html_(self) -> str:
-        return figures_html(self.summary())
-
-    def __rich__(self) -> object:
-        return figures_table(self.summary(), "zbsolve plan")
 
 
 def _named(baseline: Baseline | None) -> str | None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from zbsolve.optimize.solve import status_text
+
 if TYPE_CHECKING:
     from zbsolve.planning.frontier import Frontier
 
@@ -78,12 +80,6 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str
     for row in rows:
         table.add_row(*row)
     return table
-
-
-def status_text(status: str, bound_met: bool) -> str:
-    """A solve's status as a reader takes it: one not proven optimal whose schedule meets the lower bound all the same
-    (a bound on times rounded for the solver) reads "<status> (bound met)", e.g. "heuristic (bound met)"."""
-    return f"{status} (bound met)" if bound_met and status != "optimal" else status
 
 
 def frontier_table(frontier: Frontier, title: str) -> Table:

@@ -160,7 +160,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
     where = read_config(config)[1]
     return Model(name=name or (Path(where).stem if where != "config" else "model"),
-                 source=source or f"zbsolve.problem.estimate.formula.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
+                 source=source or f"zbsolve.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
                                   f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
                                   f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
                                   f"link={link!r}, method={method!r}); cost model: docs/cost-model.md",
