@@ -39,8 +39,9 @@ WRAPPER = textwrap.dedent('''
 
     from zbsolve.app.cli import app
 
-    solve_module, frontier_module, limits_module = (importlib.import_module(f"zbsolve.{name}")
-                                                    for name in ("optimize.solve", "planning.frontier", "problem.memory_factor"))
+    solve_module, warm_module, result_module, frontier_module, limits_module = (
+        importlib.import_module(f"zbsolve.{name}") for name in ("optimize.solve", "optimize.warm_start", "optimize.result",
+                                                               "planning.frontier", "problem.memory_factor"))
 
 
     def announce(name, fn):
@@ -55,11 +56,11 @@ WRAPPER = textwrap.dedent('''
 
 
     if __name__ == "__main__":  # the frontier's workers import this file again
-        solve_module.heuristic = announce("warm start", solve_module.heuristic)
+        warm_module.heuristic = announce("warm start", warm_module.heuristic)
         solve_module._run_backend = announce("search", solve_module._run_backend)
         solve_module.step_times = announce("step times", solve_module.step_times)
         limits_module.reference_peak = announce("limit", limits_module.reference_peak)
-        solve_module.SolveResult.to_json = announce("document", solve_module.SolveResult.to_json)
+        result_module.SolveResult.to_json = announce("document", result_module.SolveResult.to_json)
         frontier_module.frontier = counted
         app(sys.argv[1:], prog_name="zbsolve")
 ''')

@@ -17,9 +17,9 @@ from conftest import ROOT
 from zbsolve.problem.estimate import counting
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.formula import attended_pairs, count_parameters, estimate, reference_flops_per_token, saving_windows
+from zbsolve.problem.estimate.formula import count_parameters, estimate, reference_flops_per_token, saving_windows
 from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
-from zbsolve.problem.estimate.hf_config import architecture
+from zbsolve.problem.estimate.hf_config import architecture, attended_pairs
 from zbsolve.problem.model import Model, partition, stage_profile
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from conftest import ICLR, limits_of, span_bubble, stem
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.schedulers.heuristic import heuristic, min_feasible_limits
+from zbsolve.schedulers.heuristic import heuristic
+from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 from zbsolve.core.placement import bidirectional, interleaved, sequential, vshape
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import UNIT, Profile

@@ -5,7 +5,8 @@ from zbsolve.core.placement import Placement
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.optimize.solve import SolveResult, solve
+from zbsolve.optimize.result import SolveResult
+from zbsolve.optimize.solve import solve
 from zbsolve.planning.frontier import frontier
 from zbsolve.planning.planner import PlanResult, plan
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)

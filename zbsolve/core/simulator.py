@@ -19,6 +19,7 @@ from typing import overload
 
 from zbsolve.base.checks import exceeds
 from zbsolve.core.dependencies import dependencies, identity, lag
+from zbsolve.core.memory import levels
 from zbsolve.base.errors import MemoryLimitError, ScheduleError
 from zbsolve.core.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, passes_of
 from zbsolve.core.timing import Preds, asap, device_objective
@@ -333,26 +334,21 @@ def _time(index: _Index) -> tuple[list[tuple[float, ...]], list[tuple[float, ...
 
 def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequence[Sequence[float]]
             ) -> tuple[tuple[Steps, ...], tuple[float, ...]]:
-    """Running activation memory per device: a step at each F's start and each B's and W's end; raise where
-    it exceeds the limit."""
-    S = schedule.num_stages
-    delta = {kind: [schedule.memory_delta(Pass(kind, 0, s)) for s in range(S)] for kind in KINDS}
+    """Running activation memory per device (``memory.levels``) as steps in time: at each F's start and each B's
+    and W's end; raise where it exceeds the limit."""
     traces, peaks = [], []
-    for d, ops in enumerate(schedule.devices):
+    for d in range(schedule.num_devices):
         limit = schedule.limit_of(d)
         start, end = starts[d], ends[d]
-        cur, top = 0.0, -math.inf
+        top = -math.inf
         times, values = array("d", [0.0]), array("d", [0.0])
-        for i, op in enumerate(ops):
-            for p in (op,) if op.__class__ is Pass else passes_of(op):
-                kind = p[0]
-                cur += delta[kind][p[2]]
-                times.append(start[i] if kind == F else end[i])
-                values.append(cur)
-                if cur > top:
-                    top = cur
-                    if limit is not None and exceeds(cur, limit):
-                        raise MemoryLimitError(f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
+        for i, op, p, cur in levels(schedule, d):
+            times.append(start[i] if p[0] == F else end[i])
+            values.append(cur)
+            if cur > top:
+                top = cur
+                if limit is not None and exceeds(cur, limit):
+                    raise MemoryLimitError(f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
         traces.append(Steps(times, values))
         peaks.append(max(0.0, top))
     return tuple(traces), tuple(peaks)

@@ -27,7 +27,8 @@ from zbsolve.core.placement import CHUNKS
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
 from zbsolve.core.simulator import simulate
-from zbsolve.optimize.solve import meets_bound, solve
+from zbsolve.optimize.result import meets_bound
+from zbsolve.optimize.solve import solve
 from zbsolve.core.spec import SUPPORTED_PLACEMENTS, make_spec
 
 if TYPE_CHECKING:

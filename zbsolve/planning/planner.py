@@ -45,7 +45,7 @@ from zbsolve.base.shown import Shown
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.parallel import make_executor
-from zbsolve.schedulers.heuristic import min_feasible_limits
+from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 from zbsolve.problem.model import Model, partition, stage_profile, untimed
 from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import Timeline, simulate

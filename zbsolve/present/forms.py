@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from zbsolve.base.shown import FORMS, Forms
-from zbsolve.optimize.solve import SolveResult
+from zbsolve.optimize.result import SolveResult
 from zbsolve.planning.planner import PlanResult
 from zbsolve.present.tables import figures_html, figures_table
 

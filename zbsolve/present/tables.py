@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from zbsolve.optimize.solve import status_text
+from zbsolve.optimize.result import status_text
 
 if TYPE_CHECKING:
     from zbsolve.planning.frontier import Frontier

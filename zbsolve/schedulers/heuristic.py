@@ -23,12 +23,13 @@ from typing import NamedTuple
 
 from zbsolve.base.checks import check_count, check_limit, check_size, device_limits, room
 from zbsolve.core.dependencies import dependencies, lag
-from zbsolve.base.errors import BudgetError, InfeasibleError, InputError
+from zbsolve.base.errors import BudgetError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
 from zbsolve.core.timing import device_objective
+from zbsolve.schedulers.one_at_a_time import check_feasible, check_one_route, one_at_a_time
 
 _EPS = 1e-9
 """Slack of comparisons of times."""
@@ -111,13 +112,6 @@ class _Problem:
         states += [(1, st[i], st[i - 1] if i > 0 else -1, peak_after(k + 2 * (k - i))) for i in range(k)]
         self.reserve[d] = [state for state in states if state[3] > 0]
         self.f_need[st[0]] = max(self.footprint[d], self.mem_f[st[0]] + self.after_first[d])
-
-
-def min_feasible_limits(profile: Profile, placement: Placement) -> list[float]:
-    """Per device, the smallest memory limit under which a schedule exists: the peak of running
-    one microbatch at a time, each W right after its B (exact when F allocates and B and W free)."""
-    _check_placement(placement)
-    return _Problem(placement, 1, profile.expand(placement.num_stages), [_INF] * placement.num_devices).footprint
 
 
 def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) -> list[int]:
@@ -356,47 +350,21 @@ def _same_run(ran: Variant, mattered: set[str], variant: Variant) -> bool:
                for flag in ("prioritize_b", "greedy_fill"))
 
 
-def one_at_a_time(placement: Placement, num_microbatches: int) -> list[list[Pass]]:
-    """Per device, one microbatch at a time: the F of its stages, then their B and W in reverse, each W right
-    after its B (the least memory: valid whenever any schedule is)."""
-    devices: list[list[Pass]] = [[] for _ in range(placement.num_devices)]
-    for mb in range(num_microbatches):
-        for d in range(placement.num_devices):
-            stages = [s for _, s in placement.stages_of(d)]
-            devices[d] += [Pass(F, mb, s) for s in stages]
-            for s in reversed(stages):
-                devices[d] += [Pass(B, mb, s), Pass(W, mb, s)]
-    return devices
-
-
-def _check_placement(placement: Placement) -> None:
-    if len(placement.routes) != 1:
-        raise InputError(f"placement with {len(placement.routes)} routes (bidirectional) is not supported "
-                         "by the heuristic; use sequential, interleaved or vshape")
-
-
 def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
               mem_limit: float | Sequence[float] | None = None, *, deadline: float | None = None) -> Schedule:
     """The best schedule the paper's heuristic finds over ``VARIANTS``: smallest max per-device
     span, ties by makespan, then by peak memory; validated by the simulator. ``mem_limit`` is one
     number, one per device, or None for unlimited. Raises InfeasibleError, with ``min_feasible``
     the smallest uniform limit that works, when a device's limit is below what one microbatch
-    needs there (``min_feasible_limits``). Past ``deadline`` (a ``time.monotonic()`` instant) no
+    needs there (``one_at_a_time.min_feasible_limits``). Past ``deadline`` (a ``time.monotonic()`` instant) no
     further variant is tried and the best so far is kept; ``BudgetError`` if no variant finished by then."""
-    _check_placement(placement)
+    check_one_route(placement)
     m = check_count("num_microbatches", num_microbatches)
     check_size(placement.num_stages, m)
     profile = profile.expand(placement.num_stages)
     limits = device_limits(mem_limit, placement.num_devices)
-    need = min_feasible_limits(profile, placement)
-    rooms = [room(lim) for lim in limits]
-    short = [d for d, (room, n) in enumerate(zip(rooms, need)) if n > room]
-    if short:
-        d = short[0]
-        raise InfeasibleError(f"mem_limit {limits[d]:g} on device {d} is below {need[d]:g}, the memory one "
-                              f"microbatch needs there; the smallest feasible limit is {max(need):g}",
-                              min_feasible=max(need))
-    prob = _Problem(placement, m, profile, rooms)
+    check_feasible(profile, placement, limits)
+    prob = _Problem(placement, m, profile, [room(lim) for lim in limits])
     best: _Run | None = None
     done: list[tuple[list[int], Variant, set[str]]] = []
     for monotone, variant in product((True,) if prob.S == prob.p else (True, False), VARIANTS):

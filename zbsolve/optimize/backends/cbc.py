@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pulp
 
-from zbsolve.optimize.backends import BackendResult
+from zbsolve.optimize.backends.protocol import BackendResult
 from zbsolve.optimize.formulation import Formulation
 from zbsolve.core.schedule import F
 

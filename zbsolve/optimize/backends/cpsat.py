@@ -2,7 +2,7 @@
 search that re-optimises every device's order inside a time window while the order outside it
 stays fixed (passes after the window are timed exactly by max-plus propagation).
 
-A window's model is built in four steps: its data (``_window_data``), variables (``_add_starts``),
+A window's model is built in four steps: its data (``cpsat_window.window_data``), variables (``_add_starts``),
 constraints (``_add_dependencies``, ``_add_no_overlap``, ``_add_memory_limit``) and objective
 (``_add_objective``); ``_whole`` solves the whole incumbent as one window, ``_lns`` many windows in turn.
 Every step draws on the backend's deadline: a window whose data cannot be built, solved and checked in
@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from zbsolve.optimize.backends import BackendResult, Log
+from zbsolve.optimize.backends.protocol import BackendResult, Log
+from zbsolve.optimize.backends.cpsat_window import (
+    AFTER, BEFORE, INSIDE, NEG, OutOfTime, WindowData, window_data,
+)
 from zbsolve.optimize.formulation import Formulation
 from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.schedule import B, F, W
@@ -32,179 +35,13 @@ LNS_SECONDS = 1.5
 """Time limit of one window's solve, per LNS_WINDOW_PASSES passes beyond the first."""
 LNS_MIN_SECONDS = 0.1
 """A window is not started with less solve time than this."""
-_CHECK_EVERY = 4096
-"""Passes between two looks at the clock while a window's data is built."""
-_NEG = -(1 << 60)
-"""Minus infinity of the max-plus lags."""
-_BEFORE, _INSIDE, _AFTER = -1, 0, 1
-"""Where a pass's incumbent start lies with respect to a window."""
-
-
-# -- data --------------------------------------------------------------------------------------
-
-
-class _OutOfTime(Exception):
-    """A window's data could not be built before its deadline."""
-
-
-@dataclass(frozen=True)
-class _After:
-    """Max-plus timing of the passes after a window: pass ``i`` starts at the largest of ``const[i]`` and,
-    over every source ``k`` with ``lag[i][k] > _NEG``, source ``k``'s end plus ``lag[i][k]``. A source is
-    ("pass", a): the end of window pass ``a``, which has a dependant after the window, or ("device", d):
-    the end of device ``d``'s window passes."""
-
-    sources: list[tuple[str, int]]
-    lag: dict[int, np.ndarray]
-    const: dict[int, int]
-
-
-@dataclass(frozen=True)
-class _WindowData:
-    """A window of the incumbent: passes whose start lies in it may be reordered; passes before it keep
-    their times, passes after it their order."""
-
-    order: list[list[int]]
-    """The incumbent's pass order per device."""
-    start: list[int]
-    """The incumbent's start of every pass."""
-    upper: int
-    """The incumbent's objective, which no solution of the window exceeds."""
-    where: list[int]
-    """Per pass: _BEFORE, _INSIDE or _AFTER the window."""
-    inside: list[int]
-    """The window's passes, by index."""
-    inside_order: list[list[int]]
-    """Per device, its window passes in incumbent order."""
-    links: dict[int, list[tuple[int, int]]]
-    """Per window pass, its (predecessor, lag) pairs inside the window."""
-    least_start: dict[int, int]
-    """Least start of each window pass."""
-    latest_end: dict[int, int]
-    """Largest end of each window pass."""
-    after: _After
-    """How the passes after the window are timed."""
-
-
-def _window_data(search: _Search, t0: float, t1: float, deadline: float) -> _WindowData:
-    """The window [t0, t1) of the search's incumbent; raise _OutOfTime when it cannot be built by ``deadline``."""
-    form, order, start, upper, preds = search.form, search.order, search.start, search.value, search.preds
-    n = len(form.passes)
-    where = [_BEFORE if start[i] < t0 else _INSIDE if start[i] < t1 else _AFTER for i in range(n)]
-    inside = sorted(i for i in range(n) if where[i] == _INSIDE)
-    links = {i: [(a, lag) for a, lag in preds[i] if where[a] == _INSIDE] for i in inside}
-    after = _after_window(form, order, start, where, preds, deadline)
-    return _WindowData(order, start, upper, where, inside, [[i for i in seq if where[i] == _INSIDE] for seq in order],
-                       links, _least_starts(form, order, start, where, preds, links),
-                       _latest_ends(form, order, where, links, after, upper, search.latest(upper)), after)
-
-
-def _least_starts(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
-                  preds: list[list[tuple[int, int]]], links: dict[int, list[tuple[int, int]]]) -> dict[int, int]:
-    """Least start of each window pass: after its device's passes before the window and its predecessors."""
-    dur = form.duration
-    least: dict[int, int] = {}
-    for seq in order:
-        before_end = max((start[i] + dur[i] for i in seq if where[i] == _BEFORE), default=0)
-        for i in seq:
-            if where[i] == _INSIDE:
-                least[i] = max([form.earliest[i], before_end] + [start[a] + dur[a] + lag for a, lag in preds[i]
-                                                                 if where[a] == _BEFORE])
-    for b in sorted(links):
-        for a, lag in links[b]:
-            least[b] = max(least[b], least[a] + dur[a] + lag)
-    return least
-
-
-def _latest_ends(form: Formulation, order: list[list[int]], where: list[int], links: dict[int, list[tuple[int, int]]],
-                 after: _After, upper: int, latest: list[int]) -> dict[int, int]:
-    """Largest end of each window pass that keeps every device's span within ``upper`` (``latest``: every pass's
-    latest start under ``upper``)."""
-    dur = form.duration
-    inside = sorted(links)
-    end = {i: latest[i] + dur[i] for i in inside}
-    for d, lasts in enumerate(form.last):
-        for last in lasts:
-            room = upper + form.offset[d] - dur[last]
-            if where[last] == _INSIDE:
-                end[last] = min(end[last], room + dur[last])
-            elif where[last] == _AFTER:
-                for k in np.nonzero(after.lag[last] > _NEG // 2)[0]:
-                    kind, x = after.sources[k]
-                    for i in ([x] if kind == "pass" else [i for i in order[x] if where[i] == _INSIDE]):
-                        end[i] = min(end[i], room - int(after.lag[last][k]))
-    successors: dict[int, list[tuple[int, int]]] = {}
-    for b in inside:
-        for a, lag in links[b]:
-            successors.setdefault(a, []).append((b, lag))
-    for a in reversed(inside):
-        for b, lag in successors.get(a, ()):
-            end[a] = min(end[a], end[b] - dur[b] - lag)
-    return end
-
-
-def _after_window(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
-                  preds: list[list[tuple[int, int]]], deadline: float) -> _After:
-    """The max-plus timing of the passes after the window, from their dependencies and device order; only the
-    last passes' rows are kept (each other row is dropped once the passes that read it are timed). Raise
-    _OutOfTime when the clock passes ``deadline``."""
-    dur = form.duration
-    previous: dict[int, int | None] = {}
-    for seq in order:
-        for a, b in zip([None] + seq[:-1], seq):
-            previous[b] = a
-    later = sorted((i for i in range(len(form.passes)) if where[i] == _AFTER), key=lambda i: start[i])
-
-    def inputs(i: int) -> list[tuple[int, int]]:
-        return list(preds[i]) + ([(previous[i], 0)] if previous[i] is not None else [])
-
-    def source(i: int, a: int) -> tuple[str, int]:
-        return ("device", form.device[i]) if a == previous[i] else ("pass", a)
-
-    sources: list[tuple[str, int]] = []
-    index: dict[tuple[str, int], int] = {}
-    readers = dict.fromkeys(later, 0)
-    for count, i in enumerate(later):
-        if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
-            raise _OutOfTime
-        for a, _ in inputs(i):
-            if where[a] == _INSIDE and source(i, a) not in index:
-                index[source(i, a)] = len(sources)
-                sources.append(source(i, a))
-            elif where[a] == _AFTER:
-                readers[a] += 1
-    kept = {i for lasts in form.last for i in lasts}
-    lag: dict[int, np.ndarray] = {}
-    const: dict[int, int] = {}
-    for count, i in enumerate(later):
-        if count % _CHECK_EVERY == 0 and time.monotonic() > deadline:
-            raise _OutOfTime
-        row = np.full(len(sources), _NEG, dtype=np.int64)
-        floor = 0
-        for a, gap in inputs(i):
-            if where[a] == _AFTER:
-                np.maximum(row, lag[a] + (dur[a] + gap), out=row)
-                floor = max(floor, const[a] + dur[a] + gap)
-                readers[a] -= 1
-                if not readers[a] and a not in kept:
-                    del lag[a], const[a]
-            elif where[a] == _BEFORE:
-                floor = max(floor, start[a] + dur[a] + gap)
-            else:
-                k = index[source(i, a)]
-                row[k] = max(row[k], gap)
-        lag[i], const[i] = row, floor
-    return _After(sources, lag, const)
-
-
-# -- model -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Window:
     """One window's CP-SAT model and the variables its solution is read from."""
 
-    data: _WindowData
+    data: WindowData
     model: cp_model.CpModel
     start: dict[int, cp_model.IntVar]
     """Start of each window pass."""
@@ -216,11 +53,11 @@ class _Window:
         where, out = self.data.where, []
         for seq in self.data.order:
             inside = sorted((i for i in seq if i in self.start), key=lambda i: (solver.value(self.start[i]), i))
-            out.append([i for i in seq if where[i] == _BEFORE] + inside + [i for i in seq if where[i] == _AFTER])
+            out.append([i for i in seq if where[i] == BEFORE] + inside + [i for i in seq if where[i] == AFTER])
         return out
 
 
-def _window_model(form: Formulation, data: _WindowData, lower: int, secondary: bool) -> _Window:
+def _window_model(form: Formulation, data: WindowData, lower: int, secondary: bool) -> _Window:
     """The model of one window; with ``secondary``, ties of the objective are broken by the sum of spans."""
     model = cp_model.CpModel()
     start = _add_starts(model, form, data)
@@ -232,7 +69,7 @@ def _window_model(form: Formulation, data: _WindowData, lower: int, secondary: b
     return _Window(data, model, start, objective)
 
 
-def _add_starts(model: cp_model.CpModel, form: Formulation, data: _WindowData) -> dict[int, cp_model.IntVar]:
+def _add_starts(model: cp_model.CpModel, form: Formulation, data: WindowData) -> dict[int, cp_model.IntVar]:
     """A start variable per window pass, hinted with the incumbent's start."""
     start = {i: model.new_int_var(data.least_start[i], max(data.least_start[i], data.latest_end[i] - form.duration[i]),
                                   f"start{i}") for i in data.inside}
@@ -241,7 +78,7 @@ def _add_starts(model: cp_model.CpModel, form: Formulation, data: _WindowData) -
     return start
 
 
-def _add_dependencies(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+def _add_dependencies(model: cp_model.CpModel, form: Formulation, data: WindowData,
                       start: dict[int, cp_model.IntVar]) -> None:
     """Each window pass starts after its window predecessors end, plus their lags."""
     for i in data.inside:
@@ -249,7 +86,7 @@ def _add_dependencies(model: cp_model.CpModel, form: Formulation, data: _WindowD
             model.add(start[i] >= start[a] + form.duration[a] + lag)
 
 
-def _add_no_overlap(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+def _add_no_overlap(model: cp_model.CpModel, form: Formulation, data: WindowData, start: dict[int, cp_model.IntVar],
                     d: int) -> None:
     """Device ``d`` runs one window pass at a time."""
     mine = data.inside_order[d]
@@ -257,20 +94,20 @@ def _add_no_overlap(model: cp_model.CpModel, form: Formulation, data: _WindowDat
         model.add_no_overlap([model.new_fixed_size_interval_var(start[i], form.duration[i], f"pass{i}") for i in mine])
 
 
-def _add_memory_limit(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+def _add_memory_limit(model: cp_model.CpModel, form: Formulation, data: WindowData,
                       start: dict[int, cp_model.IntVar], d: int) -> None:
     """Device ``d``'s memory stays within its limit."""
     limit, mine = form.limit[d], data.inside_order[d]
     if limit is None or not mine:
         return
-    held = sum(form.mem_delta[i] for i in data.order[d] if data.where[i] == _BEFORE)
+    held = sum(form.mem_delta[i] for i in data.order[d] if data.where[i] == BEFORE)
     if form.stage_counts()[d] == 1:
         _add_memory_by_order(model, form, data, start, d, held, limit)
     else:
         _add_memory_reservoir(model, form, data, start, d, held, limit)
 
 
-def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: WindowData,
                          start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
     """Memory at each window F's start from order literals (each B, W before or after it); pairs whose
     order the time bounds already fix get no literal."""
@@ -306,7 +143,7 @@ def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: _Wind
         previous = before
 
 
-def _add_memory_reservoir(model: cp_model.CpModel, form: Formulation, data: _WindowData,
+def _add_memory_reservoir(model: cp_model.CpModel, form: Formulation, data: WindowData,
                           start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
     """Memory of a device with several stages as a reservoir of F starts and B, W ends."""
     mine = data.inside_order[d]
@@ -315,7 +152,7 @@ def _add_memory_reservoir(model: cp_model.CpModel, form: Formulation, data: _Win
     model.add_reservoir_constraint(times, changes, -sum(abs(c) for c in changes), limit)
 
 
-def _add_objective(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+def _add_objective(model: cp_model.CpModel, form: Formulation, data: WindowData, start: dict[int, cp_model.IntVar],
                    lower: int, secondary: bool) -> cp_model.IntVar:
     """Minimise the largest span (then, with ``secondary``, the sum of spans); return the objective variable."""
     objective = model.new_int_var(lower, data.upper, "objective")
@@ -330,7 +167,7 @@ def _add_objective(model: cp_model.CpModel, form: Formulation, data: _WindowData
     return objective
 
 
-def _add_span_bounds(model: cp_model.CpModel, form: Formulation, data: _WindowData, start: dict[int, cp_model.IntVar],
+def _add_span_bounds(model: cp_model.CpModel, form: Formulation, data: WindowData, start: dict[int, cp_model.IntVar],
                      span: list[cp_model.IntVar]) -> None:
     """Each device's span is at least its last passes' ends (a max-plus function of the window's ends for
     passes after the window)."""
@@ -349,13 +186,13 @@ def _add_span_bounds(model: cp_model.CpModel, form: Formulation, data: _WindowDa
     for d, lasts in enumerate(form.last):
         offset = form.offset[d]
         for last in lasts:
-            if where[last] == _INSIDE:
+            if where[last] == INSIDE:
                 model.add(span[d] >= start[last] + dur[last] - offset)
-            elif where[last] == _BEFORE:
+            elif where[last] == BEFORE:
                 model.add(span[d] >= data.start[last] + dur[last] - offset)
             else:
                 model.add(span[d] >= after.const[last] + dur[last] - offset)
-                for k in np.nonzero(after.lag[last] > _NEG // 2)[0]:
+                for k in np.nonzero(after.lag[last] > NEG // 2)[0]:
                     model.add(span[d] >= source_end[k] + int(after.lag[last][k]) + dur[last] - offset)
 
 
@@ -389,6 +226,11 @@ class _Search:
     def _score(self, order: list[list[int]]) -> tuple[int, int, list[int]]:
         start = self.form.asap(order)
         return self.form.value(start), sum(self.form.spans(start)), start
+
+    def window(self, t0: float, t1: float, deadline: float) -> WindowData:
+        """The window [t0, t1) of the incumbent; raise OutOfTime when it cannot be built by ``deadline``."""
+        return window_data(self.form, self.order, self.start, self.value, self.preds, self.latest(self.value), t0, t1,
+                           deadline)
 
     def latest(self, upper: int) -> list[int]:
         """Latest start of every pass under objective ``upper`` (kept for the next window)."""
@@ -431,7 +273,7 @@ def solve_cpsat(form: Formulation, incumbent: list[list[int]], *, time_limit: fl
 def _whole(search: _Search, deadline: float, workers: int, seed: int, lower: int) -> tuple[bool, int, bool]:
     """Solve the whole model; return (proven optimal, lower bound, interrupted)."""
     form = search.form
-    data = _window_data(search, -1, math.inf, deadline)
+    data = search.window(-1, math.inf, deadline)
     window = _window_model(form, data, lower, secondary=False)
     solver = _solver(deadline - time.monotonic(), workers, seed)
     outcome = run_interruptible(solver, window.model)
@@ -467,8 +309,8 @@ def _lns(search: _Search, deadline: float, workers: int, seed: int, lower: int) 
         t0 = {"head": -1.0, "tail": horizon - width, "any": rng.uniform(0, max(1.0, horizon - width))}[kind]
         began = time.monotonic()
         try:
-            data = _window_data(search, t0, t0 + width, deadline - LNS_MIN_SECONDS - search.check_cost)
-        except _OutOfTime:
+            data = search.window(t0, t0 + width, deadline - LNS_MIN_SECONDS - search.check_cost)
+        except OutOfTime:
             stopped = f"a window ({kind}) that could not be built in the time left"
             break
         window = _window_model(form, data, lower, secondary=True)

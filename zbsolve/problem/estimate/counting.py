@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.hf_config import read_config
+from zbsolve.problem.estimate.hf_config import attended_pairs, read_config
 
 ATTENTION = "sdpa"
 """The attention implementation the model is built with without flash attention: torch's
@@ -270,11 +270,10 @@ def _counter() -> Any:
     (``aten._flash_attention_forward`` and its backward), which torch's own lack: they ignore the window and read
     the kernel's (batch, sequence, heads, head size) shapes as SDPA's (batch, heads, sequence, head size). Here they
     are SDPA's formulas on the same shapes over the pairs the window lets through, as the closed form counts them
-    (``estimate.attended_pairs``)."""
+    (``hf_config.attended_pairs``)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-    from zbsolve.problem.estimate.formula import attended_pairs
 
     def windowed(flops: int, query: tuple, window_size_left: int | None) -> int:
         s = query[1]

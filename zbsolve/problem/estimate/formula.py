@@ -17,7 +17,7 @@ from zbsolve.problem.estimate import counting
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
-from zbsolve.problem.estimate.hf_config import Architecture, architecture, read_config
+from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
 from zbsolve.problem.model import Layer, Link, Model, Setting
 
 EFFICIENCY = 0.4
@@ -43,16 +43,6 @@ def method_note(method: str) -> str:
                 "bound; fused norm and MLP kernels keep those of --method formula)")
     return ("method: formula (the closed form, docs/cost-model.md: activations as fused norm and MLP kernels keep "
             "them; --method count counts transformers' eager modules, an upper bound)")
-
-
-def attended_pairs(seq_len: int, window: int | None) -> int:
-    """The (query, key) pairs of a sequence whose attention scores the cost model counts: all s² (causal masking is
-    not discounted), or, under a sliding window of w < s keys, the pairs less than w apart either way,
-    s² - (s - w)(s - w + 1): twice the pairs the causal window lets through less the diagonal, as s² is for the
-    causal triangle."""
-    if window is None or window >= seq_len:
-        return seq_len * seq_len
-    return seq_len * seq_len - (seq_len - window) * (seq_len - window + 1)
 
 
 def saving_windows(arch: Architecture, seq_len: int, flash_attention: bool) -> list[int | None]:

@@ -234,3 +234,13 @@ def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None
     if len(types) != layers:
         raise InputError(f"{where}: layer_types = {types!r}: should have {layers} entries, one a layer")
     return tuple(window if layer_type == "sliding_attention" else None for layer_type in types)
+
+
+def attended_pairs(seq_len: int, window: int | None) -> int:
+    """The (query, key) pairs of a sequence whose attention scores the cost model counts: all s² (causal masking is
+    not discounted), or, under a sliding window of w < s keys, the pairs less than w apart either way,
+    s² - (s - w)(s - w + 1): twice the pairs the causal window lets through less the diagonal, as s² is for the
+    causal triangle."""
+    if window is None or window >= seq_len:
+        return seq_len * seq_len
+    return seq_len * seq_len - (seq_len - window) * (seq_len - window + 1)

@@ -11,7 +11,7 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families import register
+from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import CHUNKS, interleaved, sequential
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import BW, F, Pass, Schedule, build

@@ -28,7 +28,7 @@ from collections import deque
 from typing import Sequence
 
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families import register
+from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import bidirectional, vshape
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, BW, F, W, Op, Pair, Pass, Schedule, build

@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 
 from zbsolve.core.dependencies import dependencies
-from zbsolve.schedulers.families import register
+from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import vshape
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, F, W, Pass, Schedule, build

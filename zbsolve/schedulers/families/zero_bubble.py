@@ -10,7 +10,7 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 from __future__ import annotations
 
 from zbsolve.core.dependencies import dependencies
-from zbsolve.schedulers.families import register
+from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import sequential
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, F, W, Pass, Schedule, build
