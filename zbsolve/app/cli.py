@@ -33,7 +33,8 @@ from zbsolve.present.tables import (
     text_table,
 )
 from zbsolve.core.simulator import simulate
-from zbsolve.optimize.solve import SOLVERS, TIME_LIMIT, status_text
+from zbsolve.optimize.result import status_text
+from zbsolve.optimize.solve import SOLVERS, TIME_LIMIT
 from zbsolve.core.spec import SUPPORTED_PLACEMENTS
 from zbsolve.core.timing import OBJECTIVES
 
