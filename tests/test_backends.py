@@ -18,7 +18,7 @@ from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
-from zbsolve.optimize.solve import SOLVERS
+from zbsolve.problem.request import SOLVERS
 
 UNEVEN = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2,
                  mem_f=[1.0, 1.0, 2.0], mem_b=[-0.5, -0.25, -1.0], mem_w=[-0.5, -0.75, -1.0])

@@ -34,7 +34,7 @@ from zbsolve.present.tables import (
 )
 from zbsolve.core.simulator import simulate
 from zbsolve.optimize.result import status_text
-from zbsolve.optimize.solve import SOLVERS, TIME_LIMIT
+from zbsolve.problem.request import SOLVERS, TIME_LIMIT
 from zbsolve.core.spec import SUPPORTED_PLACEMENTS
 from zbsolve.core.timing import OBJECTIVES
 

@@ -19,6 +19,7 @@ from typing import overload
 
 from zbsolve.base.checks import exceeds
 from zbsolve.core.dependencies import dependencies, identity, lag
+from zbsolve.core.measures import bubble, paper_bubble
 from zbsolve.core.memory import levels
 from zbsolve.base.errors import MemoryLimitError, ScheduleError
 from zbsolve.core.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, passes_of
@@ -103,13 +104,12 @@ class Timeline:
     @property
     def bubble_rate(self) -> float:
         """Idle share of all devices: 1 - work / (p * makespan), floored at 0 against rounding."""
-        return max(0.0, 1.0 - sum(self.work) / (len(self.end) * self.makespan))
+        return bubble(self.work, self.makespan)
 
     @property
     def paper_bubble(self) -> float:
         """The paper's bubble rate: (max span - max work) / max span."""
-        span = max(self.span)
-        return max(0.0, (span - max(self.work)) / span)
+        return paper_bubble(max(self.span), max(self.work))
 
     @property
     def peak(self) -> float:

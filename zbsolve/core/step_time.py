@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zbsolve.base.checks import TOLERANCE
+from zbsolve.core.measures import bubble
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import repeat
 
@@ -62,6 +63,5 @@ def steady_period(timeline: Timeline) -> float:
 
 def step_times(timeline: Timeline) -> StepTimes:
     """The step times of a simulated schedule."""
-    work = sum(timeline.work) / len(timeline.work)
     period = steady_period(timeline)
-    return StepTimes(timeline.makespan, period, timeline.bubble_rate, max(0.0, 1 - work / period))
+    return StepTimes(timeline.makespan, period, timeline.bubble_rate, bubble(timeline.work, period))

@@ -18,49 +18,31 @@ and a log line saying so; before it, the interrupt propagates.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal, get_args
 
-from zbsolve.base.checks import check_count
-from zbsolve.base.errors import InputError
-from zbsolve.core.placement import CHUNKS, make_placement
+from zbsolve.core.measures import gap
+from zbsolve.core.placement import CHUNKS
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
-from zbsolve.core.spec import SUPPORTED_PLACEMENTS, PlacementName, Spec, make_spec
+from zbsolve.core.spec import PlacementName, Spec
 from zbsolve.core.step_time import step_times
-from zbsolve.core.timing import OBJECTIVES, Objective
+from zbsolve.core.timing import Objective
 from zbsolve.optimize.backends import BACKENDS, BackendResult, Log
 from zbsolve.optimize.bound import lower_bound, warmup_bound
 from zbsolve.optimize.budget import Budget
 from zbsolve.optimize.formulation import Formulation, formulate
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.warm_start import Best, floor, warm_start
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
+from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
+from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
 
-SolverName = Literal["cpsat", "cbc", "heuristic"]
-"""A backend by name, or "heuristic" for the warm start alone."""
-SOLVERS: tuple[str, ...] = get_args(SolverName)
-TIME_LIMIT = 60.0
-"""Seconds a solve may take unless told."""
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
-def _check_search(solver: str, time_limit: object, objective: str, workers: object) -> None:
-    """Validate the search options (the problem itself is validated by ``make_spec``)."""
-    if solver not in SOLVERS:
-        raise InputError(f"solver = {solver!r} is unknown; choose one of {', '.join(SOLVERS)}")
-    if objective not in OBJECTIVES:
-        raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
-            or not math.isfinite(time_limit):
-        raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
-    if workers is not None:
-        check_count("workers", workers)
 
 
 def _check_feasible(spec: Spec, costs: Costs) -> None:
@@ -140,7 +122,7 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
           workers: int | None = None, seed: int = 0, chunks: int = CHUNKS,
           progress: Callable[[str], None] | None = None,
           device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE,
-          partition: str | Sequence[int] = "uniform") -> SolveResult:
+          partition: str | Sequence[int] = "uniform", mem_factor: float | None = None) -> SolveResult:
     """Find a schedule minimising ``objective`` (the makespan: the step time with an optimizer barrier; or "span",
     for a runtime without one) under ``mem_limit`` (profile memory units; one number, one per device, or None for
     unlimited) within ``time_limit`` seconds.
@@ -152,7 +134,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). The result is never
+    ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. The arguments are checked once, as one
+    ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). The result is never
     worse than the floor: the first of the placement's families that fits (the best of them), built whatever the
     time limit. An interrupt once a schedule exists returns the best found so far with ``interrupted`` set (one
     before it propagates). Raises InputError on bad arguments and
@@ -161,20 +144,26 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     began = time.monotonic()
     if isinstance(profile, (str, os.PathLike)):
         profile = load_costs(profile)
-    profile, costs = _costs(profile, mem_limit, num_devices, placement, chunks, partition, device_memory, reserve)
-    if costs.device_memory is not None:
-        if mem_limit is not None:
-            raise InputError("give mem_limit or device_memory, not both")
-        mem_limit = costs.limits()
-    spec = make_spec(profile, mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
-                     placement=placement, chunks=chunks)
-    _check_search(solver, time_limit, objective, workers)
+    request = Request(mem_limit=mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
+                      placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
+                      seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,
+                      mem_factor=mem_factor)
+    return solve_request(profile, request, progress, began)
+
+
+def solve_request(profile: Profile | Model, request: Request, progress: Callable[[str], None] | None = None,
+                  began: float | None = None) -> SolveResult:
+    """``solve`` on a checked request; ``began`` (``time.monotonic()``) when the time limit started, by default
+    now."""
+    began = time.monotonic() if began is None else began
+    spec, costs = resolve(profile, request)
     _check_feasible(spec, costs)
     log = Log(progress)
-    best = Best(objective)
+    best = Best(request.objective)
     try:
-        budget = Budget(began + time_limit, began)
-        _search(spec, solver, objective, workers or os.cpu_count() or 1, seed, budget, log, best)
+        budget = Budget(began + request.time_limit, began)
+        _search(spec, request.solver, request.objective, request.workers or os.cpu_count() or 1, request.seed, budget,
+                log, best)
     except KeyboardInterrupt:
         if best.timeline is None:
             raise
@@ -183,7 +172,6 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
         best.status = "optimal"
     value = best.value
     bound = min(best.bound, value)
-    gap = (value - bound) / value if value > 0 else 0.0
     try:
         times = step_times(best.timeline)  # in the time kept for it
     except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
@@ -191,28 +179,5 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
         times = step_times(best.timeline)
     if best.interrupted:
         log.append("interrupted: returning the best schedule found so far")
-    return SolveResult(best.timeline.schedule, best.timeline, times, value, objective, bound, gap, best.status, solver,
-                       time.monotonic() - began, "\n".join(log), best.interrupted, costs)
-
-
-def _costs(profile: Profile | Model, mem_limit: object, num_devices: int | None, placement: str, chunks: int,
-           partition: str | Sequence[int], device_memory: int | str | None,
-           reserve: int | str) -> tuple[Profile, Costs]:
-    """The per-stage profile and its costs: a model cut into the placement's stages (its GPU's memory the device
-    memory unless a limit is given), or a bare profile."""
-    if isinstance(profile, Model):
-        if device_memory is None and mem_limit is None:
-            device_memory = default_device_memory(profile)
-        if num_devices is None:
-            raise InputError("num_devices = None: give num_devices to cut a model into stages")
-        p = check_count("num_devices", num_devices)
-        if placement not in SUPPORTED_PLACEMENTS:
-            raise InputError(f"placement = {placement!r} is unknown; choose one of {', '.join(SUPPORTED_PLACEMENTS)}")
-        layout = make_placement(placement, p, 1 if placement == "sequential" else check_count("chunks", chunks))
-        return model_costs(profile, layout, partition, device_memory, reserve)
-    if partition != "uniform":
-        raise InputError(f"partition = {partition!r}: a partition cuts a model; this is a per-stage profile")
-    if not isinstance(profile, Profile):
-        raise InputError(f"profile = {profile!r} must be a Profile or a Model")
-    p = num_devices if num_devices is not None else profile.num_stages
-    return profile, profile_costs(p if isinstance(p, int) and p > 0 else 1, device_memory, reserve)
+    return SolveResult(best.timeline.schedule, best.timeline, times, value, request.objective, bound, gap(value, bound),
+                       best.status, request.solver, time.monotonic() - began, "\n".join(log), best.interrupted, costs)

@@ -15,7 +15,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import Profile, load_mapping, pydantic_message
-from zbsolve.optimize.solve import SolverName
+from zbsolve.problem.request import SolverName
 from zbsolve.core.spec import PlacementName, PlanPlacement, make_spec
 from zbsolve.core.timing import Objective
 from zbsolve.base.units import parse_bytes
