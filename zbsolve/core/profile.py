@@ -149,6 +149,12 @@ def _show(value: object) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
+def paper_deltas(m_b: float, m_w: float) -> tuple[float, float, float]:
+    """The memory deltas of F, B and W from the paper's M_B (what F holds) and M_W (what remains after B):
+    M_B, M_W - M_B and -M_W, which sum to 0."""
+    return m_b, m_w - m_b, -m_w
+
+
 class Profile(InputModel):
     """Per-stage pass durations and memory deltas; a scalar broadcasts to every stage.
 
@@ -208,11 +214,10 @@ class Profile(InputModel):
             mw = mw if isinstance(mw, list) else [mw] * n
             if len(mb) != len(mw):
                 raise InputError(f"profile: M_B and M_W lengths disagree: {len(mb)} != {len(mw)}")
-            mem_f: PerStage = list(mb)
-            mem_b: PerStage = [w - b for b, w in zip(mb, mw)]
-            mem_w: PerStage = [-w for w in mw]
+            deltas = [paper_deltas(b, w) for b, w in zip(mb, mw)]
+            mem_f, mem_b, mem_w = ([d[i] for d in deltas] for i in range(3))
         else:
-            mem_f, mem_b, mem_w = mb, mw - mb, -mw
+            mem_f, mem_b, mem_w = paper_deltas(mb, mw)
         return cls(t_f=T_F, t_b=T_B, t_w=T_W, t_comm=T_comm, mem_f=mem_f, mem_b=mem_b, mem_w=mem_w,
                    overlap_saving=overlap_saving)
 

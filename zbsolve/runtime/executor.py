@@ -30,7 +30,7 @@ from zbsolve.problem.costs import Costs
 from zbsolve.io.document import from_document, to_document
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.io.torch_csv import torch_csv
-from zbsolve.core.profile import Profile
+from zbsolve.core.profile import Profile, paper_deltas
 from zbsolve.runtime.launch import launch, torchrun_rank
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, load_model
@@ -281,7 +281,7 @@ def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
             t[name].append(max(value, tiny))
         t["mem_f"].append(mem_f)
         t["mem_b"].append(mem_b)
-        t["mem_w"].append(-mem_f - mem_b)
+        t["mem_w"].append(paper_deltas(mem_f, mem_f + mem_b)[2])
     return Profile(**t)
 
 

@@ -35,7 +35,7 @@ from torch import nn
 from zbsolve.core import torch_compat
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
-from zbsolve.core.profile import STAGE_FIELDS, Profile
+from zbsolve.core.profile import STAGE_FIELDS, Profile, paper_deltas
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.model import ModelSpec, StagedModel
 
@@ -92,7 +92,7 @@ class Measurement:
     def profile(self) -> Profile:
         """Medians; mem_w is set to -(mem_f + mem_b) so each stage's deltas sum to exactly 0."""
         med = {name: [statistics.median(v) for v in per_stage] for name, per_stage in self.samples.items()}
-        med["mem_w"] = [-(f + b) for f, b in zip(med["mem_f"], med["mem_b"])]
+        med["mem_w"] = [paper_deltas(f, f + b)[2] for f, b in zip(med["mem_f"], med["mem_b"])]
         t_comm = round(statistics.median(self.latency), 3) if self.latency else 0.0
         fields = {name: [round(x, 3) if name.startswith("t_") else x for x in med[name]] for name in STAGE_FIELDS}
         return Profile(**fields, t_comm=t_comm)
@@ -190,7 +190,7 @@ def measure_stage(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn
         mem_f, mem_b, mem_w = pass_deltas(stage, x, tail, loss_fn, probe, saved, split=split)
         if saved is not None and memory_model == "paper":
             m_w = float(sum(saved.reads[3].values()))  # reads[1], [2], [3]: F, B, W (probed before each)
-            mem_b, mem_w = m_w - mem_f, -m_w
+            _, mem_b, mem_w = paper_deltas(mem_f, m_w)
         for name, value in zip(("mem_f", "mem_b", "mem_w"), (mem_f, mem_b, mem_w)):
             samples[name].append(value)
     return samples

@@ -18,6 +18,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
+from zbsolve.core.profile import paper_deltas
 from zbsolve.problem.model import Layer, Link, Model, Setting
 
 EFFICIENCY = 0.4
@@ -141,7 +142,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
 
     optimizer_shards = dp if zero else 1
     layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
-                    mem_f=max(c.m_b, c.m_w), mem_b=c.m_w - max(c.m_b, c.m_w), mem_w=-c.m_w,
+                    **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
                     static_bytes=c.params * (WEIGHT_BYTES + GRAD_BYTES)
                     + math.ceil(c.params * OPTIMIZER_BYTES / optimizer_shards),
                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],

@@ -189,20 +189,11 @@ class _Held:
 
 
 def _ready(times: list[Slots], d: int, kind: int, mb: int, backs: list[int]) -> int:
-    """Slot of the last pass that (d, kind, mb) depends on, or -1; ``backs``: device d's B slots in order."""
-    p, ts = len(times), times[d]
-    deps = [-1]
-    if kind == WS:
-        deps.append(backs[mb])
-    else:
-        if kind in (F0, B1) and d > 0:
-            deps.append(times[d - 1][kind][mb])
-        if kind in (F1, B0) and d < p - 1:
-            deps.append(times[d + 1][kind][mb])
-        if kind != F0:
-            deps.append(ts[kind - 1][mb])
+    """Slot of the last pass that (d, kind, mb) depends on, or -1: by the dependency rule (``_sources``), a W on
+    its device's mb-th B (``backs``: device d's B slots in order), and on the same kind's previous microbatch."""
+    deps = [-1, backs[mb]] if kind == WS else [-1] + [times[src][k][mb] for src, k in _sources(len(times), d, kind)]
     if mb > 0:
-        deps.append(ts[kind][mb - 1])
+        deps.append(times[d][kind][mb - 1])
     return max(deps)
 
 
@@ -223,11 +214,17 @@ def _pass(p: int, d: int, kind: int, mb: int) -> Pass | None:
     return Pass(F if kind in (F0, F1) else B, mb, d if kind in (F0, B0) else 2 * p - 1 - d)
 
 
-def _links(p: int, d: int, kind: int) -> list[tuple[int, int]]:
-    """(device, kind) of the passes on other devices that device d's pass of ``kind`` waits for (of its microbatch)."""
+def _sources(p: int, d: int, kind: int) -> list[tuple[int, int]]:
+    """(device, kind) of the passes that device d's pass of ``kind`` waits for (of its microbatch), by the dependency
+    rule (``dependencies``; none for a W, which names no stage)."""
     q = _pass(p, d, kind, 0)
     sources = [(min(dep.stage, 2 * p - 1 - dep.stage), dep) for dep in dependencies(q, 2 * p)] if q else []
-    return [(src, _KIND[dep.kind, dep.stage == src]) for src, dep in sources if src != d]
+    return [(src, _KIND[dep.kind, dep.stage == src]) for src, dep in sources]
+
+
+def _links(p: int, d: int, kind: int) -> list[tuple[int, int]]:
+    """The ``_sources`` of device d's pass of ``kind`` on other devices."""
+    return [(src, k) for src, k in _sources(p, d, kind) if src != d]
 
 
 def _compact(times: list[Slots]) -> list[Slots]:
