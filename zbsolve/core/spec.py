@@ -38,16 +38,13 @@ class Spec:
     """Number of microbatches m."""
     mem_limit: Limit
     """Activation memory limit as given: one number, one per device, or None."""
+    limits: tuple[float, ...]
+    """Per device, its memory limit (infinity for none)."""
 
     @property
     def num_devices(self) -> int:
         """Number of devices p."""
         return self.placement.num_devices
-
-    @property
-    def limits(self) -> tuple[float, ...]:
-        """Per device, its memory limit (infinity for none)."""
-        return device_limits(self.mem_limit, self.num_devices)
 
 
 def make_spec(profile: Profile, mem_limit: object, *, num_microbatches: object, num_devices: object = None,
@@ -75,12 +72,13 @@ def make_spec(profile: Profile, mem_limit: object, *, num_microbatches: object, 
     limit = check_limit(mem_limit, p)
     if placement == "sequential":
         _check_stages(profile, p)
-        return Spec(profile.expand(p), make_placement("sequential", p), placement, 1, m, limit)
+        return Spec(profile.expand(p), make_placement("sequential", p), placement, 1, m, limit, device_limits(limit, p))
     if profile.num_stages not in (None, p, chunks * p):
         raise InputError(f"num_devices = {p}, but the profile has {profile.num_stages} stages "
                          f"(give {p} or {chunks * p})")
     layout = make_placement(placement, p, chunks)
-    return Spec(profile.per_chunk(p, chunks, f"placement {placement!r}"), layout, placement, chunks, m, limit)
+    return Spec(profile.per_chunk(p, chunks, f"placement {placement!r}"), layout, placement, chunks, m, limit,
+                device_limits(limit, p))
 
 
 def _check_stages(profile: Profile, p: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
 from zbsolve.problem.model import Layer, Model, check_ranges, held_static_bytes, module_names, partition, stage_profile
 from zbsolve.core.placement import Placement
@@ -49,14 +50,20 @@ class Costs:
     def limits(self) -> tuple[float, ...]:
         """Per device, its activation budget: device memory - static bytes - reserve; an ``InfeasibleError``
         naming the first device whose static bytes alone do not fit, and the shortfall in GiB."""
-        assert self.device_memory is not None
-        out = []
-        for d, static in enumerate(self.static_bytes):
-            budget = self.device_memory - static - self.reserve
+        for d, budget in enumerate(self.budgets()):
             if budget <= 0:
-                raise InfeasibleError(self.shortfall(d, {"static": static}))
-            out.append(float(budget))
-        return tuple(out)
+                raise InfeasibleError(self.shortfall(d, {"static": self.static_bytes[d]}))
+        return tuple(float(budget) for budget in self.budgets())
+
+    def budgets(self) -> list[int]:
+        """Per device, the bytes left for activations: device memory - static bytes - reserve (none may be left)."""
+        assert self.device_memory is not None
+        return [self.device_memory - static - self.reserve for static in self.static_bytes]
+
+    def first_over(self, peaks: Sequence[float]) -> int | None:
+        """The first device whose peak activations exceed its activation budget (``limits``) by the memory rule's
+        tolerance, or None: the one test of whether a schedule fits the device memory."""
+        return next((d for d, (peak, budget) in enumerate(zip(peaks, self.budgets())) if exceeds(peak, budget)), None)
 
     def over(self, uses: dict[str, float]) -> float:
         """Bytes by which ``uses`` (bytes by name) and the reserve exceed the device memory (at most 0: they fit)."""
@@ -195,9 +202,10 @@ def check_fits(costs: Costs, timeline: Timeline) -> None:
     device memory, and by how many GiB."""
     if costs.device_memory is None:
         return
-    for d, (static, peak) in enumerate(zip(costs.static_bytes, timeline.peak_memory)):
-        if static + peak + costs.reserve > costs.device_memory:
-            raise MemoryLimitError(costs.shortfall(d, {"static": static, "peak activations": peak}))
+    d = costs.first_over(timeline.peak_memory)
+    if d is not None:
+        raise MemoryLimitError(costs.shortfall(d, {"static": costs.static_bytes[d],
+                                                   "peak activations": timeline.peak_memory[d]}))
 
 
 def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
