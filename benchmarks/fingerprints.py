@@ -20,11 +20,12 @@ from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
 from zbsolve.optimize.bound import lower_bound
 from zbsolve.problem.costs import memory_figures, model_costs
 from zbsolve.base.errors import ZbsolveError
+from zbsolve.base.units import GIB
 from zbsolve.problem.estimate.formula import estimate
 from zbsolve.schedulers.families import FAMILIES, make_schedule
 from zbsolve.optimize.formulation import formulate
 from zbsolve.schedulers.heuristic import heuristic
-from zbsolve.problem.memory_factor import resolve_limit
+from zbsolve.problem.memory_factor import factor_limit
 from zbsolve.problem.model import Model
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.problem.problem_file import Problem
@@ -60,7 +61,7 @@ def problem_prints(path: Path) -> dict[str, str]:
     p, m = problem.num_devices, problem.num_microbatches
     chunks = 2 if path.parent.name == "vshape" else 1
     profile = problem.profile
-    limit = resolve_limit(profile, p, m, problem.mem_limit, problem.mem_factor, chunks)
+    limit = problem.mem_limit if problem.mem_factor is None else factor_limit(profile, p, m, problem.mem_factor, chunks)
     out = {}
     for name in FAMILIES:
         out[f"family {name}"] = _try(lambda n=name: _timed(make_schedule(n, profile, p, m)))
@@ -89,7 +90,7 @@ def model_prints(path: Path) -> dict[str, str]:
             out[f"p{p} {name} split"] = str(ranges)
             if isinstance(ranges, list):
                 out[f"p{p} {name} layout"] = _try(megatron_layout, model, ranges, p)
-        profile, costs = model_costs(model, sequential(p), device_memory="80GiB")
+        profile, costs = model_costs(model, sequential(p), device_memory=80 * GIB)
         one = make_schedule("1f1b", profile, p, 2 * p)
         out[f"p{p} costs"] = _digest(profile, costs.section(), costs.limits, memory_figures(costs, simulate(one)))
         bound = split_bound(model, sequential(p), 2 * p, time_limit=30, workers=1)
@@ -101,7 +102,7 @@ def config_prints(path: Path) -> dict[str, str]:
     out = {}
     for tp, seq in ((1, 2048), (4, 8192)):
         model = _try(estimate, path, seq_len=seq, microbatch_size=1, tp=tp)
-        out[f"tp{tp} estimate"] = model if isinstance(model, str) else _digest(model.model_dump())
+        out[f"tp{tp} estimate"] = model if isinstance(model, str) else _digest(model.model_dump(exclude={"source"}))
     return out
 
 

@@ -19,7 +19,8 @@ from rich.console import Console
 
 from zbsolve.base.errors import InfeasibleError
 from zbsolve.problem.model import Layer, Model
-from zbsolve.planning.planner import PlanResult, plan
+from zbsolve.planning.planner import plan
+from zbsolve.planning.result import PlanResult
 from zbsolve.present.tables import records_table
 from zbsolve.optimize.solve import solve
 from zbsolve.base.units import GIB

@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,16 @@ from typer.testing import CliRunner
 
 from conftest import ICLR, ROOT
 from zbsolve.app.cli import app
-from zbsolve.io.document import from_document, read_document, to_document
-from zbsolve.base.errors import InputError
-from zbsolve.io.torch_csv import torch_csv
+from zbsolve.app.grid import Grid, expand
+from zbsolve.io.document import from_document, read_document, read_json, to_document
+from zbsolve import InfeasibleError, InputError, Model, ScheduleError, ZbsolveError, solve
+from zbsolve.io.torch_csv import checked_csv, torch_csv
+from zbsolve.problem.costs import check_fits, document_costs
+from zbsolve.problem.problem_file import load_input
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.problem.problem_file import Problem
-from zbsolve.core.profile import UNIT, Profile, load_mapping
+from zbsolve.base.inputs import load_mapping
+from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.simulator import simulate
 
 RUNNER = CliRunner()
@@ -159,7 +164,6 @@ def test_markup_in_values_is_shown_as_is(tmp_path):
     (lambda: Profile.model_validate({"t_w": [1, -1]}), "profile: t_w[1] = -1.0 must be a positive finite duration"),
     (lambda: Profile.from_paper(T_F=-1, T_B=1, T_W=1), "profile: t_f = -1.0 must be a positive finite duration"),
     (lambda: Profile.from_paper(T_F=1, T_B=1, T_W=1, M_B="x"), "profile: M_B = 'x': should be a number"),
-    (lambda: Profile.from_layers(4, 2, t_f=1, t_b=1, t_w=[1]), "profile: t_w = [1]: should be a number"),
     (lambda: Problem(num_devices=4), "problem: num_microbatches is missing"),
     (lambda: Problem(num_devices="4", num_microbatches=8), "problem: num_devices = '4': should be a valid integer"),
     (lambda: Problem(num_devices=4, num_microbatches=8, mem_limit=-1), "problem: mem_limit = -1: should be greater"),
@@ -358,14 +362,66 @@ def _grid() -> dict:
                              "time_limit": [1]}}
 
 
-def _assert_clean(result, folder: Path, expected: set[str]) -> None:
-    """Exit 0, 1 or 2; on 1 and 2 one line on stderr; never a traceback; nothing but ``expected`` in ``folder``
-    (temporary files included)."""
-    assert result.exit_code in (0, 1, 2), (result.exit_code, result.output, result.exception)
-    assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)
+def _line(label: str, exc: Exception) -> str:
+    """The one line the command line prints for ``exc``: its label, then its message on one line."""
+    return f"{label}: {' '.join(str(exc).split())}"
+
+
+def _verdict(work: Callable[[], object]) -> tuple[int, str | None]:
+    """The exit code and the stderr line the documented contract (the command line's docstring: 0 ok, 1 invalid
+    schedule, infeasible problem or another failure, 2 bad input) gives for what the command does, done here through
+    the Python API by ``work``: an ``InputError`` is 2 and "error: <its message>", a ``ScheduleError`` or an
+    ``InfeasibleError`` 1 and "invalid: <its message>", another zbsolve error 1 and "error: <its message>", none
+    0 and nothing on stderr."""
+    try:
+        work()
+    except InputError as exc:
+        return 2, _line("error", exc)
+    except (ScheduleError, InfeasibleError) as exc:
+        return 1, _line("invalid", exc)
+    except ZbsolveError as exc:
+        return 1, _line("error", exc)
+    return 0, None
+
+
+def _checked(doc: Path) -> None:
+    """What ``zbsolve check`` does with a document: read it, simulate it, fit its memory."""
+    data = read_json(doc)
+    schedule, _ = from_document(data, str(doc))
+    timeline = simulate(schedule)
+    costs = document_costs(data, schedule, str(doc))
+    if costs is not None:
+        check_fits(costs, timeline)
+
+
+def _plotted(doc: Path) -> None:
+    """What ``zbsolve plot`` needs of a document: read it, simulate it, read its costs."""
+    data = read_json(doc)
+    schedule, _ = from_document(data, str(doc))
+    simulate(schedule)
+    document_costs(data, schedule, str(doc))
+
+
+def _solved(path: Path) -> None:
+    """``zbsolve solve <path> --solver heuristic --time-limit 2`` through the Python API: a problem file solved
+    with its own sizes, placement and limit; a file without sizes (a bare profile) needs --devices and
+    --microbatches."""
+    given = load_input(path)
+    if not isinstance(given, Problem):
+        raise InputError(f"{path}: give --devices and --microbatches to solve a "
+                         f"{'model' if isinstance(given, Model) else 'profile'}")
+    solve(given.profile, given.mem_limit, mem_factor=given.mem_factor, num_microbatches=given.num_microbatches,
+          num_devices=given.num_devices, placement=given.placement, solver="heuristic", time_limit=2)
+
+
+def _assert_clean(result, folder: Path, expected: set[str], want: tuple[int, str | None]) -> None:
+    """The one exit code ``want`` gives (see ``_verdict``) with its one line on stderr (nothing there on exit 0);
+    never a traceback; nothing but ``expected`` in ``folder`` (temporary files included)."""
+    code, line = want
+    assert result.exit_code == code, (code, line, result.exit_code, result.output, result.exception)
+    assert isinstance(result.exception, SystemExit if code else (SystemExit, type(None))), repr(result.exception)
     assert "Traceback" not in result.output
-    if result.exit_code:
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.strip().splitlines() == ([line] if code else []), (line, result.stderr)
     assert {p.name for p in folder.iterdir()} <= expected
 
 
@@ -380,7 +436,7 @@ def test_check_mutated_documents(data):
         folder = Path(tmp)
         doc = folder / "doc.json"
         doc.write_bytes(data.draw(variants(DOCUMENT, "json")))
-        _assert_clean(zbsolve("check", doc), folder, {"doc.json"})
+        _assert_clean(zbsolve("check", doc), folder, {"doc.json"}, _verdict(lambda: _checked(doc)))
 
 
 @settings(SETTINGS, max_examples=40)
@@ -391,7 +447,7 @@ def test_export_mutated_documents(data):
         doc, out = folder / "doc.json", folder / "out.csv"
         doc.write_bytes(data.draw(variants(DOCUMENT, "json")))
         result = zbsolve("export", doc, "-o", out, "-q")
-        _assert_clean(result, folder, {"doc.json", "out.csv"})
+        _assert_clean(result, folder, {"doc.json", "out.csv"}, _verdict(lambda: checked_csv(read_document(doc)[0])))
         assert out.exists() == (result.exit_code == 0)
         if out.exists():
             assert out.read_text() == torch_csv(read_document(doc)[0])
@@ -405,7 +461,7 @@ def test_plot_mutated_documents(data):
         doc, out = folder / "doc.json", folder / "out.png"
         doc.write_bytes(data.draw(variants(DOCUMENT, "json")))
         result = zbsolve("plot", doc, "-o", out, "-q")
-        _assert_clean(result, folder, {"doc.json", "out.png"})
+        _assert_clean(result, folder, {"doc.json", "out.png"}, _verdict(lambda: _plotted(doc)))
         assert out.exists() == (result.exit_code == 0)
         if out.exists():
             png = out.read_bytes()
@@ -422,7 +478,7 @@ def test_solve_mutated_problems(data):
         path, out = folder / f"problem.{kind}", folder / "out.json"
         path.write_bytes(data.draw(variants(problem, kind)))
         result = zbsolve("solve", path, "--solver", "heuristic", "--time-limit", 2, "-o", out, "-q")
-        _assert_clean(result, folder, {path.name, "out.json"})
+        _assert_clean(result, folder, {path.name, "out.json"}, _verdict(lambda: _solved(path)))
         assert out.exists() == (result.exit_code == 0)
         if out.exists():
             read_document(out)
@@ -431,14 +487,61 @@ def test_solve_mutated_problems(data):
 @settings(SETTINGS, max_examples=8)
 @given(st.data())
 def test_grid_mutated_files(data):
+    """A grid that does not load or expand is bad input, refused before any job runs (2, nothing written); one that
+    does runs every job once, and exits 1 with one line counting the failed jobs its results file records, or 0."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path, out = folder / "grid.yaml", folder / "out.jsonl"
         path.write_bytes(data.draw(variants(_grid(), "yaml")))
+        jobs: list = []
+        want = _verdict(lambda: jobs.extend(expand(Grid.load(path))))
         result = zbsolve("grid", path, "-o", out, "--jobs", 1, "-q")
-        _assert_clean(result, folder, {"grid.yaml", "out.jsonl"})
-        if out.exists():
-            assert all(json.loads(line) for line in out.read_text().splitlines())
+        if want[0] != 2:
+            records = [json.loads(line) for line in out.read_text().splitlines()]
+            assert sorted(r["hash"] for r in records) == sorted(job.key for job in jobs)
+            failures = sum(r.get("status") == "error" for r in records)
+            want = (1, f"{len(jobs)} jobs: 0 already done, {len(jobs)} run, {failures} failed; results in {out}; "
+                       "--retry-failed runs the failed jobs again") if failures else (0, None)
+        _assert_clean(result, folder, {"grid.yaml", "out.jsonl"}, want)
+        assert out.exists() == (want[0] != 2)
+
+
+# -- one mutation each, its one answer worked out by hand -----------------------------------------------------
+@pytest.mark.parametrize("command", ["check", "export", "plot"])
+def test_a_retyped_document_field_is_bad_input_naming_it(tmp_path, command):
+    """The zb-h1 document with num_devices = "four": every command that reads it exits 2 with the one line naming
+    the file, the field and the value, and writes nothing."""
+    doc = write_doc(tmp_path / "doc.json", lambda d: d.update(num_devices="four"))
+    args = {"check": (), "export": ("-o", tmp_path / "out.csv"), "plot": ("-o", tmp_path / "out.png")}[command]
+    line = failed_cleanly(zbsolve(command, doc, *args), 2)
+    assert line == f"error: {doc}: num_devices = 'four': should be a valid integer"
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.json"]
+
+
+def test_an_invalid_document_schedule_exits_1_in_every_command(tmp_path):
+    """The zb-h1 document with a memory limit of 1 (it holds two microbatches on device 0 after its second F): a
+    valid document of an invalid schedule, 1 in every command."""
+    doc = write_doc(tmp_path / "doc.json", lambda d: d.update(mem_limit=1))
+    for args in (("check", doc), ("export", doc, "-o", tmp_path / "out.csv"), ("plot", doc, "-o", tmp_path / "o.png")):
+        assert failed_cleanly(zbsolve(*args), 1).startswith("invalid: device 0 position 1 (0F1): memory 2"), args
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.json"]
+
+
+def test_a_retyped_problem_field_is_bad_input_naming_it(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(_dump({**_problems()[0], "num_microbatches": "x"}, "yaml"))
+    line = failed_cleanly(zbsolve("solve", path, "--solver", "heuristic", "-o", tmp_path / "out.json", "-q"), 2)
+    assert line == f"error: {path}: num_microbatches = 'x': should be a valid integer"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
+
+
+def test_a_retyped_grid_axis_is_bad_input_naming_it(tmp_path):
+    path = tmp_path / "g.yaml"
+    grid = _grid()
+    path.write_bytes(_dump({**grid, "axes": {**grid["axes"], "stages": ["two"]}}, "yaml"))
+    line = failed_cleanly(zbsolve("grid", path, "-o", tmp_path / "out.jsonl", "--jobs", 1, "-q"), 2)
+    assert line == f"error: {path}: axes.stages.0 = 'two': should be a valid integer"
+    assert [p.name for p in tmp_path.iterdir()] == ["g.yaml"]
 
 
 def test_seeds_are_valid():

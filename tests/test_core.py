@@ -8,7 +8,7 @@ from conftest import one_f_one_b, span_bubble
 from zbsolve import InputError, MemoryLimitError, Profile, ScheduleError, simulate
 from zbsolve.core.placement import bidirectional, interleaved, make_placement, sequential, vshape
 from zbsolve.core.profile import UNIT
-from zbsolve.core.schedule import Pair, Pass, build, op_from_str
+from zbsolve.core.schedule import Pair, Pass, build
 
 
 # -- profile -----------------------------------------------------------------------
@@ -21,12 +21,9 @@ def test_profile_broadcast_and_expand():
         prof.expand(4)
 
 
-def test_profile_from_paper_and_layers():
+def test_profile_from_paper():
     prof = Profile.from_paper(1.0, 1.0, 0.5, 0.1, M_B=3.0, M_W=1.0)
     assert prof.memories(0) == (3.0, -2.0, -1.0)
-    lay = Profile.from_layers(10, 4, t_f=1.0, t_b=1.0, t_w=1.0)
-    assert lay.t_f == [3.0, 3.0, 2.0, 2.0]
-    assert sum(lay.memories(0)) == 0
 
 
 @pytest.mark.parametrize("fields, needle", [
@@ -77,7 +74,7 @@ def test_pass_str_roundtrip(kind, mb, stage):
     p = Pass(kind, mb, stage)
     assert Pass.from_str(str(p)) == p
     pair = Pair(Pass("F", mb, stage), Pass("B", mb + 1, stage))
-    assert op_from_str(str(pair)) == pair
+    assert Pair.from_str(str(pair)) == pair
 
 
 def test_pass_from_str_rejects():

@@ -14,7 +14,8 @@ from zbsolve.app.cli import app
 from zbsolve.problem.costs import check_fits, device_static_bytes, document_costs
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.problem.model import Model, partition
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import partition
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
@@ -41,28 +42,49 @@ def test_static_bytes_per_device_count_a_tied_weight_once():
 
 
 def test_device_memory_is_the_activation_budget_after_static_bytes_and_reserve():
+    """The toy's five blocks on two devices: layers 0-3 (embedding, three blocks) and 4-7 (two blocks, norm, head).
+    Layer i holds 10**9 + i static bytes, and the head, tied to an embedding on the other device, holds its own:
+    4 * 10**9 + (0+1+2+3) = 4_000_000_006 and 4 * 10**9 + (4+5+6+7) = 4_000_000_022 bytes. Each device's activation
+    budget is 6 GiB less the 1 GiB reserve less these."""
     model = toy()
     result = solve(model, num_devices=2, num_microbatches=4, device_memory=6 * GIB, reserve="1GiB",
                    solver="heuristic")
-    static = result.costs.static_bytes
-    limits = result.schedule.mem_limit
-    assert tuple(limits) == tuple(5 * GIB - s for s in static)
+    static = (4_000_000_006, 4_000_000_022)
+    assert result.costs.static_bytes == static
+    limits = (5 * 2**30 - 4_000_000_006, 5 * 2**30 - 4_000_000_022)
+    assert limits == (1_368_709_114, 1_368_709_098)
+    assert tuple(result.schedule.mem_limit) == limits
     check_result(result, limits)
+    # The activations: each device's peak as an independent simulation of the schedule has it, far below its budget
+    # (a microbatch's F on device 0 keeps 1000+1001+1002+1003 = 4006 bytes).
+    peaks = simulate(result.schedule).peak_memory
+    assert all(0 < peak < 10**5 for peak in peaks)
     summary = result.summary()
-    assert summary["memory_gib"] == pytest.approx([(s + a) / GIB for s, a in zip(static, result.peak_memory)])
+    assert summary["memory_gib"] == pytest.approx([(s + a) / 2**30 for s, a in zip(static, peaks)], rel=1e-12)
     assert summary["device_memory_gib"] == 6 and "peak_memory" not in summary
 
 
 def test_step_times_are_the_makespan_and_the_period_of_back_to_back_steps():
+    """The toy on three devices: layers 0-2, 3-4 and 5-7. Layer i's F + B + W takes 0.35 i + 0.06 s (the
+    embedding, with no B: 0.04 s), so a microbatch costs 0.04 + 0.41 + 0.76 = 1.21 s on device 0, 1.11 + 1.46 = 2.57 s
+    on device 1 and 1.81 + 2.16 + 2.51 = 6.48 s on device 2; six microbatches: 7.26, 15.42 and 38.88 s, 20.52 s a
+    device on average. The span's optimum is the last device's work, 38.88 s (met by the floor, so proven without
+    search). Device 2's first F can start only after device 0's (0.01 + 0.11 + 0.21 = 0.33 s) and device 1's
+    (0.31 + 0.41 = 0.72 s), each sent in 0.05 s: at 1.15 s; busy from then on, it ends the step at 1.15 + 38.88 =
+    40.03 s. Back to back, steps overlap and device 2's 38.88 s of work a step is the period."""
     result = solve(toy(t_comm=0.05), num_devices=3, num_microbatches=6, solver="heuristic", objective="span")
-    assert result.step_time == result.timeline.makespan
+    check_result(result, status="optimal")
+    assert result.timeline.work == pytest.approx((7.26, 15.42, 38.88))
+    assert result.objective == pytest.approx(38.88) and result.lower_bound == pytest.approx(38.88)
+    assert result.step_time == result.timeline.makespan == pytest.approx(40.03)
+    assert result.step_time_no_barrier == pytest.approx(38.88)
     many = [simulate(repeat(result.schedule, k)).makespan for k in (6, 7)]
     assert result.step_time_no_barrier == pytest.approx(many[1] - many[0], rel=1e-9)
     assert result.step_time_no_barrier == steady_period(result.timeline) <= result.step_time + 1e-9
     figures = result.summary()
-    work = sum(result.timeline.work) / 3
-    assert figures["bubble_no_barrier"] == pytest.approx(1 - work / result.step_time_no_barrier)
-    assert figures["bubble_rate"] == pytest.approx(1 - work / result.step_time)
+    assert figures["bubble_no_barrier"] == pytest.approx(1 - 20.52 / 38.88)
+    assert figures["bubble_rate"] == pytest.approx(1 - 20.52 / 40.03)
+    assert figures["paper_bubble"] == pytest.approx(0, abs=1e-12)
 
 
 def test_the_default_objective_is_the_step_time_with_a_barrier():

@@ -20,7 +20,8 @@ from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.formula import count_parameters, estimate, reference_flops_per_token, saving_windows
 from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
 from zbsolve.problem.estimate.hf_config import architecture, attended_pairs
-from zbsolve.problem.model import Model, partition, stage_profile
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import partition, stage_profile
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": False}

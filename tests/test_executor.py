@@ -29,7 +29,7 @@ from zbsolve.core.profile import UNIT, Profile
 from zbsolve.runtime import executor
 from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
 from zbsolve.runtime.launch import LaunchError
-from zbsolve.runtime.model import ModelSpec, build_partitioned, build_stages, load_model
+from zbsolve.runtime.modules import ModelSpec, build_partitioned, build_stages, load_model
 from zbsolve.core.schedule import BW, F, Pass, build, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import torch_actions
@@ -262,7 +262,7 @@ def test_uneven_partition_runs_with_exact_gradients(tmp_path: Path, blocks: int,
     data = json.loads(plan.read_text())
     schedule = from_document(data)[0]
     costs = document_costs(data, schedule, "plan")
-    names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.stages)
+    names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.ranges)
     stages = load_model(ModelSpec(partition=names, hidden=16, seq_len=8), schedule.num_stages).stages
     assert ["E" * (s.embed is not None) + str(len(s.blocks) or "") + "N" * (s.norm is not None)
             + "H" * (s.head is not None) for s in stages] == held

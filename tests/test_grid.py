@@ -33,7 +33,7 @@ from zbsolve.app.grid import (
     to_dataframe,
     write_summary,
 )
-from zbsolve.problem.memory_factor import problem_limit
+from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.problem_file import Problem
 
 SMOKE = "problems/grids/smoke.yaml"
@@ -388,7 +388,9 @@ def test_a_memory_factor_on_a_chunk_profile_counts_its_merged_stages():
     path = "problems/vshape/p16-m48.yaml"
     record = run_job(_job(path, "heuristic", 5).model_copy(update={"placement": "vshape", "mem_factor": 1.0}))
     assert record["status"] == "heuristic", record.get("error")
-    assert record["mem_limit"] == pytest.approx(problem_limit(Problem.load(path), mem_factor=1.0))
+    problem = Problem.load(path)
+    peak = reference_peak(problem.profile, problem.num_devices, problem.num_microbatches)
+    assert record["mem_limit"] == pytest.approx(peak)
 
 
 def test_a_grid_of_models_plans_each_setting(tmp_path):

@@ -10,7 +10,8 @@ import yaml
 
 from conftest import ROOT
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Layer, Link, Model, check_ranges, comm_time, partition, stage_profile, stage_static_bytes
+from zbsolve.problem.model import Layer, Link, Model
+from zbsolve.problem.partition import check_ranges, comm_time, held_static_bytes, partition, stage_profile
 from zbsolve.core.profile import MEM_FIELDS, TIME_FIELDS
 
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
@@ -87,8 +88,8 @@ def test_comm_time_from_the_link_at_the_largest_boundary():
 def test_tied_weights_held_once_per_stage():
     model = toy()
     static = [layer["static_bytes"] for layer in LAYERS]
-    assert stage_static_bytes(model, [(0, 8)]) == [sum(static) - static[-1]]
-    assert stage_static_bytes(model, [(0, 4), (4, 8)]) == [sum(static[:4]), sum(static[4:])]
+    assert held_static_bytes(model.layers) == sum(static) - static[-1]
+    assert [held_static_bytes(model.layers[a:b]) for a, b in ((0, 4), (4, 8))] == [sum(static[:4]), sum(static[4:])]
 
 
 def test_flops_per_token_needs_flops_and_a_setting():

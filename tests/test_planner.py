@@ -15,9 +15,11 @@ from zbsolve.app.cli import app
 from zbsolve.problem.costs import check_fits, document_costs
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.problem.model import Layer, Model, stage_profile
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.partition import stage_profile
 from zbsolve.core.placement import interleaved, sequential, vshape
-from zbsolve.planning.planner import baselines, plan
+from zbsolve.planning.baselines import baselines
+from zbsolve.planning.planner import plan
 from zbsolve.core.simulator import simulate
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.split_bound import split_bound
@@ -90,7 +92,7 @@ def test_a_plan_is_valid_fits_and_never_loses_to_a_fitting_baseline(planned):
     assert planned.lower_bound <= planned.step_time and 0 <= planned.gap < 1
     # The head weighs three blocks: moving blocks off the last stage beats the uniform split.
     assert planned.step_time < planned.best_baseline("uniform").step_time
-    profile = stage_profile(planned.costs.model, planned.costs.stages)
+    profile = stage_profile(planned.costs.model, planned.costs.ranges)
     assert planned.timeline.schedule.profile.t_f == profile.t_f
 
 

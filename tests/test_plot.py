@@ -170,12 +170,35 @@ def test_memory_panel_per_device_limits():
     assert sorted(line.get_ydata()[0] for line in dashed) == [1.0, 2.5]
 
 
+V_SHAPE_TIMES = {
+    0: {"0F0": 0, "0F1": 1, "3F0": 4, "3B0": 5, "3F1": 6, "3B1": 7, "0B0": 8, "0B1": 10, "3W0": 11, "3W1": 12,
+        "0W0": 13, "0W1": 14},
+    1: {"1F0": 1, "1F1": 2, "2F0": 3, "2F1": 4, "2B0": 6, "1B0": 7, "2B1": 8, "1B1": 9, "2W0": 10, "1W0": 11,
+        "2W1": 12, "1W1": 13},
+}
+"""``v_shape()``'s start times worked out by hand (unit passes, no communication): 1F waits for 0F, 2F for 1F on
+its own device, 3F for 2F, 2B for 3B, 1B for 2B, 0B for 1B, and each W follows its B; the last pass, 0W1, ends
+at 15."""
+
+
 def test_into_given_axes():
+    """Drawn into given axes, the chart shows one unit-wide box per pass of the V-shape, on its device's row, from
+    its hand-worked start, labelled with its microbatch, over [0, 15]."""
     fig = Figure()
     ax = fig.subplots()
     timeline = v_shape()
     assert plot_timeline(timeline, ax=ax) is fig
-    assert ax.collections
+    (collection,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    drawn = sorted((round(v[:, 1].mean()), v[:, 0].min(), v[:, 0].max()) for v in
+                   (path.vertices for path in collection.get_paths()))
+    want = sorted((d, start, start + 1) for d, starts in V_SHAPE_TIMES.items() for start in starts.values())
+    assert len(drawn) == 24 and np.allclose(drawn, want)
+    assert ax.get_xlim() == (0.0, 15.0)
+    texts = sorted((round(t.get_position()[1]), t.get_position()[0], t.get_text()) for t in ax.texts)
+    want_texts = sorted((d, start + 0.5, name[-1]) for d, starts in V_SHAPE_TIMES.items()
+                        for name, start in starts.items())
+    assert [(d, text) for d, _, text in texts] == [(d, text) for d, _, text in want_texts]
+    assert np.allclose([x for _, x, _ in texts], [x for _, x, _ in want_texts])
     with pytest.raises(InputError, match="memory"):
         plot_timeline(timeline, ax=ax, memory=True)
 
@@ -257,7 +280,8 @@ def test_the_plan_chart_names_modules_source_seconds_and_gib_and_cuts_no_label()
     kept), times in seconds and memory in GiB; no two legend entries alike."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from zbsolve.planning.planner import PlanResult, baselines
+    from zbsolve.planning.baselines import baselines
+    from zbsolve.planning.result import PlanResult
     from zbsolve.present.plot import plot_plan
 
     result = llama("vshape", 4, 8)

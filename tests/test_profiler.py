@@ -11,12 +11,13 @@ from typer.testing import CliRunner
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.problem.model import Model, partition, stage_profile
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import partition, stage_profile
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import Profile
 from zbsolve.runtime.layer_profiler import STATE_COPIES, profile_layers
 from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.model import ModelSpec, StagedModel, load_layers, load_model
+from zbsolve.runtime.modules import ModelSpec, StagedModel, load_layers, load_model
 from zbsolve.runtime.profiler import (
     NOISE_COLUMNS,
     Measurement,

@@ -110,10 +110,34 @@ def test_published_zb_1p_is_proven_optimal(name):
 
 
 def test_per_device_limits_and_heuristic_solver():
+    """Unit times, p = 3, m = 6, no communication: the last device gets its first F at 1 + 1 = 2 and holds
+    3 x 6 = 18 units of work, so no schedule's makespan is below 20; ZB-H1 reaches 20 within these per-device limits
+    (its own peaks), so the heuristic solver's warm start meets the bound it proves without any search: optimal at
+    20, whatever the machine's speed."""
     limits = [3.0, 2.5, 2.0]
     result = solve(UNIT, limits, num_microbatches=6, num_devices=3, solver="heuristic")
-    check_result(result, limits)
-    assert result.status in ("heuristic", "optimal") and result.solver == "heuristic"
+    check_result(result, limits, status="optimal")
+    assert result.solver == "heuristic" and result.schedule.mem_limit == (3.0, 2.5, 2.0)
+    assert result.objective == result.step_time == 20 and result.lower_bound == 20 and result.gap == 0
+    assert all(peak <= lim for peak, lim in zip(result.peak_memory, limits))
+
+
+def test_check_result_refuses_a_status_its_figures_contradict():
+    """``check_result`` can fail on the status: the optimal result above restated as any other status, or a warm
+    start's schedule passed off as the backend's, is refused."""
+    import dataclasses
+
+    result = solve(UNIT, [3.0, 2.5, 2.0], num_microbatches=6, num_devices=3, solver="heuristic")
+    for wrong in ("heuristic", "feasible"):
+        with pytest.raises(AssertionError):
+            check_result(dataclasses.replace(result, status=wrong))
+    unproven = dataclasses.replace(result, lower_bound=18.0, gap=0.1, solver="cpsat")  # zb-h1's, not CP-SAT's
+    for wrong in ("optimal", "feasible"):
+        with pytest.raises(AssertionError):
+            check_result(dataclasses.replace(unproven, status=wrong))
+    check_result(dataclasses.replace(unproven, status="heuristic"))
+    with pytest.raises(AssertionError):
+        check_result(result, status="heuristic")
 
 
 def test_to_json_and_summary(tmp_path):

@@ -8,7 +8,8 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.frontier import frontier
-from zbsolve.planning.planner import PlanResult, plan
+from zbsolve.planning.planner import plan
+from zbsolve.planning.result import PlanResult
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
 from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.model import Model

@@ -12,6 +12,7 @@ UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
 """Bytes per unit, by the unit's name in capitals (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB)."""
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 GIB = 2**30
+MIB = 2**20
 LEAST_BARE = 2**20
 """The least size given without a unit: a smaller bare number is surely GiB or GB written without the unit."""
 

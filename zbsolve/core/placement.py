@@ -7,12 +7,18 @@ placement has two routes (one per direction, each device holding two weight copi
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 
-PLACEMENTS = ("sequential", "interleaved", "vshape", "bidirectional")
+PlacementName = Literal["sequential", "interleaved", "vshape"]
+"""Placements the optimizer solves (the bidirectional one is DualPipe's family alone)."""
+SUPPORTED_PLACEMENTS: tuple[str, ...] = get_args(PlacementName)
+PLACEMENTS: tuple[str, ...] = (*SUPPORTED_PLACEMENTS, "bidirectional")
+"""Every placement by name."""
+PlanPlacement = Literal["auto", "sequential", "interleaved", "vshape"]
+"""A placement to plan for, or "auto" for the best of them."""
 CHUNKS = 2
 """Stages per device of the interleaved and V-shape placements unless given."""
 

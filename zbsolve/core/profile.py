@@ -1,29 +1,23 @@
-"""Profile: what a schedule's cost depends on, per model stage; and the base of every model built from user
-input, whose validation errors are one ``InputError`` line naming the file, the field and the value."""
+"""Profile: what a schedule's cost depends on, per model stage."""
 
 from __future__ import annotations
 
 import json
 import math
 import numbers
-import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Self, Union
+from typing import Annotated, ClassVar, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
-from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
+from zbsolve.base.inputs import InputModel, load_mapping, show
 
 TIME_FIELDS = ("t_f", "t_b", "t_w")
 MEM_FIELDS = ("mem_f", "mem_b", "mem_w")
 STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
-_SHOWN = 60
-"""Longest shown value in an error message (longer ones are cut)."""
-
-
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -42,111 +36,6 @@ def _is_number(value: object) -> bool:
 
 PerStage = Annotated[Union[float, list[float]], BeforeValidator(_per_stage)]
 """One value for every stage, or one per stage."""
-
-
-class InputModel(BaseModel):
-    """A model built from user input: strict types, and any validation error is an ``InputError`` of one line
-    (``where: field = value: what is wrong``) instead of pydantic's ``ValidationError``."""
-
-    model_config = ConfigDict(strict=True)
-    what: ClassVar[str] = "input"
-    """What the model is, to start its error lines when no file is named."""
-
-    def __init__(self, /, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise InputError(pydantic_message(self.what, exc, data)) from None
-
-    # Nested in another model, this one validates as pydantic's own do, so an error keeps its full path.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
-        """Validate ``obj`` (pydantic's keywords); a bad field is an ``InputError``."""
-        return cls.parse(obj, cls.what, **kwargs)
-
-    @classmethod
-    def parse(cls, data: object, where: str, **kwargs: Any) -> Self:
-        """Validate ``data``; a bad field is an ``InputError`` line that starts with ``where`` (e.g. a file)."""
-        try:
-            return super().model_validate(data, **kwargs)
-        except ValidationError as exc:
-            raise InputError(pydantic_message(where, exc, data)) from None
-
-    @classmethod
-    def load(cls, path: str | Path) -> Self:
-        """Read from YAML or JSON, named after the file unless it says its name; errors name the file, the
-        field and the value."""
-        data = load_mapping(path)
-        data.setdefault("name", Path(path).stem)
-        return cls.parse(data, str(path))
-
-
-def pydantic_message(where: str, exc: ValidationError, data: object = None) -> str:
-    """One line for pydantic's errors: ``where: field = value: what is wrong``, for the first field at fault (its
-    deepest error; the alternatives of a union merged). With ``data``, the validated input, union members'
-    tags are left out of the field's path."""
-    errors = [(_path(err["loc"], data, err["type"]), err) for err in exc.errors(include_url=False)]
-    top = errors[0][0][:1]
-    path = max((p for p, _ in errors if p[:1] == top), key=len)
-    return f"{where}: {_describe('.'.join(map(str, path)), [err for p, err in errors if p == path])}"
-
-
-def _path(loc: tuple, data: object, kind: str) -> tuple:
-    """The keys and indices of ``loc`` that lead through ``data`` (a missing key kept); ``loc`` as given when
-    ``data`` is None."""
-    if data is None:
-        return tuple(loc)
-    path, node = [], data
-    for i, key in enumerate(loc):
-        if isinstance(node, dict) and key in node or (isinstance(node, (list, tuple)) and isinstance(key, int)
-                                                       and 0 <= key < len(node)):
-            path.append(key)
-            node = node[key]
-        elif kind == "missing" and i == len(loc) - 1:
-            path.append(key)
-    return tuple(path)
-
-
-def _describe(name: str, errors: list) -> str:
-    """``field = value: what is wrong`` for the errors of one field."""
-    err = errors[0]
-    kind, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
-    tag = str(ctx.get("discriminator", "")).strip("'")
-    if kind == "missing":
-        return f"{name} is missing"
-    if kind == "union_tag_not_found":
-        return f"{name}.{tag} is missing"
-    if kind == "union_tag_invalid":
-        return f"{name}.{tag} = {_show(ctx['tag'])}: should be one of {ctx['expected_tags']}"
-    if kind == "value_error" and isinstance(value, dict):
-        return f"{name}: {_reason(err)}" if name else _reason(err)
-    wanted = [e for e in errors if not e["type"].endswith(("_type", "_parsing"))] or errors
-    reasons = list(dict.fromkeys(_reason(e) for e in wanted))
-    shared = "should be " if all(r.startswith("should be ") for r in reasons) else ""
-    reasons = shared + " or ".join(r.removeprefix(shared) for r in reasons)
-    return f"{name} = {_show(value)}: {reasons}" if name else f"{reasons}, got {_show(value)}"
-
-
-def _reason(err: dict) -> str:
-    """Pydantic's message for ``err``, shortened."""
-    if err["type"] == "extra_forbidden":
-        return "unknown key"
-    if err["type"] in ("model_type", "model_attributes_type", "dict_type"):
-        return "should be a mapping"
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        return msg.removeprefix("Value error, ")
-    if msg.startswith("Input "):
-        return msg.removeprefix("Input ").split(", unable to")[0]
-    return msg[:1].lower() + msg[1:]
-
-
-def _show(value: object) -> str:
-    """``repr(value)``, cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
 
 
 def paper_deltas(m_b: float, m_w: float) -> tuple[float, float, float]:
@@ -220,21 +109,6 @@ class Profile(InputModel):
             mem_f, mem_b, mem_w = paper_deltas(mb, mw)
         return cls(t_f=T_F, t_b=T_B, t_w=T_W, t_comm=T_comm, mem_f=mem_f, mem_b=mem_b, mem_w=mem_w,
                    overlap_saving=overlap_saving)
-
-    @classmethod
-    def from_layers(cls, layers: int, stages: int, *, t_f: float, t_b: float, t_w: float, t_comm: float = 0.0,
-                    m_b: float = 1.0, m_w: float = 0.5) -> "Profile":
-        """A model of ``layers`` identical layers split as evenly as possible over ``stages``;
-        per-layer times and memory are scaled by each stage's layer count."""
-        check_count("layers", layers)
-        check_count("stages", stages)
-        if layers < stages:
-            raise InputError(f"profile: layers = {layers} must be >= stages = {stages}")
-        t_f, t_b, t_w, m_b, m_w = (_scalar(name, value) for name, value in
-                                   (("t_f", t_f), ("t_b", t_b), ("t_w", t_w), ("m_b", m_b), ("m_w", m_w)))
-        counts = [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
-        return cls.from_paper([c * t_f for c in counts], [c * t_b for c in counts], [c * t_w for c in counts],
-                              t_comm, [c * m_b for c in counts], [c * m_w for c in counts])
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -329,58 +203,7 @@ def _argument(name: str, value: object) -> float | list[float]:
     try:
         return _per_stage(value)
     except ValueError as exc:
-        raise InputError(f"profile: {name} = {_show(value)}: {exc}") from None
-
-
-def _scalar(name: str, value: object) -> float:
-    """``value`` as one float; anything else is an ``InputError`` naming the argument."""
-    number = _argument(name, value)
-    if isinstance(number, list):
-        raise InputError(f"profile: {name} = {_show(value)}: should be a number")
-    return number
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML's safe loader that also reads numbers such as ``1e9`` (no dot) as floats, as JSON does."""
-
-
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-                              list("-+.0123456789"))
-
-
-def read_text(path: str | Path) -> str:
-    """The UTF-8 text of the file at ``path``; an ``InputError`` line naming the file when it cannot be read."""
-    path = Path(path)
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start} "
-                         "(a binary file?)") from None
-
-
-def load_mapping(path: str | Path) -> dict:
-    """Read a YAML or JSON file that must hold a mapping; an ``InputError`` line naming the file otherwise."""
-    path = Path(path)
-    kind = "JSON" if path.suffix == ".json" else "YAML"
-    text = read_text(path)
-    try:
-        data = json.loads(text) if kind == "JSON" else yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"{path} is not valid YAML: {_one_line(exc.problem or exc.context or '')}{where}") from None
-    except (yaml.YAMLError, ValueError, RecursionError) as exc:
-        raise InputError(f"{path} is not valid {kind}: {_one_line(str(exc)) or type(exc).__name__}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path} must hold a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def _one_line(text: str) -> str:
-    """``text`` with its line breaks and runs of spaces made single spaces."""
-    return " ".join(text.split())
+        raise InputError(f"profile: {name} = {show(value)}: {exc}") from None
 
 
 UNIT = Profile()

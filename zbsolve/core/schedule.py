@@ -80,11 +80,6 @@ class Pair(NamedTuple):
 Op = Union[Pass, Pair]
 
 
-def op_from_str(text: str) -> Op:
-    """Parse a pass or a pair from its ``str`` form."""
-    return Pair.from_str(text) if "&" in text else Pass.from_str(text)
-
-
 def passes_of(op: Op) -> tuple[Pass, ...]:
     """The passes an op runs: one, or two for an F&B pair."""
     return (op.f, op.b) if isinstance(op, Pair) else (op,)

@@ -26,7 +26,7 @@ from zbsolve.core.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, 
 from zbsolve.core.timing import Preds, asap, device_objective
 
 
-class Steps(Sequence[tuple[float, float]]):
+class MemoryTrace(Sequence[tuple[float, float]]):
     """One device's memory trace: (time, activation memory from then on) steps, stored as two float arrays."""
 
     __slots__ = ("times", "values")
@@ -52,7 +52,7 @@ class Steps(Sequence[tuple[float, float]]):
         return zip(self.times, self.values)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Steps):
+        if isinstance(other, MemoryTrace):
             return self.times == other.times and self.values == other.values
         return isinstance(other, Sequence) and list(self) == list(other)
 
@@ -60,7 +60,7 @@ class Steps(Sequence[tuple[float, float]]):
         return hash(tuple(self))
 
     def __repr__(self) -> str:
-        return f"Steps({list(self)!r})"
+        return f"MemoryTrace({list(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Timeline:
     """start[d][i]: start time of device d's i-th op."""
     end: tuple[tuple[float, ...], ...]
     """end[d][i]: end time of device d's i-th op."""
-    memory: tuple[Steps, ...]
+    memory: tuple[MemoryTrace, ...]
     """memory[d]: (time, activation memory from then on) steps of device d."""
     peak_memory: tuple[float, ...]
     """Peak activation memory per device."""
@@ -333,7 +333,7 @@ def _time(index: _Index) -> tuple[list[tuple[float, ...]], list[tuple[float, ...
 
 
 def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequence[Sequence[float]]
-            ) -> tuple[tuple[Steps, ...], tuple[float, ...]]:
+            ) -> tuple[tuple[MemoryTrace, ...], tuple[float, ...]]:
     """Running activation memory per device (``memory.levels``) as steps in time: at each F's start and each B's
     and W's end; raise where it exceeds the limit."""
     traces, peaks = [], []
@@ -349,7 +349,7 @@ def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequenc
                 top = cur
                 if limit is not None and exceeds(cur, limit):
                     raise MemoryLimitError(f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
-        traces.append(Steps(times, values))
+        traces.append(MemoryTrace(times, values))
         peaks.append(max(0.0, top))
     return tuple(traces), tuple(peaks)
 

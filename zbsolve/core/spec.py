@@ -9,18 +9,12 @@ has one validation rule, here, and every entry point that takes the field uses i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 from zbsolve.base.checks import Limit, check_count, check_limit, check_size, device_limits
 from zbsolve.base.errors import InputError
-from zbsolve.core.placement import CHUNKS, PLACEMENTS, Placement, make_placement
+from zbsolve.core.placement import CHUNKS, PLACEMENTS, SUPPORTED_PLACEMENTS, Placement, make_placement
 from zbsolve.core.profile import Profile
 
-PlacementName = Literal["sequential", "interleaved", "vshape"]
-"""Placements the optimizer solves (the bidirectional one is DualPipe's family alone)."""
-SUPPORTED_PLACEMENTS: tuple[str, ...] = get_args(PlacementName)
-PlanPlacement = Literal["auto", "sequential", "interleaved", "vshape"]
-"""A placement to plan for, or "auto" for the best of them."""
 
 @dataclass(frozen=True)
 class Spec:

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbsolve.base.checks import check_count
-from zbsolve.problem.costs import document_costs
-from zbsolve.io.document import from_document, read_document, read_json
+from zbsolve.io.document import load_document, read_document
 from zbsolve.base.errors import InputError
 from zbsolve.io.torch_csv import checked_csv, export_schedule
 from zbsolve.base.files import check_output, write_atomic
@@ -68,19 +67,16 @@ class Plan:
 def read_plan(path: str | Path, fmt: str) -> Plan:
     """The plan in the schedule document at ``path``; a document without a "partition" section is an
     ``InputError`` naming it and the format ``fmt`` that needs it."""
-    data = read_json(path)
-    schedule, _ = from_document(data, str(path))
-    assert isinstance(data, dict)  # from_document refuses anything else
-    section = data.get("partition")
+    loaded = load_document(path)
+    section, costs = loaded.data.get("partition"), loaded.costs
     if section is None:
         raise InputError(f"{path}: partition is missing; format {fmt!r} needs the model's layers and stages (solve "
                          "a model description, e.g. problems/models/llama3-8b.yaml)")
-    costs = document_costs(data, schedule, str(path))
     assert costs is not None and costs.model is not None  # the partition section is there
     records = section["layers"]
     layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})
               for layer, record in zip(costs.model.layers, records)]
-    return Plan(schedule, Model(name=costs.model.name, layers=layers), costs.stages)
+    return Plan(loaded.schedule, Model(name=costs.model.name, layers=layers), costs.ranges)
 
 
 # -- torchtitan ------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ schedule without zbsolve. Format: docs/schedule-format.md."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Optional, Union
 
@@ -12,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 from zbsolve.base.errors import InputError, ScheduleError
 from zbsolve.base.files import write_atomic
 from zbsolve.core.placement import Placement
-from zbsolve.core.profile import InputModel, Profile, read_text
+from zbsolve.base.inputs import InputModel, read_text
+from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline
+from zbsolve.problem.costs import Costs, document_costs
 
 FORMAT, VERSION = "zbsolve-schedule", 1
 
@@ -100,9 +103,11 @@ def to_document(timeline: Timeline, **extra: object) -> dict:
     return doc
 
 
-def write_document(timeline: Timeline, path: str | Path, **extra: object) -> None:
-    """Write ``timeline``'s schedule document as JSON to ``path``, whole or not at all."""
-    write_atomic(path, json.dumps(to_document(timeline, **extra), indent=1) + "\n")
+def write_document(timeline: Timeline, path: str | Path, **extra: object) -> dict:
+    """Write ``timeline``'s schedule document as JSON to ``path``, whole or not at all; the document."""
+    doc = to_document(timeline, **extra)
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 def from_document(data: object, where: str = "schedule document") -> tuple[Schedule, Planned]:
@@ -150,6 +155,28 @@ def read_json(path: str | Path) -> object:
 def read_document(path: str | Path) -> tuple[Schedule, Planned]:
     """Read a schedule document from a JSON file; errors name the file, the field and the value."""
     return from_document(read_json(path), str(path))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A schedule document read from a file and checked, its costs with it."""
+
+    schedule: Schedule
+    """The schedule."""
+    planned: Planned
+    """The document's planned (start, end) per op."""
+    costs: Costs | None
+    """Its "partition", "device_memory" and "reserve" sections, checked against the schedule (None without)."""
+    data: dict
+    """The document as read."""
+
+
+def load_document(path: str | Path) -> Loaded:
+    """The schedule document at ``path`` with its costs; errors name the file, the field and the value."""
+    data = read_json(path)
+    schedule, planned = from_document(data, str(path))
+    assert isinstance(data, dict)  # from_document refuses anything else
+    return Loaded(schedule, planned, document_costs(data, schedule, str(path)), data)
 
 
 DRIFT_SHARE = 1e-6

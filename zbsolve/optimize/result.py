@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zbsolve.base.files import write_atomic
 from zbsolve.base.shown import Shown
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
-from zbsolve.io.document import to_document
+from zbsolve.io.document import to_document, write_document
 from zbsolve.problem.costs import Costs, memory_figures
 
 BOUND_MET = 1e-5
@@ -115,11 +113,9 @@ class SolveResult(Shown):
     def to_json(self, path: str | Path | None = None) -> dict:
         """The schedule document with a "solver" section (and the costs' "partition" and "device_memory");
         written to ``path`` (whole or not at all) when given."""
-        extra = self.costs.section() if self.costs is not None else {}
-        doc = to_document(self.timeline, **extra, solver={**self.summary(), "log": self.solver_log})
-        if path is not None:
-            write_atomic(path, json.dumps(doc, indent=1) + "\n")
-        return doc
+        extra = {**(self.costs.section() if self.costs is not None else {}),
+                 "solver": {**self.summary(), "log": self.solver_log}}
+        return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
     def __repr__(self) -> str:
         return (f"SolveResult(status={self.status!r}, objective={self.objective:.6g}, gap={self.gap:.4g}, "

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from zbsolve.core.measures import gap
-from zbsolve.core.placement import CHUNKS
+from zbsolve.core.placement import CHUNKS, PlacementName
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
-from zbsolve.core.spec import PlacementName, Spec
+from zbsolve.core.spec import Spec
 from zbsolve.core.step_time import step_times
 from zbsolve.core.timing import Objective
 from zbsolve.optimize.backends import BACKENDS, BackendResult, Log
@@ -135,12 +135,12 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. The arguments are checked once, as one
-    ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm starts, bounds, improvements). The result is never
-    worse than the floor: the first of the placement's families that fits (the best of them), built whatever the
-    time limit. An interrupt once a schedule exists returns the best found so far with ``interrupted`` set (one
-    before it propagates). Raises InputError on bad arguments and
-    InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB) when no schedule
-    fits."""
+    ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
+    starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
+    families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
+    returns the best found so far with ``interrupted`` set (one before it propagates). Raises InputError on bad
+    arguments and InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB)
+    when no schedule fits."""
     began = time.monotonic()
     if isinstance(profile, (str, os.PathLike)):
         profile = load_costs(profile)

@@ -12,34 +12,26 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
-from zbsolve.base.files import check_output, write_with
 from zbsolve.base.parallel import ProcessPool, shutdown_pool
 from zbsolve.problem.memory_factor import reference_peak
-from zbsolve.core.placement import CHUNKS
+from zbsolve.core import measures
+from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
 from zbsolve.core.simulator import simulate
 from zbsolve.optimize.result import meets_bound
-from zbsolve.optimize.solve import solve
-from zbsolve.core.spec import SUPPORTED_PLACEMENTS, make_spec
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+from zbsolve.optimize.solve import solve_request
+from zbsolve.problem.request import FRONTIER_TIME_LIMIT, Request
+from zbsolve.core.spec import make_spec
 
 DEFAULT_PLACEMENTS = ("sequential", "vshape")
 """Placements solved when none are given."""
-DEFAULT_TIME_LIMIT = 30.0
-"""Time limit of each solve, in seconds, when none is given."""
-CHART_FORMATS = (".png", ".svg", ".pdf")
-"""The suffixes ``Frontier.save_chart`` writes."""
 
 
 @dataclass(frozen=True)
@@ -107,58 +99,19 @@ class Frontier:
         return {"reference_peak": self.reference_peak, "interrupted": self.interrupted,
                 "rows": [r.as_dict() for r in self.rows], "families": [f.as_dict() for f in self.families]}
 
-    def figure(self, title: str = "memory-bubble frontier") -> Figure:
-        """Paper bubble against memory factor: one line per placement, families as labelled points."""
-        from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(7, 4.5), layout="constrained")
-        ax = fig.add_subplot()
-        for placement in dict.fromkeys(r.placement for r in self.rows):
-            pts = [(r.factor, r.paper_bubble) for r in self.rows if r.placement == placement and r.paper_bubble is not None]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=placement)
-        for f in self.families:
-            ax.scatter([f.factor], [f.paper_bubble], marker="x", color="black")
-            ax.annotate(f.name, (f.factor, f.paper_bubble), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        ax.set_xlabel("memory limit / 1F1B's peak")
-        ax.set_ylabel("paper bubble rate")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        return fig
-
-    def save_chart(self, path: str | Path, title: str = "memory-bubble frontier") -> None:
-        """Write the figure (.png, .svg or .pdf), whole or not at all."""
-        path = check_chart(path)
-        figure = self.figure(title)
-        write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
-
-
-def check_chart(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = ()) -> Path:
-    """``path`` as a Path if a frontier chart can be written there (a .png, .svg or .pdf file in a writable folder,
-    none of the files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
-    path = Path(path)
-    if path.suffix.lower() not in CHART_FORMATS:
-        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of "
-                         f"{', '.join(CHART_FORMATS)}")
-    return check_output(path, what, inputs)
-
-
-def _solve_one(profile: Profile, limit: float, m: int, p: int, placement: str,
-               time_limit: float) -> tuple[str, Schedule | None, float, str, float]:
-    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap); the objective is
-    the span, as the frontier compares the paper's bubble."""
+def _solve_one(profile: Profile, request: Request) -> tuple[str, Schedule | None, float, str, float]:
+    """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap)."""
     try:
-        result = solve(profile, limit, num_microbatches=m, num_devices=p, placement=placement,
-                       time_limit=time_limit, workers=1, chunks=CHUNKS, objective="span")
+        result = solve_request(profile, request)
     except InfeasibleError:
-        return placement, None, math.inf, "infeasible", math.nan
-    return placement, result.schedule, result.lower_bound, result.status, result.gap
+        return request.placement, None, math.inf, "infeasible", math.nan
+    return request.placement, result.schedule, result.lower_bound, result.status, result.gap
 
 
 def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, factors: Sequence[float] | None = None,
              num_microbatches: int, num_devices: int | None = None,
-             placements: Sequence[str] = DEFAULT_PLACEMENTS, time_limit: float = DEFAULT_TIME_LIMIT,
+             placements: Sequence[str] = DEFAULT_PLACEMENTS, time_limit: float = FRONTIER_TIME_LIMIT,
              jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> Frontier:
     """Solve every (placement, memory limit) pair, ``jobs`` at a time in worker processes (default: all
     cores); ``progress(done, total)`` is called as solves finish. The limits are ``mem_limits`` in profile
@@ -189,7 +142,11 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
                   chunks=CHUNKS)
     peak = reference_peak(profile, p, m)
     limits = [(x, x / peak) if mem_limits is not None else (x * peak, x) for x in values]
-    tasks = [(merged if name == "sequential" else profile, x, m, p, name, time_limit)
+    # the objective is the span, as the frontier compares the paper's bubble
+    request = Request(num_microbatches=m, num_devices=p, chunks=CHUNKS, objective="span", time_limit=time_limit,
+                      workers=1)
+    tasks = [(merged if name == "sequential" else profile, request.model_copy(update={"mem_limit": float(x),
+                                                                                       "placement": name}))
              for name in placements for x, _ in limits]
     results: dict[int, tuple[str, Schedule | None, float, str, float]] = {}
     pool = ProcessPool(min(len(tasks), jobs or os.cpu_count() or 1))
@@ -221,7 +178,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
                 continue
             span = max(timeline.span)
             if carried:
-                gap = max(0.0, (span - bound) / span) if math.isfinite(bound) else None
+                gap = max(0.0, measures.gap(span, bound)) if math.isfinite(bound) else None
             rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, gap,
                                     schedule))
             best, best_span = schedule, span

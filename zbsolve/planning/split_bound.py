@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.problem.model import TIMES, Model, comm_time
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import TIMES, comm_time
 from zbsolve.core.placement import Placement
 
 RESOLUTION = 10**9

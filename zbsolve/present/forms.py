@@ -6,7 +6,7 @@ from rich.table import Table
 
 from zbsolve.base.shown import FORMS, Forms
 from zbsolve.optimize.result import SolveResult
-from zbsolve.planning.planner import PlanResult
+from zbsolve.planning.result import PlanResult
 from zbsolve.present.tables import figures_html, figures_table
 
 

@@ -30,7 +30,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.base.units import GIB, gib
 
 if TYPE_CHECKING:
-    from zbsolve.planning.planner import PlanResult
+    from zbsolve.planning.result import PlanResult
 
 COLORS = {F: "#4c72b0", B: "#e1812c", W: "#8c6bb1", BW: "#3a923a"}
 """Base colour of each pass kind; a device's later stages (chunks) get lighter shades."""
@@ -244,12 +244,13 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
     return ax.get_figure()
 
 
-def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = ()) -> Path:
-    """``path`` as a Path if a chart can be written there (a .png or .svg file in a writable folder, none of the
-    files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
+def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = (),
+                     formats: Sequence[str] = FORMATS) -> Path:
+    """``path`` as a Path if a chart can be written there (a file of one of ``formats`` in a writable folder, none
+    of the files in ``inputs``); else an ``InputError`` naming ``what`` and the path."""
     path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of {', '.join(FORMATS)}")
+    if path.suffix.lower() not in formats:
+        raise InputError(f"{what} = {path}: suffix {path.suffix or '(none)'!r} is not one of {', '.join(formats)}")
     return check_output(path, what, inputs)
 
 

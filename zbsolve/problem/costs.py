@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.problem.model import Layer, Model, check_ranges, held_static_bytes, module_names, partition, stage_profile
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.partition import check_ranges, held_static_bytes, module_names, partition, stage_profile
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
-from zbsolve.base.units import GIB, gib, parse_bytes
+from zbsolve.base.units import GIB, gib
 
 DEFAULT_RESERVE = 4 * GIB
 """Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
@@ -31,7 +32,7 @@ class Costs:
 
     model: Model | None
     """The model the profile sums, or None for a bare profile."""
-    stages: tuple[tuple[int, int], ...]
+    ranges: tuple[tuple[int, int], ...]
     """Half-open layer ranges of the model per stage, in stage order (empty for a bare profile)."""
     device_memory: int | None
     """Bytes of memory per device, or None when the memory limit is given in the profile's own unit."""
@@ -40,7 +41,7 @@ class Costs:
     static_bytes: tuple[int, ...]
     """Per device, the bytes its stages hold for the whole step (0 for a bare profile)."""
     devices: tuple[int, ...] = ()
-    """The device of each stage in ``stages``."""
+    """The device of each stage in ``ranges``."""
 
     @property
     def in_bytes(self) -> bool:
@@ -82,13 +83,13 @@ class Costs:
     def device_layers(self) -> list[list[tuple[int, int]]]:
         """Per device, the layer ranges of the stages it holds, in stage order (empty lists for a bare profile)."""
         held: list[list[tuple[int, int]]] = [[] for _ in self.static_bytes]
-        for stage_range, d in zip(self.stages, self.devices):
+        for stage_range, d in zip(self.ranges, self.devices):
             held[d].append(stage_range)
         return held
 
     def stage_names(self) -> list[str]:
         """Per stage, the model's names of its layers (``model.module_names``; empty for a bare profile)."""
-        return [] if self.model is None else [module_names(self.model, [stage_range]) for stage_range in self.stages]
+        return [] if self.model is None else [module_names(self.model, [stage_range]) for stage_range in self.ranges]
 
     def device_names(self) -> list[str]:
         """Per device, the model's names of the layers it holds (``model.module_names``), or "-" for a bare
@@ -104,7 +105,7 @@ class Costs:
         if self.model is not None:
             doc["partition"] = {"model": self.model.name,
                                 "layers": [layer_record(layer) for layer in self.model.layers],
-                                "stages": [list(r) for r in self.stages]}
+                                "stages": [list(r) for r in self.ranges]}
         if self.device_memory is not None:
             doc["device_memory"] = self.device_memory
             doc["reserve"] = self.reserve
@@ -121,20 +122,20 @@ def layer_record(layer: Layer) -> dict[str, object]:
 
 
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
-                device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE) -> tuple[Profile, Costs]:
+                device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> tuple[Profile, Costs]:
     """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
     layer counts per stage), and its costs: each device's static bytes over the layers of every stage it holds
-    (a weight two of them share counted once)."""
-    memory, spare = memory_and_reserve(device_memory, reserve)
+    (a weight two of them share counted once); ``device_memory`` and ``reserve`` in bytes (``Request`` reads
+    them)."""
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
-    return stage_profile(model, ranges), Costs(model, tuple(ranges), memory, spare, static, placement.routes[0])
+    return stage_profile(model, ranges), Costs(model, tuple(ranges), device_memory, reserve, static,
+                                               placement.routes[0])
 
 
-def profile_costs(num_devices: int, device_memory: int | str | None = None,
-                  reserve: int | str = DEFAULT_RESERVE) -> Costs:
+def profile_costs(num_devices: int, device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> Costs:
     """The costs of a bare profile: no static bytes, and the device memory (when given) in bytes."""
-    return Costs(None, (), *memory_and_reserve(device_memory, reserve), (0,) * num_devices)
+    return Costs(None, (), device_memory, reserve, (0,) * num_devices)
 
 
 def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]],
@@ -219,17 +220,6 @@ def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
     if costs.device_memory is not None:
         figures["device_memory_gib"] = gib(costs.device_memory)
     return figures
-
-
-def memory_and_reserve(device_memory: int | str | None, reserve: int | str) -> tuple[int | None, int]:
-    """The device memory (None when not given) and the reserve (0 allowed) in bytes; a reserve that leaves
-    nothing of the device memory is an ``InputError``."""
-    memory = None if device_memory is None else parse_bytes(device_memory, "device_memory")
-    spare = parse_bytes(reserve, "reserve", zero=True)
-    if memory is not None and spare >= memory:
-        raise InputError(f"reserve = {reserve!r} ({gib(spare):.2f} GiB) leaves nothing of device_memory = "
-                         f"{device_memory!r} ({gib(memory):.2f} GiB): give a reserve below the device memory")
-    return memory, spare
 
 
 def default_device_memory(model: Model) -> int | None:

@@ -1,5 +1,4 @@
-"""A model as an ordered list of layers with costs in real units (seconds, bytes), its partition into pipeline
-stages, and the per-stage ``Profile`` a partition gives: each stage's figure is the exact sum of its layers'.
+"""A model as an ordered list of layers with costs in real units (seconds, bytes) and the link between stages.
 
 Stored as YAML under ``problems/models/``; ``zbsolve estimate`` writes one from a Hugging Face config.
 """
@@ -8,17 +7,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Optional
 
 import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, PositiveInt, model_validator
 
-from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
-from zbsolve.core.profile import InputModel, Profile
+from zbsolve.base.inputs import InputModel
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite duration in seconds."""
@@ -181,190 +178,3 @@ class Model(InputModel):
         if self.setting is None:
             raise InputError(f"model {self.name} has no setting: its tokens per microbatch are unknown")
         return self.total_flops() * self.setting.tp / self.setting.tokens
-
-
-def partition(model: Model, num_stages: int, spec: str | Sequence[int] = "uniform") -> list[tuple[int, int]]:
-    """Half-open ranges of ``model.layers`` per stage, in stage order.
-
-    ``spec`` is "uniform" (blocks dealt out evenly, the first stages taking one more when they do not divide;
-    layers before the first block on the first stage, the final norm and head on the last), or the number of
-    layers (entries of ``model.layers``, embedding and head included) of each stage, as a list or as text such as
-    "5,4,4,4,4,4,4,6".
-    """
-    check_count("num_stages", num_stages)
-    if isinstance(spec, str) and spec.strip() == "uniform":
-        return _uniform(model, num_stages)
-    counts = _counts(spec)
-    if len(counts) != num_stages:
-        raise InputError(f"partition = {_shown(spec)}: {len(counts)} stages, but num_stages = {num_stages}")
-    if sum(counts) != len(model.layers):
-        raise InputError(f"partition = {_shown(spec)}: the counts sum to {sum(counts)}, but {model.name} has "
-                         f"{len(model.layers)} layers")
-    ends = [sum(counts[:s + 1]) for s in range(num_stages)]
-    return check_ranges(model, list(zip([0] + ends[:-1], ends)))
-
-
-def _counts(spec: str | Sequence[int]) -> list[int]:
-    """Layer counts per stage from a list or from comma-separated text; each a positive integer."""
-    if isinstance(spec, str):
-        try:
-            counts: list = [int(x) for x in spec.split(",")]
-        except ValueError:
-            raise InputError(f"partition = {spec!r}: should be 'uniform' or comma-separated layer counts per "
-                             "stage, e.g. '5,4,4,6'") from None
-    elif isinstance(spec, Sequence):
-        counts = list(spec)
-    else:
-        raise InputError(f"partition = {spec!r}: should be 'uniform' or a list of layer counts per stage")
-    for s, count in enumerate(counts):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InputError(f"partition = {_shown(spec)}: stage {s} has {count!r} layers; each stage needs a "
-                             "whole number >= 1")
-    return counts
-
-
-def _shown(spec: str | Sequence[int]) -> str:
-    return repr(spec if isinstance(spec, str) else list(spec))
-
-
-def _uniform(model: Model, num_stages: int) -> list[tuple[int, int]]:
-    """Blocks dealt out evenly; each stage after the first starts at its first block."""
-    blocks = [i for i, layer in enumerate(model.layers) if layer.block]
-    if len(blocks) < num_stages:
-        raise InputError(f"partition = 'uniform': {model.name} has {len(blocks)} blocks, fewer than num_stages = "
-                         f"{num_stages}; give layer counts per stage")
-    per, extra = divmod(len(blocks), num_stages)
-    firsts = [sum(per + (s < extra) for s in range(stage)) for stage in range(num_stages)]
-    starts = [0] + [blocks[i] for i in firsts[1:]]
-    return check_ranges(model, list(zip(starts, starts[1:] + [len(model.layers)])))
-
-
-def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """``ranges`` as (first, end) tuples if they cover every layer of ``model`` once, in order, none empty; an
-    ``InputError`` naming the stage at fault otherwise."""
-    n = len(model.layers)
-    out: list[tuple[int, int]] = []
-    for s, pair in enumerate(ranges):
-        if (not isinstance(pair, Sequence) or len(pair) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
-            raise InputError(f"stage {s} = {pair!r}: should be a pair of layer indices [first, end)")
-        first, end = pair
-        expected = out[-1][1] if out else 0
-        if first != expected:
-            raise InputError(f"stage {s} = [{first}, {end}): should start at layer {expected} (every layer once, "
-                             "in order)")
-        if end <= first:
-            raise InputError(f"stage {s} = [{first}, {end}) is empty; every stage needs at least one layer")
-        if end > n:
-            raise InputError(f"stage {s} = [{first}, {end}) ends past the last layer: {model.name} has {n} layers")
-        out.append((first, end))
-    if not out or out[-1][1] != n:
-        covered = out[-1][1] if out else 0
-        raise InputError(f"stages cover layers [0, {covered}), but {model.name} has {n} layers")
-    return out
-
-
-def stage_profile(model: Model, ranges: Sequence[Sequence[int]]) -> Profile:
-    """The per-stage profile of ``model`` cut at ``ranges``: each stage's times (seconds) and memory deltas
-    (bytes) are the sums of its layers', and t_comm is the model's, or the link's time for the largest
-    activation crossing a stage boundary."""
-    ranges = check_ranges(model, ranges)
-    sums = {name: [sum(getattr(layer, name) for layer in model.layers[a:b]) for a, b in ranges]
-            for name in TIMES + ("mem_f", "mem_b", "mem_w")}
-    for s, (a, b) in enumerate(ranges):
-        missing = untimed(model.layers[a:b])
-        if missing:
-            raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
-                             "positive F, B and W times")
-    return Profile(**sums, t_comm=comm_time(model, ranges))
-
-
-TIMES = ("t_f", "t_b", "t_w")
-"""The pass times of a layer; every stage needs some of each."""
-
-
-def untimed(layers: Sequence[Layer]) -> str | None:
-    """The first pass time (t_f, t_b, t_w) that none of ``layers`` has, or None: a stage of them needs all three."""
-    return next((name for name in TIMES if not any(getattr(layer, name) > 0 for layer in layers)), None)
-
-
-def comm_time(model: Model, ranges: Sequence[Sequence[int]]) -> float:
-    """Seconds to move an activation between stages: the model's t_comm, else the link's time for the largest
-    out_bytes at a stage boundary, else 0."""
-    if model.t_comm is not None:
-        return model.t_comm
-    ranges = check_ranges(model, ranges)
-    if model.link is None or len(ranges) == 1:
-        return 0.0
-    return max(model.link.time(model.layers[b - 1].out_bytes) for _, b in ranges[:-1])
-
-
-def stage_static_bytes(model: Model, ranges: Sequence[Sequence[int]]) -> list[int]:
-    """Per stage, the static bytes of its layers, a weight shared by two layers of the stage counted once."""
-    return [held_static_bytes(model.layers[a:b]) for a, b in check_ranges(model, ranges)]
-
-
-def held_static_bytes(layers: Sequence[Layer]) -> int:
-    """The static bytes of ``layers`` held together, a weight two of them share counted once."""
-    names = {layer.name for layer in layers}
-    return sum(layer.static_bytes for layer in layers if layer.shares not in names)
-
-
-def module_names(model: Model, ranges: Sequence[Sequence[int]]) -> str:
-    """The model's own names of the layers in the half-open ``ranges``, in order, each run of numbered modules as
-    one (``tok_embeddings, layers.0-3``, ``layers.10-12``, ``layers.28-31, norm, output``): how a stage or a
-    device is labelled wherever a user reads it."""
-    runs: list[tuple[str, int, int] | str] = []
-    for a, b in ranges:
-        for layer in model.layers[a:b]:
-            prefix, dot, index = layer.name.rpartition(".")
-            last = runs[-1] if runs else None
-            if not (dot and index.isdigit()):
-                runs.append(layer.name)
-            elif isinstance(last, tuple) and last[0] == prefix and last[2] == int(index) - 1:
-                runs[-1] = (prefix, last[1], int(index))
-            else:
-                runs.append((prefix, int(index), int(index)))
-    return ", ".join(run if isinstance(run, str) else f"{run[0]}.{run[1]}" + (f"-{run[2]}" if run[2] > run[1] else "")
-                     for run in runs)
-
-
-
-LAYER_COLUMNS = ("layer", "F ms", "B ms", "W ms", "mem_f MiB", "mem_b MiB", "mem_w MiB", "static GiB", "out MiB")
-"""Columns of ``layer_rows``."""
-_COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes")
-MIB, GIB = 2**20, 2**30
-
-
-def layer_rows(model: Model) -> list[list[str]]:
-    """The model's layers as text rows of ``LAYER_COLUMNS`` (a run of layers with the same costs in one row,
-    e.g. ``layers.0..31 (x32)``), then the totals."""
-    groups: list[list[Layer]] = []
-    for layer in model.layers:
-        if groups and _costs(groups[-1][0]) == _costs(layer):
-            groups[-1].append(layer)
-        else:
-            groups.append([layer])
-    total = [sum(values) for values in zip(*(_costs(layer) for layer in model.layers))]
-    return [[_run_name(group), *_cells(_costs(group[0]))] for group in groups] + [["total", *_cells(total)[:-1], "-"]]
-
-
-def _costs(layer: Layer) -> tuple[float, ...]:
-    return tuple(getattr(layer, name) for name in _COSTS)
-
-
-def _cells(costs: Sequence[float]) -> list[str]:
-    """Times in ms, activation memory and the output in MiB, static bytes in GiB."""
-    t_f, t_b, t_w, mem_f, mem_b, mem_w, static, out = costs
-    return ([f"{1e3 * t:.3f}" for t in (t_f, t_b, t_w)] + [f"{m / MIB:.1f}" for m in (mem_f, mem_b, mem_w)]
-            + [f"{static / GIB:.2f}", f"{out / MIB:.1f}"])
-
-
-def _run_name(group: list[Layer]) -> str:
-    """A run of layers by name: ``layers.0..31 (x32)`` for blocks named by index."""
-    if len(group) == 1:
-        return group[0].name
-    first, last = group[0].name, group[-1].name
-    if BLOCK.fullmatch(first) and BLOCK.fullmatch(last):
-        return f"{first}..{last.split('.')[1]} (x{len(group)})"
-    return f"{first} .. {last} (x{len(group)})"

@@ -10,7 +10,8 @@ from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validato
 
 from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
-from zbsolve.core.profile import InputModel, Profile, load_mapping
+from zbsolve.base.inputs import InputModel, load_mapping
+from zbsolve.core.profile import Profile
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A positive finite number."""

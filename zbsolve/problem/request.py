@@ -12,12 +12,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from zbsolve.base.checks import check_count, check_limit
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib, parse_bytes
-from zbsolve.core.placement import CHUNKS, make_placement
+from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, make_placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.spec import SUPPORTED_PLACEMENTS, Spec, make_spec
+from zbsolve.core.spec import Spec, make_spec
 from zbsolve.core.timing import OBJECTIVES
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
-from zbsolve.problem.memory_factor import resolve_limit
+from zbsolve.problem.memory_factor import factor_limit
 from zbsolve.problem.model import Model
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]
@@ -138,7 +138,7 @@ def resolve(profile: Profile | Model, request: Request) -> tuple[Spec, Costs]:
         limit = costs.limits()
     elif r.mem_factor is not None:
         p = r.num_devices if r.num_devices is not None else profile.num_stages
-        limit = resolve_limit(profile, check_count("num_devices", p), r.num_microbatches, None, r.mem_factor, r.chunks)
+        limit = factor_limit(profile, check_count("num_devices", p), r.num_microbatches, r.mem_factor, r.chunks)
     spec = make_spec(profile, limit, num_microbatches=r.num_microbatches, num_devices=r.num_devices,
                      placement=r.placement, chunks=r.chunks)
     return spec, costs

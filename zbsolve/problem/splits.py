@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Model, check_ranges
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import check_ranges
 
 # -- torchtitan ------------------------------------------------------------------------------------------------
 

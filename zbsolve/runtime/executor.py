@@ -30,10 +30,10 @@ from zbsolve.problem.costs import Costs
 from zbsolve.io.document import from_document, to_document
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.io.torch_csv import torch_csv
-from zbsolve.core.profile import Profile, paper_deltas
+from zbsolve.core.profile import paper_deltas, Profile
 from zbsolve.runtime.launch import launch, torchrun_rank
 from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.model import ModelSpec, load_model
+from zbsolve.runtime.modules import ModelSpec, load_model
 from zbsolve.core.schedule import BW, B, F, Schedule, W, build
 from zbsolve.core.simulator import simulate
 
@@ -327,7 +327,7 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     and whether the ranks outnumber them (``oversubscription``)."""
     costs = options.costs
     if costs is not None and costs.model is not None:
-        names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.stages)
+        names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.ranges)
         options = dataclasses.replace(options, model=dataclasses.replace(options.model, partition=names))
     timeline = simulate(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from zbsolve.problem.model import Layer, Model, Setting
-from zbsolve.runtime.model import LayeredModel, NamedLayer
+from zbsolve.runtime.modules import LayeredModel, NamedLayer
 from zbsolve.runtime.profiler import ProfileOptions, measure_chain
 
 STATE_COPIES = 4

@@ -12,11 +12,14 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
 from zbsolve.base.errors import InputError
+from zbsolve.planning.planner import search_placements
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import Problem
-from zbsolve.core.profile import Profile, load_mapping, pydantic_message
-from zbsolve.problem.request import SolverName
-from zbsolve.core.spec import PlacementName, PlanPlacement, make_spec
+from zbsolve.base.inputs import load_mapping, pydantic_message
+from zbsolve.core.profile import Profile
+from zbsolve.problem.request import Request, SolverName
+from zbsolve.core.placement import PlacementName, PlanPlacement
+from zbsolve.core.spec import make_spec
 from zbsolve.core.timing import Objective
 from zbsolve.base.units import parse_bytes
 
@@ -140,6 +143,12 @@ class Job(_Keyed):
     seed: int
     """Solver seed."""
 
+    def request(self) -> Request:
+        """The job as the one request ``solve_request`` takes, with one solver thread."""
+        return Request(num_microbatches=self.num_microbatches, num_devices=self.num_devices, placement=self.placement,
+                       mem_limit=self.mem_limit, mem_factor=self.mem_factor, solver=self.solver,
+                       objective=self.objective, time_limit=self.time_limit, workers=1, seed=self.seed)
+
 
 class PlanJob(_Keyed):
     """One plan, fully resolved: everything its result depends on."""
@@ -167,8 +176,6 @@ class PlanJob(_Keyed):
 def _plans(grid: Grid) -> list[PlanJob]:
     """The plan jobs of a grid of models: models x devices x microbatches x device memory x placement x time, each
     placement's stages checked against the model's layers and the size limit."""
-    from zbsolve.planning.planner import search_placements  # the planner imports zbsolve.app.grid
-
     a = grid.axes
     if not a.stages or not a.microbatches:
         raise InputError(f"{grid.source}: axes.stages and axes.microbatches: required with models")

@@ -12,7 +12,8 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.app.grid.results import ResultsFile, skipped
 from zbsolve.app.grid.jobs import Grid, Job, PlanJob, expand
-from zbsolve.problem.memory_factor import resolve_limit
+from zbsolve.optimize.solve import solve_request
+from zbsolve.planning.planner import plan
 
 
 def _record(job: Job | PlanJob) -> dict:
@@ -31,20 +32,15 @@ def _failure(job: Job, exc: Exception, solve_time: float | None) -> dict:
 def run_job(job: Job | PlanJob, schedules_dir: str | None = None) -> dict:
     """Solve (or plan) one job with one solver thread; a failure becomes a record with its error, not an exception.
     A memory factor counts 1F1B's peak on the profile with one stage per device (chunk stages merged)."""
-    from zbsolve.optimize.solve import solve
-
     if isinstance(job, PlanJob):
         return _run_plan(job, schedules_dir)
     began = time.monotonic()
     try:
-        limit = resolve_limit(job.profile, job.num_devices, job.num_microbatches, job.mem_limit, job.mem_factor)
-        result = solve(job.profile, limit, num_microbatches=job.num_microbatches, num_devices=job.num_devices,
-                       placement=job.placement, solver=job.solver, objective=job.objective,
-                       time_limit=job.time_limit, workers=1, seed=job.seed)
+        result = solve_request(job.profile, job.request())
     except Exception as exc:
         return _failure(job, exc, time.monotonic() - began)
     figures = result.summary()
-    record = {**_record(job), "status": result.status, "mem_limit": limit,
+    record = {**_record(job), "status": result.status, "mem_limit": result.schedule.mem_limit,
               "figures": {k: v for k, v in figures.items() if k != "status"}, "solve_time": result.solve_time,
               "schedule": None}
     if schedules_dir is not None:
@@ -56,8 +52,6 @@ def run_job(job: Job | PlanJob, schedules_dir: str | None = None) -> dict:
 
 def _run_plan(job: PlanJob, schedules_dir: str | None) -> dict:
     """Plan one model, timing its candidates one at a time in this process."""
-    from zbsolve.planning.planner import plan
-
     began = time.monotonic()
     try:
         with cf.ThreadPoolExecutor(1) as pool:

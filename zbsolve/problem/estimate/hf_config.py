@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.core.profile import load_mapping
+from zbsolve.base.inputs import load_mapping
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """The ``model_type`` values of config.json that ``estimate`` takes."""

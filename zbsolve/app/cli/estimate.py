@@ -1,0 +1,73 @@
+"""zbsolve estimate: a model's per-layer costs from its Hugging Face config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, out, wide
+from zbsolve.base.files import check_output
+from zbsolve.present.tables import text_table
+
+
+@app.command()
+@cli_errors
+def estimate(
+    config: Path = typer.Argument(..., help="Hugging Face config.json of a dense decoder (Llama, Mistral, Qwen2, "
+                                            "GPT-2, GPT-NeoX)."),
+    gpu: str = typer.Option("h100", "--gpu", help="GPU preset: h100, h200, a100 or b200."),
+    seq_len: int = typer.Option(..., "--seq-len", min=1, help="Tokens per sequence."),
+    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", min=1, help="Sequences per microbatch."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (with sequence parallelism)."),
+    dp: int = typer.Option(1, "--dp", min=1, help="Data-parallel degree (shards the optimizer under --zero 1)."),
+    zero: int = typer.Option(0, "--zero", min=0, max=1, help="ZeRO stage: 1 shards the optimizer states over --dp."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16."),
+    efficiency: float = typer.Option(0.4, "--efficiency", help="Fraction of the GPU's peak a pass reaches."),
+    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
+                                         help="Flash attention keeps no s x s attention probabilities."),
+    link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
+    method: str = typer.Option("formula", "--method", help="FLOPs and activation bytes from the closed form "
+                                                           "(formula: fused kernels), or counted by torch on "
+                                                           "transformers' eager modules (count: an upper bound)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the config file's name)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Model description to write (.yaml or .json)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description;
+    FLOPs and activation bytes from the closed form, or with --method count counted by torch on the transformers model.
+
+    Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
+    """
+    from zbsolve.problem.estimate.formula import estimate as estimate_model
+    from zbsolve.problem.estimate.formula import flops_note, method_note
+    from zbsolve.present.layers import LAYER_COLUMNS, layer_rows
+
+    check_output(output, "--output", [config])
+    command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
+               f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
+               f"--{'' if flash_attention else 'no-'}flash-attention --link {link} --method {method}"
+               + (f" --name {name}" if name else "") + f" -o {output}")
+    model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
+                           zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
+                           name=name, source=command, method=method)
+    model.save(output)
+    note = flops_note(model, config, flash_attention)
+    if quiet:
+        return
+    if as_json:
+        print(json.dumps({"model": model.model_dump(exclude_none=True), "flops_per_token": model.flops_per_token(),
+                          "method": method, "note": note}, indent=1))
+        return
+    s = model.setting
+    title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
+             f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
+    block = next(layer for layer in model.layers if layer.block)
+    comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({block.out_bytes / 2**20:.1f} "
+            f"MiB over {model.link.name})")
+    wide.print(text_table(LAYER_COLUMNS, layer_rows(model), title), highlight=False)
+    for line in (method_note(method), comm, note, f"wrote {output}"):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)

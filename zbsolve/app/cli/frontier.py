@@ -1,0 +1,69 @@
+"""zbsolve frontier: the best bubble at each memory limit, per placement, beside the families."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, interruptible, numbers, progress, wide
+from zbsolve.base.files import check_output, write_atomic
+from zbsolve.base.interrupt import deferred, exit_code
+from zbsolve.core.placement import SUPPORTED_PLACEMENTS
+from zbsolve.planning.frontier import DEFAULT_PLACEMENTS
+from zbsolve.present.frontier_chart import check_chart, save_frontier_chart
+from zbsolve.present.tables import fmt, frontier_table
+from zbsolve.problem.problem_file import Problem
+from zbsolve.problem.request import FRONTIER_TIME_LIMIT
+
+
+@app.command()
+@cli_errors
+def frontier(
+    problem: Path = typer.Argument(..., help="Problem YAML (profile, num_devices, num_microbatches)."),
+    factors: str = typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors", help="Memory limits as K x 1F1B's peak."),
+    placements: str = typer.Option(",".join(DEFAULT_PLACEMENTS), "--placements",
+                                   help=f"Comma-separated placements from {', '.join(SUPPORTED_PLACEMENTS)}."),
+    time_limit: float = typer.Option(FRONTIER_TIME_LIMIT, "--time-limit", help="Time limit of each solve in seconds."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png, .svg or .pdf)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """The best paper bubble at each memory limit, per placement, beside the handcrafted families.
+
+    Ctrl-C (or SIGTERM) stops the solves still running, prints and writes the finished ones, and exits 130 (143).
+
+    Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
+    """
+    from zbsolve.planning.frontier import frontier as run_frontier  # looked up when run: a test wraps it
+
+    if output:
+        check_output(output, "--output", [problem])
+    if chart:
+        check_chart(chart, "--chart", [problem])
+    prob = Problem.load(problem)
+    values = numbers(factors, "--factors")
+    names = tuple(x.strip() for x in placements.split(",") if x.strip())
+    with interruptible("before any solve finished"):
+        with progress(f"{prob.name}: solves", quiet or as_json, counted=True) as update:
+            result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
+                                  num_devices=prob.num_devices, placements=names, time_limit=time_limit,
+                                  jobs=jobs, progress=update)
+    with deferred() as late:  # the rows are final: an interrupt now is answered once they are written whole
+        doc = {"problem": prob.name, **result.to_json()}
+        if output:
+            write_atomic(output, json.dumps(doc, indent=1) + "\n")
+        if chart:
+            save_frontier_chart(result, chart, f"{prob.name}: memory-bubble frontier")
+    if result.interrupted or late:
+        err.print("interrupted: the rows below are the solves that finished")
+    if as_json:
+        print(json.dumps(doc, indent=1))
+    elif not quiet:
+        wide.print(frontier_table(result, f"{prob.name}: memory-bubble frontier "
+                                          f"(1F1B peak {fmt(result.reference_peak)})"))
+    if result.interrupted or late:
+        raise typer.Exit(exit_code())

@@ -1,0 +1,105 @@
+"""zbsolve grid and zbsolve summarize: many solves, their results kept as they finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from zbsolve.app.cli.common import QUIET, app, cli_errors, err, out
+from zbsolve.base.errors import InputError
+from zbsolve.base.files import check_output
+
+
+@app.command()
+@cli_errors
+def grid(
+    file: Path = typer.Argument(..., help="Grid YAML (e.g. problems/grids/smoke.yaml)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Parallel solver processes (one thread each)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Results file (JSONL); a rerun resumes from it."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to run on a Dask cluster."),
+    schedules: Optional[Path] = typer.Option(None, "--schedules", help="Folder for each job's schedule document."),
+    summary: Optional[Path] = typer.Option(None, "--summary", help="Also write a flat CSV table of all results."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Also run again the jobs recorded as failed."),
+    quiet: bool = QUIET,
+) -> None:
+    """Solve every job of a config grid in parallel, appending each result to a JSONL file at once.
+
+    Every job is checked before the first one runs. Running the same command again skips the jobs already in the
+    file (--retry-failed runs the failed ones again). Ctrl-C or SIGTERM keeps every finished result and still
+    writes --summary. Exits 1 when the latest result of any of the grid's jobs is a failure.
+
+    Example: zbsolve grid problems/grids/smoke.yaml --jobs 2 -o results.jsonl --summary results.csv
+    """
+    import signal
+    from contextlib import closing
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from zbsolve.app.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
+    from zbsolve.base.interrupt import exit_code, signals_as_interrupt
+
+    spec = Grid.load(file)
+    inputs = [file, *spec.problems, *spec.models]
+    check_output(output, "--output", inputs)
+    if summary is not None:
+        check_output(summary, "--summary", [*inputs, output])  # the results file is read to resume
+    job_list = expand(spec)
+    keys = {job.key for job in job_list}
+    total, done = pending(job_list, output, retry_failed)
+    failures = 0 if retry_failed else sum(failed(r) for r in read_results(output) if r["hash"] in keys)
+    ran = 0
+    interrupted = False
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[fail]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with signals_as_interrupt():
+        try:
+            with Progress(*columns, console=err, disable=quiet) as progress:
+                task = progress.add_task(spec.name, total=total, completed=done, fail=f"{failures} failed")
+                with closing(solve_grid(job_list, jobs=jobs, executor=executor, output=output,
+                                        schedules_dir=schedules, retry_failed=retry_failed)) as stream:
+                    for record in stream:
+                        ran += 1
+                        failures += failed(record)
+                        progress.update(task, advance=1, fail=f"{failures} failed")
+        except KeyboardInterrupt:
+            interrupted = True
+    records = read_results(output)
+    if summary is not None:
+        write_summary(records, summary)
+    if interrupted:
+        kept = output if summary is None else f"{output} (summary: {summary})"
+        err.print(f"interrupted by {signal.Signals(exit_code() - 128).name}: finished results are kept in {kept}; "
+                  "rerun the command to resume", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exit_code())
+    failures = sum(failed(r) for r in records if r["hash"] in keys)
+    line = f"{total} jobs: {done} already done, {ran} run, {failures} failed; results in {output}"
+    if failures:
+        err.print(f"{line}; --retry-failed runs the failed jobs again", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if not quiet:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+@cli_errors
+def summarize(
+    file: Path = typer.Argument(..., help="Results file (JSONL) from zbsolve grid."),
+    output: Path = typer.Option(..., "--output", "-o", help="CSV table to write."),
+    quiet: bool = QUIET,
+) -> None:
+    """Write a grid's results as a flat CSV table (pandas.read_csv reads it directly).
+
+    Example: zbsolve summarize results.jsonl -o results.csv
+    """
+    from zbsolve.app.grid import read_results, write_summary
+
+    if not file.exists():
+        raise InputError(f"cannot read {file}: no such file")
+    check_output(output, "--output", [file])
+    records = read_results(file)
+    write_summary(records, output)
+    if not quiet:
+        out.print(f"wrote {len(records)} rows to {output}")

@@ -1,0 +1,72 @@
+"""zbsolve plan: the partition, the placement and the schedule of a model, chosen together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from zbsolve.app.cli.common import JSON, QUIET, RESERVE, app, cli_errors, interruptible, print_result, progress, wide
+from zbsolve.base.files import check_output
+from zbsolve.base.interrupt import deferred, exit_code
+from zbsolve.planning.planner import plan as run_plan
+from zbsolve.present.plot import check_chart_path, save_plan_chart
+from zbsolve.present.tables import records_table
+from zbsolve.problem.model import Model
+from zbsolve.problem.request import PLAN_TIME_LIMIT
+
+
+@app.command()
+@cli_errors
+def plan(
+    model: Path = typer.Argument(..., help="Model description (YAML/JSON), e.g. problems/models/llama3-8b.yaml."),
+    devices: int = typer.Option(..., "--devices", "-p", min=1, help="Pipeline devices p."),
+    microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, help="Microbatches m."),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
+                                                help="Memory per device, e.g. 80GiB (default: the model's GPU's)."),
+    placement: str = typer.Option("auto", "--placement",
+                                  help="auto (the best of the others), sequential, interleaved or vshape."),
+    chunks: Optional[int] = typer.Option(None, "--chunks", min=1, show_default=False,
+                                         help="Stages per device of interleaved and vshape (default 2)."),
+    time_limit: float = typer.Option(PLAN_TIME_LIMIT, "--time-limit", help="Seconds the whole plan may take."),
+    reserve: str = RESERVE,
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes timing candidates (default: "
+                                                                          "all cores)."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to time candidates on Dask."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan (a schedule document)."),
+    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the plan's Gantt chart beside the baselines' "
+                                                               "step times (.png or .svg)."),
+    as_json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
+
+    Ctrl-C (or SIGTERM) stops the search and plans with the best partition found so far.
+
+    Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
+    """
+    if output:
+        check_output(output, "--output", [model])
+    if chart:
+        check_chart_path(chart, "--chart", [model])
+    with interruptible("before the first plan was found"):
+        loaded = Model.load(model)
+        with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
+            result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
+                              device_memory=device_memory, placement=placement, chunks=chunks,
+                              time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update)
+    with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
+        if output:
+            result.to_json(output)
+        if chart:
+            save_plan_chart(result, chart)
+    if not quiet:
+        summary = {"model": loaded.name, **result.summary()}
+        if as_json:
+            print(json.dumps({**summary, "baselines": [b.row() for b in result.baselines]}, indent=1, default=str))
+        else:
+            print_result(summary, {}, result.costs, f"{loaded.name}: plan")
+            wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
+    if result.interrupted or late:
+        raise typer.Exit(exit_code())

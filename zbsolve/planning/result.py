@@ -1,0 +1,155 @@
+"""What a plan is: the candidates timed, the baselines beside it, and the plan itself."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from zbsolve.base.shown import Shown
+from zbsolve.core.measures import gap
+from zbsolve.core.simulator import Timeline
+from zbsolve.core.step_time import StepTimes, step_times
+from zbsolve.io.document import to_document, write_document
+from zbsolve.problem.costs import Costs, memory_figures
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A partition of a placement, timed by the heuristic and the simulator."""
+
+    placement: str
+    """"sequential", "interleaved" or "vshape"."""
+    chunks: int
+    """Stages per device."""
+    counts: tuple[int, ...]
+    """Layers per stage."""
+    origin: str
+    """Where it comes from: "split bound", "balance", a baseline's split, or "move"."""
+    step_time: float
+    """Seconds of a step with the barrier (infinity when nothing fits)."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A built-in torch schedule on a baseline split, simulated on the same costs."""
+
+    split: str
+    """"uniform", "torchtitan" or "megatron"."""
+    schedule: str
+    """torch's schedule name (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)."""
+    counts: tuple[int, ...] | None
+    """Layers per stage (None when the split does not exist for this model)."""
+    step_time: float | None
+    """Seconds of a step with the barrier."""
+    bubble: float | None
+    """1 - work / (devices x step_time)."""
+    memory_gib: tuple[float, ...] | None
+    """Per device, static bytes + peak activations, GiB."""
+    fits: bool
+    """Whether every device's memory and the reserve fit the device memory."""
+    note: str = ""
+    """Why there is no figure, when there is none."""
+
+    def row(self) -> dict[str, object]:
+        """The baseline as a table row."""
+        return {"split": self.split, "schedule": self.schedule, "step_time": self.step_time, "bubble": self.bubble,
+                "max GiB": max(self.memory_gib) if self.memory_gib else None, "fits": self.fits,
+                "note": self.note}
+
+
+@dataclass(frozen=True, repr=False)
+class PlanResult(Shown):
+    """The plan: partition, placement, schedule, step times, the bound over partitions, and the baselines."""
+
+    placement: str
+    """The chosen placement."""
+    chunks: int
+    """Stages per device."""
+    costs: Costs
+    """The model, its partition (``costs.ranges``) and the device memory."""
+    timeline: Timeline
+    """The schedule (``timeline.schedule``) as the simulator times it."""
+    source: str
+    """Who made the schedule: "cpsat", "heuristic" or "baseline <split> <schedule>"."""
+    lower_bound: float
+    """Seconds no schedule on any partition of the placements searched beats."""
+    baselines: tuple[Baseline, ...]
+    """Built-in schedules on the baseline splits."""
+    candidates: tuple[Candidate, ...]
+    """Every partition timed, in the order timed."""
+    plan_time: float
+    """Wall time of the plan, seconds."""
+    log: str
+    """What each phase did."""
+    interrupted: bool = False
+    """Whether an interrupt stopped the search (the plan is the best found until then)."""
+
+    @property
+    def step_time(self) -> float:
+        """Seconds of one step with an optimizer barrier: the makespan."""
+        return self.timeline.makespan
+
+    @cached_property
+    def step_times(self) -> StepTimes:
+        """Step time with and without the barrier, and their bubbles."""
+        return step_times(self.timeline)
+
+    @property
+    def gap(self) -> float:
+        """(step_time - lower_bound) / step_time."""
+        return gap(self.step_time, self.lower_bound)
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Layers per stage."""
+        return tuple(b - a for a, b in self.costs.ranges)
+
+    def best_baseline(self, split: str | None = None) -> Baseline | None:
+        """The fastest baseline that fits (on ``split`` alone when given)."""
+        fitting = [b for b in self.baselines if b.fits and b.step_time is not None and split in (None, b.split)]
+        return min(fitting, key=lambda b: b.step_time, default=None)
+
+    def summary(self) -> dict[str, object]:
+        """The headline figures as plain values."""
+        uniform, titan = self.best_baseline("uniform"), self.best_baseline("torchtitan")
+        return {"placement": self.placement, "chunks": self.chunks, "partition": list(self.counts),
+                "source": self.source, **self.step_times.figures(), "lower_bound": self.lower_bound, "gap": self.gap,
+                "best uniform baseline": _named(uniform), "vs best uniform": _ratio(self.step_time, uniform),
+                "best torchtitan baseline": _named(titan), "vs best torchtitan": _ratio(self.step_time, titan),
+                **memory_figures(self.costs, self.timeline), "plan_time": self.plan_time,
+                "interrupted": self.interrupted}
+
+    def to_json(self, path: str | Path | None = None) -> dict:
+        """The schedule document with the costs' sections and a "plan" section (bound, baselines, candidates);
+        written to ``path`` (whole or not at all) when given."""
+        plan = {**self.summary(), "baselines": [b.__dict__ | {"counts": list(b.counts or []) or None}
+                                                for b in self.baselines],
+                "candidates": [c.__dict__ | {"counts": list(c.counts)} for c in self.candidates], "log": self.log}
+        extra = {**self.costs.section(), "plan": _finite(plan)}
+        return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
+
+    def __repr__(self) -> str:
+        return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "
+                f"step_time={self.step_time:.6g}, gap={self.gap:.4g}, source={self.source!r})")
+
+
+
+def _named(baseline: Baseline | None) -> str | None:
+    return None if baseline is None else f"{baseline.schedule} ({baseline.split})"
+
+
+def _ratio(step: float, baseline: Baseline | None) -> float | None:
+    return None if baseline is None or not baseline.step_time else step / baseline.step_time
+
+
+def _finite(value: object) -> object:
+    """``value`` with infinite floats as None, for JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

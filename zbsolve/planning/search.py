@@ -1,0 +1,182 @@
+"""The search of partitions: each placement's split bound and balanced partition, the baselines' splits, then
+stage boundaries moved one layer at a time while a move makes the heuristic's step shorter."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from zbsolve.base.errors import InfeasibleError, InputError
+from zbsolve.core.placement import make_placement
+from zbsolve.optimize.solve import solve_request
+from zbsolve.planning.baselines import SPLITS, split_ranges
+from zbsolve.planning.result import Candidate
+from zbsolve.planning.split_bound import Figures, split_bound
+from zbsolve.problem.model import Model
+from zbsolve.problem.partition import timed
+from zbsolve.problem.request import Request
+
+BOUND_SECONDS = 5.0
+"""The least time a placement's split model gets (a model of 80 layers in 32 stages takes about that)."""
+CANDIDATE_SECONDS = 30.0
+"""The most seconds the heuristic may take on one candidate."""
+MOVES_PER_ROUND = 8
+"""Boundary moves timed per round of the search (the most promising by the split model's figure)."""
+
+
+@dataclass
+class Search:
+    """The problem, the deadline, and what the search has found."""
+
+    model: Model
+    request: Request
+    """The plan's request: devices, microbatches, device memory and reserve (in bytes)."""
+    deadline: float
+    executor: cf.Executor
+    parallel: int
+    """Candidates the executor times at once (assumed 1 for an executor given from outside, unless told)."""
+    log: list[str]
+    progress: Callable[[str], None] | None
+    timed: dict[tuple[str, int, tuple[int, ...]], Candidate] = field(default_factory=dict)
+
+    def say(self, line: str) -> None:
+        self.log.append(line)
+        if self.progress is not None:
+            self.progress(line)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def time_all(self, jobs: Sequence[tuple[str, int, tuple[int, ...], str]], until: float) -> list[Candidate]:
+        """Time every (placement, chunks, counts, origin) not timed before, in parallel, until ``until`` (then
+        the ones not started are dropped, and the first is waited for when none has finished); the timed ones,
+        in order."""
+        new: dict[tuple[str, int, tuple[int, ...]], str] = {}
+        for pl, c, counts, origin in jobs:
+            if (pl, c, counts) not in self.timed:
+                new.setdefault((pl, c, counts), origin)
+        limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
+        futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
+                       "placement": pl, "chunks": c, "partition": counts, "solver": "heuristic", "time_limit": limit,
+                       "workers": 1})): (pl, c, counts, origin) for (pl, c, counts), origin in new.items()}
+        try:
+            for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
+                self._keep(future, futures[future])
+        except cf.TimeoutError:
+            done = [f for f in futures if f.done()]
+            keep = done or list(futures)[:1]  # when none has finished, the first is waited for
+            for future in futures:
+                if future not in keep:
+                    future.cancel()
+            for future in keep:
+                self._keep(future, futures[future])
+        return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs if (pl, c, counts) in self.timed]
+
+    def _keep(self, future: cf.Future, job: tuple[str, int, tuple[int, ...], str]) -> None:
+        pl, c, counts, origin = job
+        self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
+
+
+def time_candidate(model: Model, request: Request) -> float:
+    """Seconds of a step with the schedule ``request`` asks for (the heuristic's, on one partition), infinity when
+    nothing fits."""
+    try:
+        return solve_request(model, request).step_time
+    except InfeasibleError:
+        return math.inf
+
+
+def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Partitions one layer away: a boundary moved by one, every stage left with some F, B and W time."""
+    out = []
+    for s in range(len(counts) - 1):
+        for step in (-1, 1):
+            moved = list(counts)
+            moved[s] += step
+            moved[s + 1] -= step
+            if min(moved[s], moved[s + 1]) >= 1 and timed(model, moved):
+                out.append(tuple(moved))
+    return out
+
+
+def bounds(search: Search, options: list[tuple[str, int]], seconds: float, until: float) -> float:
+    """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
+    ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits; the least split bound."""
+    layouts = []
+    for name, c in options:
+        layout = make_placement(name, search.request.num_devices, c)
+        if layout.num_stages > len(search.model.layers):
+            search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
+        else:
+            layouts.append((name, c, layout))
+    n = max(1, len(layouts))
+    # Each placement's bound model takes `each`, its balance model a quarter of it, `parallel` at a time.
+    each = min(max(BOUND_SECONDS, 2 * seconds / n), max(0.5, 0.3 * search.left() * search.parallel / (1.25 * n)))
+    m = search.request.num_microbatches
+    futures = {(name, c, heads): search.executor.submit(split_bound, search.model, layout, m,
+                                                          time_limit=each if heads else each / 4, heads=heads)
+               for name, c, layout in layouts for heads in (True, False)}
+    bound, jobs = math.inf, []
+    for name, c, layout in layouts:
+        tight, even = futures[name, c, True].result(), futures[name, c, False].result()
+        bound = min(bound, tight.bound)
+        search.say(f"{name} x{c}: split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})")
+        jobs += [(name, c, found.counts, origin) for found, origin in ((tight, "split bound"), (even, "balance"))
+                 if found.counts is not None]
+        for split in SPLITS:
+            try:
+                counts = tuple(b - a for a, b in split_ranges(split, search.model, layout.num_stages))
+            except InputError:
+                continue
+            if timed(search.model, counts):
+                jobs.append((name, c, counts, split))
+    for candidate in search.time_all(jobs, until):
+        search.say(f"{candidate.placement} x{candidate.chunks} {candidate.origin} {list(candidate.counts)}: "
+                   f"{candidate.step_time:.6g}s")
+    return bound
+
+
+def local_search(search: Search, options: list[tuple[str, int]], until: float) -> None:
+    """Local search until ``until``: from each placement's best partition, then from the best partitions not yet
+    searched from, move stage boundaries by one layer while a move improves the step."""
+    visited: set[tuple[str, int, tuple[int, ...]]] = set()
+    firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks) == o) for o in options]
+    for start in [x for x in firsts if x is not None]:
+        descend(search, start, until, visited)
+    while time.monotonic() < until:
+        start = best_of(search, lambda x: (x.placement, x.chunks, x.counts) not in visited)
+        if start is None:
+            return
+        descend(search, start, until, visited)
+
+
+def best_of(search: Search, keep: Callable[[Candidate], bool]) -> Candidate | None:
+    """The fastest timed candidate that ``keep`` accepts."""
+    found = [x for x in search.timed.values() if math.isfinite(x.step_time) and keep(x)]
+    return min(found, key=lambda x: x.step_time, default=None)
+
+
+def descend(search: Search, current: Candidate, until: float, visited: set) -> None:
+    """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
+    leave the least (head + work) first, the others when none of those improves."""
+    name, c = current.placement, current.chunks
+    layout = make_placement(name, search.request.num_devices, c)
+    figures = Figures.of(search.model, layout, search.request.num_microbatches)
+    visited.add((name, c, current.counts))
+    while time.monotonic() < until:
+        ranked = sorted(moves(search.model, current.counts), key=figures.largest_of)
+        better = None
+        for batch in (ranked[:MOVES_PER_ROUND], ranked[MOVES_PER_ROUND:]):
+            found = search.time_all([(name, c, counts, "move") for counts in batch], until)
+            better = min((x for x in found if x.step_time < current.step_time), key=lambda x: x.step_time,
+                         default=None)
+            if better is not None or time.monotonic() >= until:
+                break
+        if better is None:
+            return
+        current = better
+        visited.add((name, c, current.counts))
+        search.say(f"{name} x{c} move {list(current.counts)}: {current.step_time:.6g}s")
