@@ -17,7 +17,7 @@ PlacementName = Literal["sequential", "interleaved", "vshape"]
 SUPPORTED_PLACEMENTS: tuple[str, ...] = get_args(PlacementName)
 PLACEMENTS: tuple[str, ...] = (*SUPPORTED_PLACEMENTS, "bidirectional")
 """Every placement by name."""
-PlanPlacement = Literal["auto", "sequential", "interleaved", "vshape"]
+PlanPlacement = Literal["auto", PlacementName]
 """A placement to plan for, or "auto" for the best of them."""
 CHUNKS = 2
 """Stages per device of the interleaved and V-shape placements unless given."""

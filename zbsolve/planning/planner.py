@@ -28,7 +28,7 @@ from zbsolve.base.checks import check_count, check_size
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
-from zbsolve.core.placement import PlanPlacement, make_placement
+from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, make_placement
 from zbsolve.core.simulator import Timeline
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import baseline_plan, baselines
@@ -58,10 +58,10 @@ def search_placements(placement: str, chunks: int | None, num_devices: int, num_
     or one over the size limit (``check_size``), is an ``InputError``."""
     if placement == "auto":
         asked = [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
-    elif placement in ("sequential", "interleaved", "vshape"):
+    elif placement in SUPPORTED_PLACEMENTS:
         asked = [(placement, 1 if placement == "sequential" else chunks or 2)]
     else:
-        raise InputError(f"placement = {placement!r} is unknown; choose auto, sequential, interleaved or vshape")
+        raise InputError(f"placement = {placement!r} is unknown; choose one of auto, {', '.join(SUPPORTED_PLACEMENTS)}")
     if placement == "vshape" and asked[0][1] % 2:
         raise InputError(f"chunks = {asked[0][1]} must be even for the vshape placement (smallest valid: 2)")
     fitting = [(name, c) for name, c in asked if c * num_devices <= num_layers]
