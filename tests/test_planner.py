@@ -238,3 +238,32 @@ def test_a_plan_keeps_to_the_placement_asked_for(planned):
     with pytest.raises(InputError, match="num_devices = 8: 16 stages need at least as many layers, and the model "
                                          "has 9"):
         plan(heavy_head(blocks=6), num_devices=8, num_microbatches=8, device_memory="16GiB", placement="vshape")
+
+
+def test_chunks_auto_searches_two_to_eight_stages_per_device_that_the_layers_allow():
+    from zbsolve.planning.planner import search_placements
+
+    assert search_placements("interleaved", "auto", 2, 20, 8) == [("interleaved", c) for c in range(2, 9)]
+    assert search_placements("vshape", "auto", 2, 20, 8) == [("vshape", c) for c in (2, 4, 6, 8)]
+    assert search_placements("auto", "auto", 4, 15, 8) == [("sequential", 1), ("interleaved", 2),
+                                                            ("interleaved", 3), ("vshape", 2)]
+    with pytest.raises(InputError, match="chunks = 'many' must be a whole number >= 1 or 'auto'"):
+        search_placements("interleaved", "many", 2, 20, 8)
+
+
+def test_a_plan_with_chunks_auto_picks_a_searched_count_and_is_valid():
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = plan(heavy_head(blocks=16), num_devices=2, num_microbatches=4, device_memory="32GiB", reserve=0,
+                      placement="interleaved", chunks="auto", time_limit=10, executor=pool)
+    assert {c.chunks for c in result.candidates} <= set(range(2, 9)) and len({c.chunks for c in result.candidates}) > 1
+    assert result.placement == "interleaved" and len(result.counts) == 2 * result.chunks
+    assert simulate(result.timeline.schedule).makespan == result.step_time
+    assert result.lower_bound <= result.step_time
+
+
+@pytest.mark.parametrize("chunks", ["many", "0", "-2"])
+def test_plan_command_refuses_chunks_that_are_no_count(chunks):
+    run = runner.invoke(app, ["plan", str(ROOT / "problems" / "models" / "llama3-8b.yaml"), "-p", "4", "-m", "8",
+                              "--chunks", chunks])
+    assert run.exit_code == 2
+    assert f"error: --chunks = '{chunks}' must be a whole number >= 1 or auto" in " ".join(run.output.split())

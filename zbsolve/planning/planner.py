@@ -43,6 +43,8 @@ from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
 AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
+MAX_CHUNKS = 8
+"""The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
 solves')."""
@@ -52,35 +54,56 @@ FINISH_SECONDS = 0.5
 """Seconds kept after the final solves for re-simulating and returning the plan."""
 
 
-def search_placements(placement: str, chunks: int | None, num_devices: int, num_layers: int,
+def search_placements(placement: str, chunks: int | str | None, num_devices: int, num_layers: int,
                       num_microbatches: int) -> list[tuple[str, int]]:
-    """(placement, stages per device) a plan searches: those asked for with no more stages than layers; none left,
-    or one over the size limit (``check_size``), is an ``InputError``."""
+    """(placement, stages per device) a plan searches: those asked for with no more stages than layers; with
+    ``chunks`` "auto", every count from 2 to ``MAX_CHUNKS`` (even ones for the V-shape) within the size limit.
+    None left, or a count asked for that is over the size limit (``check_size``), is an ``InputError``."""
     if placement == "auto":
-        asked = [(name, c if chunks is None or name == "sequential" else chunks) for name, c in AUTO]
+        names = [name for name, _ in AUTO]
     elif placement in SUPPORTED_PLACEMENTS:
-        asked = [(placement, 1 if placement == "sequential" else chunks or 2)]
+        names = [placement]
     else:
         raise InputError(f"placement = {placement!r} is unknown; choose one of auto, {', '.join(SUPPORTED_PLACEMENTS)}")
+    if chunks == "auto":
+        asked = [(name, c) for name in names for c in ((1,) if name == "sequential" else range(2, MAX_CHUNKS + 1))
+                 if name != "vshape" or c % 2 == 0]
+    elif chunks is None or isinstance(chunks, int) and not isinstance(chunks, bool):
+        asked = [(name, 1 if name == "sequential" else chunks or dict(AUTO)[name]) for name in names]
+    else:
+        raise InputError(f"chunks = {chunks!r} must be a whole number >= 1 or 'auto'")
     if placement == "vshape" and asked[0][1] % 2:
         raise InputError(f"chunks = {asked[0][1]} must be even for the vshape placement (smallest valid: 2)")
     fitting = [(name, c) for name, c in asked if c * num_devices <= num_layers]
     if not fitting:
         raise InputError(f"num_devices = {num_devices}: {asked[0][1] * num_devices} stages need at least as many "
                          f"layers, and the model has {num_layers}")
+    if chunks == "auto":
+        fitting = [(name, c) for name, c in fitting if name == "sequential" or _within_size(c * num_devices,
+                                                                                             num_microbatches)]
     for _, c in fitting:
         check_size(c * num_devices, num_microbatches)
     return fitting
 
 
+def _within_size(num_stages: int, num_microbatches: int) -> bool:
+    """Whether ``check_size`` allows this many stages and microbatches."""
+    try:
+        check_size(num_stages, num_microbatches)
+    except InputError:
+        return False
+    return True
+
+
 def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int,
-         device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | None = None,
+         device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | str | None = None,
          time_limit: float = PLAN_TIME_LIMIT, reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None,
          executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
-    GPU's). ``model`` is a ``Model`` or the path of a model file.
+    GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
+    interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
 
     What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
@@ -98,10 +121,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
     request = Request(num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
-                      **({} if chunks is None else {"chunks": chunks}))
+                      **({} if chunks in (None, "auto") else {"chunks": chunks}))
     if jobs is not None:
         check_count("jobs", jobs)
-    options = search_placements(placement, request.chunks, p, len(model.layers), m)
+    options = search_placements(placement, "auto" if chunks == "auto" else request.chunks, p, len(model.layers), m)
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
     log: list[str] = []

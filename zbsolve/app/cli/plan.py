@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from zbsolve.app.cli.common import JSON, QUIET, RESERVE, app, cli_errors, interruptible, print_result, progress, wide
+from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.planning.planner import plan as run_plan
@@ -28,8 +29,9 @@ def plan(
                                                 help="Memory per device, e.g. 80GiB (default: the model's GPU's)."),
     placement: str = typer.Option("auto", "--placement",
                                   help="auto (the best of the others), sequential, interleaved or vshape."),
-    chunks: Optional[int] = typer.Option(None, "--chunks", min=1, show_default=False,
-                                         help="Stages per device of interleaved and vshape (default 2)."),
+    chunks: Optional[str] = typer.Option(None, "--chunks", show_default=False,
+                                         help="Stages per device of interleaved and vshape (default 2), or auto: "
+                                              "every count from 2 to 8."),
     time_limit: float = typer.Option(PLAN_TIME_LIMIT, "--time-limit", help="Seconds the whole plan may take."),
     reserve: str = RESERVE,
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes timing candidates (default: "
@@ -54,7 +56,7 @@ def plan(
         loaded = Model.load(model)
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
             result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
-                              device_memory=device_memory, placement=placement, chunks=chunks,
+                              device_memory=device_memory, placement=placement, chunks=_chunks(chunks),
                               time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update)
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
@@ -70,3 +72,12 @@ def plan(
             wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
     if result.interrupted or late:
         raise typer.Exit(exit_code())
+
+
+def _chunks(text: Optional[str]) -> int | str | None:
+    """``--chunks``: a whole number >= 1, or auto."""
+    if text is None or text == "auto":
+        return text
+    if not text.strip().isdigit() or int(text) < 1:
+        raise InputError(f"--chunks = {text!r} must be a whole number >= 1 or auto")
+    return int(text)
