@@ -97,21 +97,24 @@ def test_a_plan_is_valid_fits_and_never_loses_to_a_fitting_baseline(planned):
 
 
 def test_baselines_cover_every_split_and_builtin(planned):
-    names = {(b.split, b.schedule) for b in planned.baselines}
-    assert {s for s, _ in names} == {"uniform", "torchtitan", "megatron"} and len(names) == 18
+    names = {(b.split, b.schedule, b.recompute) for b in planned.baselines}
+    assert {(s, r) for s, _, r in names} == {("uniform", "none"), ("torchtitan", "none"), ("megatron", "none"),
+                                              ("uniform", "full"), ("torchtitan", "full")}
+    assert len(names) == 30
+    layers = planned.costs.model.layers
     for b in planned.baselines:
         if b.step_time is not None:
-            assert b.bubble == pytest.approx(1 - sum(planned.costs.model.layers[i].t_f + planned.costs.model.layers[i]
-                                                     .t_b + planned.costs.model.layers[i].t_w
-                                                     for i in range(len(planned.costs.model.layers))) * 8
-                                             / (4 * b.step_time), rel=1e-6)
+            # A recomputing block's B runs its forward again: its F time counts twice.
+            work = sum(x.t_f + x.t_b + x.t_w + (x.t_f if b.recompute == "full" and x.block else 0) for x in layers)
+            assert b.bubble == pytest.approx(1 - work * 8 / (4 * b.step_time), rel=1e-6)
         else:
             assert b.note and not b.fits
 
 
 def test_gpipe_does_not_fit_where_1f1b_does():
     model = heavy_head()
-    rows = {(b.split, b.schedule): b for b in baselines(model, 4, 8, int(6.5 * GIB), reserve=0)}
+    rows = {(b.split, b.schedule): b for b in baselines(model, 4, 8, int(6.5 * GIB), reserve=0)
+            if b.recompute == "none"}
     assert rows["uniform", "1F1B"].fits and not rows["uniform", "GPipe"].fits
 
 
@@ -138,8 +141,8 @@ def test_a_plan_that_cannot_fit_names_the_closest_candidate_and_what_would_help(
     assert "; the closest, sequential x1 [" in line and " does not fit: static 4.00 GiB + one microbatch's " \
            "activations 0.25 GiB + reserve 0.00 GiB exceed device_memory 4.10 GiB by 0.15 GiB" in line, line
     assert line.endswith("what would help: more devices, a smaller microbatch or a shorter sequence (every candidate "
-                         "already runs one microbatch at a time where it must); activation recomputation is not "
-                         "planned yet")
+                         "already runs one microbatch at a time where it must, and no baseline fits with every block "
+                         "recomputed)")
     with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as error:
         plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="3.1GiB", reserve=0, time_limit=5,
              placement="sequential", executor=pool)

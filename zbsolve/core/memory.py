@@ -1,5 +1,6 @@
 """The memory rule, stated once: a device's activation memory is the running sum of its passes' memory deltas in
-its order (an F's counted from its start, a B's or W's from its end), and stays within the device's limit."""
+its order (an F's counted from its start, a B's or W's from its end), and stays within the device's limit; while a
+B runs, a stage that recomputes its forward also holds that forward's activations (``Profile.mem_r``) on top."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ from zbsolve.base.checks import exceeds
 from zbsolve.core.schedule import KINDS, Op, Pass, Schedule, passes_of
 
 
-def levels(schedule: Schedule, device: int) -> Iterator[tuple[int, Op, Pass, float]]:
-    """Per pass of ``device``'s order: its op's position, the op, the pass, and the activation memory after it."""
+def levels(schedule: Schedule, device: int) -> Iterator[tuple[int, Op, Pass, float, bool]]:
+    """Per pass of ``device``'s order: its op's position, the op, the pass, the activation memory, and whether that
+    memory is held inside the pass (from its start: a recomputing B's peak) rather than after it."""
+    profile = schedule.profile
     delta = {kind: [schedule.memory_delta(Pass(kind, 0, s)) for s in range(schedule.num_stages)] for kind in KINDS}
+    inside = {kind: [profile.held_in(kind, s) for s in range(schedule.num_stages)] for kind in KINDS}
     level = 0.0
     for i, op in enumerate(schedule.devices[device]):
         for p in (op,) if op.__class__ is Pass else passes_of(op):
+            held = inside[p[0]][p[2]]
+            if held:
+                yield i, op, p, level + held, True
             level += delta[p[0]][p[2]]
-            yield i, op, p, level
+            yield i, op, p, level, False
 
 
 def fits(schedule: Schedule, limits: Sequence[float]) -> bool:
     """Whether every device's running memory stays within its limit (known from the orders, without timing)."""
-    return not any(exceeds(level, limit) for d, limit in enumerate(limits) for *_, level in levels(schedule, d))
+    return not any(exceeds(level, limit) for d, limit in enumerate(limits) for *_, level, _ in levels(schedule, d))

@@ -18,6 +18,9 @@ from zbsolve.base.inputs import InputModel, load_mapping, show
 TIME_FIELDS = ("t_f", "t_b", "t_w")
 MEM_FIELDS = ("mem_f", "mem_b", "mem_w")
 STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
+"""The figures a profiler measures per stage."""
+PER_STAGE = STAGE_FIELDS + ("mem_r",)
+"""Every field with one value per stage (``mem_r`` only where a stage recomputes)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -68,16 +71,19 @@ class Profile(InputModel):
     """Memory change of B (M_W - M_B)."""
     mem_w: PerStage = -0.5
     """Memory change of W (-M_W)."""
+    mem_r: PerStage = 0.0
+    """Memory a B holds while it runs, on top of the running level: the activations a recomputing stage's forward
+    makes again before its backward (0 where nothing recomputes)."""
     overlap_saving: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
     """DualPipe's F&B overlap: a pair lasts (1 - overlap_saving) * (F + backward)."""
 
     @model_validator(mode="after")
     def _check(self) -> "Profile":
-        lengths = {name: len(v) for name in STAGE_FIELDS if isinstance(v := getattr(self, name), list)}
+        lengths = {name: len(v) for name in PER_STAGE if isinstance(v := getattr(self, name), list)}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"per-stage lists disagree in length: {lengths}")
         n = self.num_stages or 1
-        for name in STAGE_FIELDS:
+        for name in PER_STAGE:
             for s in range(n):
                 x = self.stage_value(name, s)
                 at = f"{name}[{s}]" if isinstance(getattr(self, name), list) else name
@@ -85,6 +91,8 @@ class Profile(InputModel):
                     raise ValueError(f"{at} = {x} must be a positive finite duration")
                 if not math.isfinite(x):
                     raise ValueError(f"{at} = {x} must be finite")
+                if name == "mem_r" and x < 0:
+                    raise ValueError(f"{at} = {x} must be >= 0")
         for s in range(n):
             f, b, w = self.memories(s)
             if abs(f + b + w) > 1e-9 * max(1.0, abs(f), abs(b), abs(w)):
@@ -121,7 +129,7 @@ class Profile(InputModel):
     def save(self, path: str | Path) -> None:
         """Write the profile as YAML (``.yaml``/``.yml``) or JSON (anything else), whole or not at all."""
         path = Path(path)
-        data = self.model_dump()
+        data = self.to_dict()
         text = yaml.safe_dump(data, sort_keys=False) if path.suffix in (".yaml", ".yml") else json.dumps(data, indent=2)
         write_atomic(path, text)
 
@@ -129,7 +137,7 @@ class Profile(InputModel):
     @property
     def num_stages(self) -> int | None:
         """Number of stages fixed by per-stage lists, or None when every field is a scalar."""
-        for name in STAGE_FIELDS:
+        for name in PER_STAGE:
             if isinstance(v := getattr(self, name), list):
                 return len(v)
         return None
@@ -144,7 +152,7 @@ class Profile(InputModel):
         if self.num_stages not in (None, num_stages):
             raise InputError(f"profile has {self.num_stages} stages, but the placement needs {num_stages}")
         data = self.model_dump()
-        for name in STAGE_FIELDS:
+        for name in self._stage_fields():
             data[name] = [self.stage_value(name, s) for s in range(num_stages)]
         return Profile(**data)
 
@@ -152,7 +160,7 @@ class Profile(InputModel):
         """Each stage cut into ``chunks`` equal consecutive stages (times and memory divided)."""
         n = self.num_stages or 1
         data = self.model_dump()
-        for name in STAGE_FIELDS:
+        for name in self._stage_fields():
             data[name] = [self.stage_value(name, s) / chunks for s in range(n) for _ in range(chunks)]
         return Profile(**data)
 
@@ -162,7 +170,7 @@ class Profile(InputModel):
         if self.num_stages != chunks * num_devices or chunks == 1:
             return self
         data = self.model_dump()
-        for name in STAGE_FIELDS:
+        for name in self._stage_fields():
             data[name] = [sum(self.stage_value(name, s * chunks + c) for c in range(chunks)) for s in range(num_devices)]
         return Profile(**data)
 
@@ -196,6 +204,23 @@ class Profile(InputModel):
     def memories(self, stage: int) -> tuple[float, float, float]:
         """(mem_f, mem_b, mem_w) of ``stage``."""
         return tuple(self.stage_value(n, stage) for n in MEM_FIELDS)  # type: ignore[return-value]
+
+    def held_in(self, kind: str, stage: int) -> float:
+        """Memory a pass of ``kind`` holds while it runs, above the level before it: ``mem_r`` for a B or BW
+        (a recomputed forward's activations), else 0."""
+        return self.stage_value("mem_r", stage) if kind in ("B", "BW") else 0.0
+
+    def _stage_fields(self) -> tuple[str, ...]:
+        """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes)."""
+        return PER_STAGE if self.recomputes() else STAGE_FIELDS
+
+    def recomputes(self) -> bool:
+        """Whether any stage holds memory inside its B (``mem_r``)."""
+        return any(self.stage_value("mem_r", s) for s in range(self.num_stages or 1))
+
+    def to_dict(self) -> dict:
+        """The profile as plain values, ``mem_r`` left out where nothing recomputes (as before it existed)."""
+        return self.model_dump(exclude=None if self.recomputes() else {"mem_r"})
 
 
 def _argument(name: str, value: object) -> float | list[float]:

@@ -334,16 +334,16 @@ def _time(index: _Index) -> tuple[list[tuple[float, ...]], list[tuple[float, ...
 
 def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequence[Sequence[float]]
             ) -> tuple[tuple[MemoryTrace, ...], tuple[float, ...]]:
-    """Running activation memory per device (``memory.levels``) as steps in time: at each F's start and each B's
-    and W's end; raise where it exceeds the limit."""
+    """Running activation memory per device (``memory.levels``) as steps in time: at each F's start, each B's and
+    W's end, and a recomputing B's start; raise where it exceeds the limit."""
     traces, peaks = [], []
     for d in range(schedule.num_devices):
         limit = schedule.limit_of(d)
         start, end = starts[d], ends[d]
         top = -math.inf
         times, values = array("d", [0.0]), array("d", [0.0])
-        for i, op, p, cur in levels(schedule, d):
-            times.append(start[i] if p[0] == F else end[i])
+        for i, op, p, cur, inside in levels(schedule, d):
+            times.append(start[i] if p[0] == F or inside else end[i])
             values.append(cur)
             if cur > top:
                 top = cur

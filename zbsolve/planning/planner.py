@@ -154,8 +154,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
         timeline, costs, chosen = baseline_plan(model, p, m, memory, spare, top)
-        source = f"baseline {top.split} {top.schedule}"
-        search.say(f"the baseline {top.schedule} on the {top.split} split is the best schedule found: taking it")
+        recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
+        source = f"baseline {top.split} {top.schedule}{recomputed}"
+        search.say(f"the baseline {top.schedule} on the {top.split} split{recomputed} is the best schedule found: "
+                   "taking it")
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted)
@@ -189,7 +191,7 @@ def _closest(search: Search) -> str:
         helps = "more devices, or weights and optimizer states sharded further (zbsolve estimate --tp, --zero)"
     else:
         helps = ("more devices, a smaller microbatch or a shorter sequence (every candidate already runs one "
-                 "microbatch at a time where it must); activation recomputation is not planned yet")
+                 "microbatch at a time where it must, and no baseline fits with every block recomputed)")
     return f"; the closest, {pl} x{c} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
 
 

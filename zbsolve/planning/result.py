@@ -51,10 +51,13 @@ class Baseline:
     """Whether every device's memory and the reserve fit the device memory."""
     note: str = ""
     """Why there is no figure, when there is none."""
+    recompute: str = "none"
+    """Which blocks recompute: none, or full (every block)."""
 
     def row(self) -> dict[str, object]:
         """The baseline as a table row."""
-        return {"split": self.split, "schedule": self.schedule, "step_time": self.step_time, "bubble": self.bubble,
+        return {"split": self.split, "recompute": self.recompute, "schedule": self.schedule,
+                "step_time": self.step_time, "bubble": self.bubble,
                 "max GiB": max(self.memory_gib) if self.memory_gib else None, "fits": self.fits,
                 "note": self.note}
 
@@ -137,7 +140,10 @@ class PlanResult(Shown):
 
 
 def _named(baseline: Baseline | None) -> str | None:
-    return None if baseline is None else f"{baseline.schedule} ({baseline.split})"
+    if baseline is None:
+        return None
+    return f"{baseline.schedule} ({baseline.split}" + ("" if baseline.recompute == "none" else
+                                                       f", recompute {baseline.recompute}") + ")"
 
 
 def _ratio(step: float, baseline: Baseline | None) -> float | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
 from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.recompute import COSTS, NONE, Recompute, check_recomputed, stage_costs
 from zbsolve.problem.partition import check_ranges, held_static_bytes, module_names, partition, stage_profile
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
@@ -42,6 +43,8 @@ class Costs:
     """Per device, the bytes its stages hold for the whole step (0 for a bare profile)."""
     devices: tuple[int, ...] = ()
     """The device of each stage in ``ranges``."""
+    recomputed: tuple[int, ...] = ()
+    """The layers that run their forward again inside their B (``problem.recompute``), in order."""
 
     @property
     def in_bytes(self) -> bool:
@@ -105,7 +108,8 @@ class Costs:
         if self.model is not None:
             doc["partition"] = {"model": self.model.name,
                                 "layers": [layer_record(layer) for layer in self.model.layers],
-                                "stages": [list(r) for r in self.ranges]}
+                                "stages": [list(r) for r in self.ranges],
+                                **({"recompute": list(self.recomputed)} if self.recomputed else {})}
         if self.device_memory is not None:
             doc["device_memory"] = self.device_memory
             doc["reserve"] = self.reserve
@@ -122,15 +126,17 @@ def layer_record(layer: Layer) -> dict[str, object]:
 
 
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
-                device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> tuple[Profile, Costs]:
+                device_memory: int | None = None, reserve: int = DEFAULT_RESERVE,
+                recompute: Recompute = NONE) -> tuple[Profile, Costs]:
     """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
-    layer counts per stage), and its costs: each device's static bytes over the layers of every stage it holds
-    (a weight two of them share counted once); ``device_memory`` and ``reserve`` in bytes (``Request`` reads
-    them)."""
+    layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's static bytes
+    over the layers of every stage it holds (a weight two of them share counted once); ``device_memory`` and
+    ``reserve`` in bytes (``Request`` reads them)."""
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
-    return stage_profile(model, ranges), Costs(model, tuple(ranges), device_memory, reserve, static,
-                                               placement.routes[0])
+    recomputed = recompute.layers(model, ranges)
+    return stage_profile(model, ranges, recomputed), Costs(model, tuple(ranges), device_memory, reserve, static,
+                                                           placement.routes[0], tuple(sorted(recomputed)))
 
 
 def profile_costs(num_devices: int, device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> Costs:
@@ -150,9 +156,10 @@ def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]]
 
 
 def check_partition(section: object, profile: Profile, num_stages: int,
-                    where: str) -> tuple[list[Layer], list[tuple[int, int]]]:
-    """The layers and stage ranges of a schedule document's "partition" section, checked: every stage's profile
-    figures are the sums over its layers. An ``InputError`` naming the stage and figure otherwise."""
+                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int]]:
+    """The layers, stage ranges and recomputed layers of a schedule document's "partition" section, checked: every
+    stage's profile figures are the sums over its layers (``recompute.stage_costs``). An ``InputError`` naming the
+    stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
         raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
     model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"]},
@@ -166,14 +173,15 @@ def check_partition(section: object, profile: Profile, num_stages: int,
         raise InputError(f"{where}: partition.{exc}") from None
     if len(ranges) != num_stages:
         raise InputError(f"{where}: partition.stages has {len(ranges)} stages, the schedule {num_stages}")
-    for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w"):
-        for s, (a, b) in enumerate(ranges):
-            total = sum(getattr(layer, name) for layer in model.layers[a:b])
-            value = profile.stage_value(name, s)
+    recomputed = check_recomputed(model, section.get("recompute", []), where)
+    for s, (a, b) in enumerate(ranges):
+        stage = stage_costs(model, a, b, recomputed)
+        for name in COSTS:
+            total, value = stage[name], profile.stage_value(name, s)
             if abs(total - value) > SUM_TOLERANCE * max(abs(total), abs(value), 1e-300):
-                raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) sum to "
-                                 f"{total:g}")
-    return model.layers, ranges
+                raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
+                                 f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
+    return model.layers, ranges, recomputed
 
 
 def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
@@ -182,9 +190,9 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     section, device_memory = data.get("partition"), data.get("device_memory")
     if section is None and device_memory is None:
         return None
-    model, ranges, static = None, (), (0,) * schedule.num_devices
+    model, ranges, static, recomputed = None, (), (0,) * schedule.num_devices, frozenset()
     if section is not None:
-        layers, stage_ranges = check_partition(section, schedule.profile, schedule.num_stages, where)
+        layers, stage_ranges, recomputed = check_partition(section, schedule.profile, schedule.num_stages, where)
         model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
         static = device_static_bytes(layers, stage_ranges, schedule.placement)
     memory = None
@@ -195,7 +203,8 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     reserve = data.get("reserve", 0)
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
         raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
-    return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else ())
+    return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
+                 tuple(sorted(recomputed)))
 
 
 def check_fits(costs: Costs, timeline: Timeline) -> None:

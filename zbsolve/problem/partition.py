@@ -4,12 +4,13 @@ the exact sum of its layers'; every stage needs some F, B and W time (``untimed`
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.recompute import COSTS, stage_costs
 
 
 def partition(model: Model, num_stages: int, spec: str | Sequence[int] = "uniform") -> list[tuple[int, int]]:
@@ -93,18 +94,19 @@ def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[in
     return out
 
 
-def stage_profile(model: Model, ranges: Sequence[Sequence[int]]) -> Profile:
+def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int] = ()) -> Profile:
     """The per-stage profile of ``model`` cut at ``ranges``: each stage's times (seconds) and memory deltas
-    (bytes) are the sums of its layers', and t_comm is the model's, or the link's time for the largest
-    activation crossing a stage boundary."""
+    (bytes) are the sums of its layers' (``recompute.stage_costs``: the layers in ``recomputed`` run their forward
+    again inside their B), and t_comm is the model's, or the link's time for the largest activation crossing a
+    stage boundary."""
     ranges = check_ranges(model, ranges)
-    sums = {name: [sum(getattr(layer, name) for layer in model.layers[a:b]) for a, b in ranges]
-            for name in TIMES + ("mem_f", "mem_b", "mem_w")}
     for s, (a, b) in enumerate(ranges):
         missing = untimed(model.layers[a:b])
         if missing:
             raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
+    stages = [stage_costs(model, a, b, recomputed) for a, b in ranges]
+    sums = {name: [stage[name] for stage in stages] for name in COSTS if name != "mem_r" or recomputed}
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
 

@@ -31,7 +31,7 @@ def min_feasible_limits(profile: Profile, placement: Placement) -> list[float]:
     alone (``one_at_a_time``; exact when F allocates and B and W free)."""
     check_one_route(placement)
     alone = build("one microbatch", placement, 1, profile, one_at_a_time(placement, 1))
-    return [max(0.0, max((level for *_, level in levels(alone, d)), default=0.0))
+    return [max(0.0, max((level for *_, level, _ in levels(alone, d)), default=0.0))
             for d in range(placement.num_devices)]
 
 

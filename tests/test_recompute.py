@@ -1,0 +1,121 @@
+"""Activation recomputation: a recomputing block's costs, a stage's peak inside its B, the memory rule that holds
+that peak, baselines with every block recomputed, and documents that `zbsolve check` verifies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError, MemoryLimitError
+from zbsolve.base.units import GIB
+from zbsolve.core.placement import sequential
+from zbsolve.core.schedule import Pass, build
+from zbsolve.core.simulator import simulate
+from zbsolve.io.document import to_document
+from zbsolve.planning.baselines import baseline_plan, baselines
+from zbsolve.problem.costs import check_fits, model_costs
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.recompute import FULL, NONE, Recompute, layer_costs, parse_recompute, stage_costs
+from zbsolve.schedulers.families import make_schedule
+
+runner = CliRunner()
+
+
+def toy(blocks: int = 2) -> Model:
+    """An embedding of output 4 bytes, then blocks of F = 1, B = 2, W = 1, M_B = 64, M_W = 32, output 4 bytes."""
+    def layer(name: str, block: bool = True) -> Layer:
+        return Layer(name=name, block=block, t_f=1.0, t_b=2.0, t_w=1.0, mem_f=64, mem_b=-32, mem_w=-32,
+                     static_bytes=100, out_bytes=4)
+    return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}") for i in range(blocks))])
+
+
+def test_recompute_choices_are_read_or_refused_by_name():
+    assert parse_recompute("none") == NONE and parse_recompute("full") == FULL
+    assert parse_recompute("uniform:3") == Recompute("uniform", 3) and str(Recompute("uniform", 3)) == "uniform:3"
+    for bad in ("uniform:0", "half", "uniform:x", ""):
+        with pytest.raises(InputError, match=f"recompute = {bad!r}: should be one of none, full, uniform:N"):
+            parse_recompute(bad)
+
+
+def test_uniform_recomputes_the_first_blocks_of_every_stage():
+    model = toy(blocks=5)
+    ranges = [(0, 3), (3, 6)]
+    assert Recompute("uniform", 1).layers(model, ranges) == {1, 3}
+    assert FULL.layers(model, ranges) == {1, 2, 3, 4, 5} and NONE.layers(model, ranges) == set()
+
+
+def test_a_recomputing_block_keeps_its_input_and_holds_its_forward_inside_b():
+    """F keeps the 4-byte input; B runs F again (1 + 2 s), holds M_B = 64 while it runs and leaves M_W = 32 less
+    the input; W frees M_W."""
+    assert layer_costs(toy(), 1, True) == {"t_f": 1.0, "t_b": 3.0, "t_w": 1.0, "mem_f": 4, "mem_b": 28,
+                                            "mem_w": -32, "mem_r": 64}
+    assert layer_costs(toy(), 1, False)["mem_r"] == 0
+
+
+def test_a_stage_holds_most_inside_b_where_its_first_block_recomputes():
+    """Two recomputing blocks: the last block's B holds 64 above the start; then it leaves 28, and the first
+    block's B holds 28 + 64 = 92; the stage's B ends 56 above its start."""
+    stage = stage_costs(toy(), 1, 3, {1, 2})
+    assert stage["mem_f"] == 8 and stage["mem_b"] == 56 and stage["mem_w"] == -64 and stage["mem_r"] == 92
+    assert stage_costs(toy(), 1, 3, set())["mem_r"] == 0
+
+
+def test_the_memory_rule_counts_the_peak_inside_a_recomputing_b():
+    """One stage of the embedding (F keeps 64, B frees 32) and both blocks, one microbatch, F B W: memory 72 from
+    F's start (t=0), 72 + 92 from B's start (t=3), 72 + 56 - 32 from B's end (t=3+8), 0 from W's end (t=14); a
+    limit one below the peak is refused at B."""
+    model = toy()
+    profile, _ = model_costs(model, sequential(1), [3], recompute=FULL)
+    assert profile.stage_value("mem_r", 0) == 92
+    order = [[Pass.from_str(x) for x in ("0F0", "0B0", "0W0")]]
+    timeline = simulate(build("by hand", sequential(1), 1, profile, order))
+    # The embedding does not recompute: it keeps 64 from F to B and frees 32 at B's end, 32 at W's end.
+    assert list(timeline.memory[0]) == [(0.0, 0.0), (0.0, 72.0), (3.0, 164.0), (11.0, 96.0), (14.0, 0.0)]
+    assert timeline.peak_memory == (164.0,)
+    with pytest.raises(MemoryLimitError, match="memory 164 exceeds the limit 163"):
+        simulate(build("by hand", sequential(1), 1, profile, order, 163.0))
+
+
+def test_baselines_with_every_block_recomputed_are_judged_by_the_simulator():
+    """Three blocks of 1 GiB activations on 2 devices: with recomputation each microbatch in flight keeps 16 MiB
+    instead of 1 GiB, so a 1F1B that does not fit 7 GiB without it fits with it."""
+    model = Model(name="act", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
+              static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+    rows = {(b.split, b.schedule, b.recompute): b for b in baselines(model, 2, 8, 7 * GIB, reserve=0)}
+    assert not rows["uniform", "1F1B", "none"].fits and rows["uniform", "1F1B", "full"].fits
+    full = rows["uniform", "1F1B", "full"]
+    # B of a recomputing block runs its forward again: 8 blocks add 8 s per microbatch to the 30 s of work.
+    assert full.bubble == pytest.approx(1 - (30 + 8) * 8 / (2 * full.step_time))
+    timeline, costs, (placement, chunks) = baseline_plan(model, 2, 8, 7 * GIB, 0, full)
+    assert (placement, chunks) == ("sequential", 1) and costs.recomputed == tuple(range(1, 9))
+    check_fits(costs, timeline)
+    assert max(s + a for s, a in zip(costs.static_bytes, timeline.peak_memory)) / GIB == \
+        pytest.approx(max(full.memory_gib))
+
+
+def test_check_verifies_a_recomputing_document_and_its_peak(tmp_path):
+    model = toy(blocks=4)
+    profile, costs = model_costs(model, sequential(2), [3, 2], device_memory=10_000, reserve=0, recompute=FULL)
+    timeline = simulate(make_schedule("1f1b", profile, 2, 4))
+    doc = to_document(timeline, **costs.section())
+    assert doc["partition"]["recompute"] == [1, 2, 3, 4] and doc["profile"]["mem_r"] == [92.0, 92.0]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    run = runner.invoke(app, ["check", str(path), "--json"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["peak_memory_per_device"] == list(timeline.peak_memory)
+    doc["profile"]["mem_r"] = [0.0, 92.0]
+    path.write_text(json.dumps(doc))
+    run = runner.invoke(app, ["check", str(path)])
+    assert run.exit_code == 2
+    assert "profile.mem_r[0] = 0, but its layers [0, 3) hold 92" in " ".join(run.output.split())
+    tight = {**json.loads(json.dumps(doc)), "device_memory": int(max(s + a for s, a in zip(
+        costs.static_bytes, timeline.peak_memory))) - 1}
+    tight["profile"]["mem_r"] = [92.0, 92.0]
+    path.write_text(json.dumps(tight))
+    assert runner.invoke(app, ["check", str(path)]).exit_code == 1

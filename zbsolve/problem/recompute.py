@@ -1,0 +1,94 @@
+"""Activation recomputation: which blocks run their forward again inside their B, and the costs that gives
+(docs/cost-model.md, "Recomputation").
+
+A block that recomputes keeps only its input from its F to its B (the previous layer's output). Its B first runs
+the forward again, so B takes F's time too and holds the forward's activations (M_B) while it runs; what W reads
+(M_W) stays from B's end to W's end, as without recomputation. So F allocates the input, B allocates M_W less
+the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
+
+from zbsolve.base.errors import InputError
+from zbsolve.problem.model import Model
+
+COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r")
+"""A layer's or a stage's pass times, memory deltas, and the memory its B holds while it runs."""
+
+
+class Recompute(NamedTuple):
+    """Which blocks recompute: none, every block ("full", torchtitan's activation checkpointing), or the first N
+    blocks of every stage ("uniform:N", Megatron's ``recompute_method=block``)."""
+
+    mode: str
+    """none, full or uniform."""
+    blocks: int = 0
+    """N of uniform:N."""
+
+    def __str__(self) -> str:
+        return f"uniform:{self.blocks}" if self.mode == "uniform" else self.mode
+
+    def layers(self, model: Model, ranges: Sequence[Sequence[int]]) -> frozenset[int]:
+        """The indices of the layers that recompute when ``model`` is cut at ``ranges``."""
+        if self.mode == "none":
+            return frozenset()
+        chosen = set()
+        for a, b in ranges:
+            blocks = [i for i in range(a, b) if model.layers[i].block]
+            chosen.update(blocks if self.mode == "full" else blocks[:self.blocks])
+        return frozenset(chosen)
+
+
+NONE = Recompute("none")
+FULL = Recompute("full")
+RECOMPUTE_FORMS = ("none", "full", "uniform:N")
+"""How a recomputation choice is written."""
+
+
+def parse_recompute(text: str | Recompute) -> Recompute:
+    """A recomputation choice from its text (``RECOMPUTE_FORMS``); anything else is an ``InputError``."""
+    if isinstance(text, Recompute):
+        return text
+    match = re.fullmatch(r"\s*(none|full|uniform:(\d+))\s*", str(text))
+    if match is None or match[2] is not None and int(match[2]) < 1:
+        raise InputError(f"recompute = {text!r}: should be one of {', '.join(RECOMPUTE_FORMS)} (N >= 1)")
+    return Recompute("uniform", int(match[2])) if match[2] else Recompute(match[1])
+
+
+def layer_costs(model: Model, index: int, recomputes: bool) -> dict[str, float]:
+    """``COSTS`` of layer ``index``: its own, or with its forward recomputed inside its B."""
+    layer = model.layers[index]
+    own = {"t_f": layer.t_f, "t_b": layer.t_b, "t_w": layer.t_w, "mem_f": layer.mem_f, "mem_b": layer.mem_b,
+           "mem_w": layer.mem_w, "mem_r": 0}
+    if not recomputes:
+        return own
+    kept = model.layers[index - 1].out_bytes if index else 0
+    read_by_w = -layer.mem_w
+    return {**own, "t_b": layer.t_b + layer.t_f, "mem_f": kept, "mem_b": read_by_w - kept, "mem_r": layer.mem_f}
+
+
+def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int]) -> dict[str, float]:
+    """``COSTS`` of a stage of layers [first, end): sums of its layers', and ``mem_r`` the most its B holds above
+    the level it starts from (its layers' B run last to first, each layer's ``mem_b`` counted from its end), where
+    that is more than the level before and after it."""
+    costs = [layer_costs(model, i, i in recomputed) for i in range(first, end)]
+    stage = {name: sum(c[name] for c in costs) for name in COSTS if name != "mem_r"}
+    above, top = 0.0, 0.0
+    for c in reversed(costs):
+        top = max(top, above + c["mem_r"])
+        above += c["mem_b"]
+    stage["mem_r"] = top if top > max(0.0, above) else 0.0
+    return stage
+
+
+def check_recomputed(model: Model, indices: object, where: str) -> frozenset[int]:
+    """A document's list of recomputed layers, checked: distinct indices of blocks of ``model``."""
+    if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise InputError(f"{where}: partition.recompute = {indices!r} must be a list of layer indices")
+    for i in indices:
+        if not 0 <= i < len(model.layers) or not model.layers[i].block:
+            raise InputError(f"{where}: partition.recompute names layer {i}, which is not a block of the model")
+    return frozenset(indices)
