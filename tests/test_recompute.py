@@ -119,3 +119,59 @@ def test_check_verifies_a_recomputing_document_and_its_peak(tmp_path):
     tight["profile"]["mem_r"] = [92.0, 92.0]
     path.write_text(json.dumps(tight))
     assert runner.invoke(app, ["check", str(path)]).exit_code == 1
+
+
+def act_heavy() -> Model:
+    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
+    return Model(name="act", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
+              static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+
+
+def test_solve_with_recomputation_returns_a_checked_schedule_that_fits():
+    from zbsolve import solve
+
+    result = solve(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
+                   recompute="full", time_limit=10, workers=1)
+    assert result.costs.recomputed == tuple(range(1, 9))
+    timeline = simulate(result.schedule)
+    assert timeline.makespan == result.step_time and timeline.peak_memory == result.timeline.peak_memory
+    check_fits(result.costs, timeline)
+    assert "the integer form does not model yet" in result.solver_log
+    counts = [b - a for a, b in result.costs.ranges]
+    profile, costs = model_costs(act_heavy(), sequential(2), counts, 7 * GIB, 0)
+    with pytest.raises(MemoryLimitError):  # the same order does not fit without recomputation
+        check_fits(costs, simulate(build("again", sequential(2), 8, profile, result.schedule.devices)))
+
+
+def test_recompute_is_refused_by_name_where_it_cannot_apply():
+    from zbsolve import UNIT, solve
+
+    with pytest.raises(InputError, match="recompute = 'half': should be one of none, full, uniform:N"):
+        solve(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, recompute="half")
+    with pytest.raises(InputError, match="recompute = 'full': recomputation chooses a model's blocks"):
+        solve(UNIT, num_devices=2, num_microbatches=4, recompute="full")
+
+
+def test_a_plan_that_may_recompute_times_both_choices_and_fits():
+    import concurrent.futures as cf
+
+    from zbsolve.planning.planner import plan
+
+    plans = {}
+    for choice in ("none", "auto"):
+        with cf.ThreadPoolExecutor(1) as pool:
+            plans[choice] = plan(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
+                                 placement="sequential", recompute=choice, time_limit=10, executor=pool)
+    auto = plans["auto"]
+    assert {c.recompute for c in auto.candidates} == {"none", "full"}
+    assert {c.recompute for c in plans["none"].candidates} == {"none"}
+    timeline = simulate(auto.timeline.schedule)
+    assert timeline.makespan == auto.step_time
+    check_fits(auto.costs, timeline)
+    assert auto.recompute == ("full" if auto.costs.recomputed else "none")
+    fitting = [b.step_time for b in auto.baselines if b.fits and b.step_time is not None
+               and b.schedule in ("GPipe", "1F1B")]
+    assert auto.step_time <= min(fitting) * (1 + 1e-9)
+    assert auto.lower_bound <= auto.step_time

@@ -210,6 +210,11 @@ class Profile(InputModel):
         (a recomputed forward's activations), else 0."""
         return self.stage_value("mem_r", stage) if kind in ("B", "BW") else 0.0
 
+    def backward_allocates(self) -> bool:
+        """Whether some stage's B raises the memory: a recomputing stage's B holds its forward while it runs and
+        keeps what W reads."""
+        return self.recomputes() or any(self.stage_value("mem_b", s) > 0 for s in range(self.num_stages or 1))
+
     def _stage_fields(self) -> tuple[str, ...]:
         """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes)."""
         return PER_STAGE if self.recomputes() else STAGE_FIELDS

@@ -250,9 +250,9 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     route = placement.routes[0]
     for s in range(S):
         mf, mb, mw = profile.memories(s)
-        if mf < 0 or mb > 0 or mw > 0:
+        if mf < 0 or mb > 0 or mw > 0 or profile.held_in(B, s):
             raise InputError(f"memory deltas of stage {s} = ({mf:g}, {mb:g}, {mw:g}): the optimizer needs "
-                             "mem_f >= 0 and mem_b, mem_w <= 0")
+                             "mem_f >= 0, mem_b, mem_w <= 0 and no memory held inside B (mem_r)")
     limit = check_limit(mem_limit, p)
     limits = limit if isinstance(limit, tuple) else (limit,) * p
     times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm]

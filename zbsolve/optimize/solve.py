@@ -71,6 +71,10 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
         return
+    if spec.profile.backward_allocates():
+        log.append("B raises the memory here (recomputation), which the integer form does not model yet: the best "
+                   "warm start is the result")
+        return
     if not budget.allows("formulate", log, budget.cost("lower bound")):
         return
     form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, objective)
@@ -122,7 +126,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
           workers: int | None = None, seed: int = 0, chunks: int = CHUNKS,
           progress: Callable[[str], None] | None = None,
           device_memory: int | str | None = None, reserve: int | str = DEFAULT_RESERVE,
-          partition: str | Sequence[int] = "uniform", mem_factor: float | None = None) -> SolveResult:
+          partition: str | Sequence[int] = "uniform", mem_factor: float | None = None,
+          recompute: str = "none") -> SolveResult:
     """Find a schedule minimising ``objective`` (the makespan: the step time with an optimizer barrier; or "span",
     for a runtime without one) under ``mem_limit`` (profile memory units; one number, one per device, or None for
     unlimited) within ``time_limit`` seconds.
@@ -134,7 +139,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. The arguments are checked once, as one
+    ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full or uniform:N)
+    says which of a model's blocks run their forward again inside their B (``zbsolve.problem.recompute``). The arguments are checked once, as one
     ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
     families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
@@ -147,7 +153,7 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     request = Request(mem_limit=mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
                       placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
                       seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,
-                      mem_factor=mem_factor)
+                      mem_factor=mem_factor, recompute=recompute)
     return solve_request(profile, request, progress, began)
 
 

@@ -37,6 +37,7 @@ from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import untimed
+from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.builtins import BUILTINS
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
@@ -45,6 +46,8 @@ AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
 MAX_CHUNKS = 8
 """The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
+RECOMPUTE_AUTO = ("none", "full")
+"""The recomputation choices ``recompute="auto"`` times every candidate with."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
 solves')."""
@@ -98,12 +101,15 @@ def _within_size(num_stages: int, num_microbatches: int) -> bool:
 def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int,
          device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | str | None = None,
          time_limit: float = PLAN_TIME_LIMIT, reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None,
-         executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None) -> PlanResult:
+         executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None,
+         recompute: str = "none") -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
     GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
     interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
+    ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N), or "auto": each
+    candidate timed without recomputation and with every block recomputed (``RECOMPUTE_AUTO``).
 
     What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
@@ -121,10 +127,13 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
     request = Request(num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
-                      **({} if chunks in (None, "auto") else {"chunks": chunks}))
+                      **({} if chunks in (None, "auto") else {"chunks": chunks}),
+                      **({} if recompute == "auto" else {"recompute": recompute}))
+    choices = RECOMPUTE_AUTO if recompute == "auto" else (request.recompute,)
     if jobs is not None:
         check_count("jobs", jobs)
-    options = search_placements(placement, "auto" if chunks == "auto" else request.chunks, p, len(model.layers), m)
+    options = [(name, c, rc) for name, c in search_placements(placement, "auto" if chunks == "auto" else request.chunks,
+                                                               p, len(model.layers), m) for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
     log: list[str] = []
@@ -145,7 +154,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     rows = baselines(model, p, m, memory, spare)
     # A baseline can be the plan when it fits and its placement is one asked for.
     allowed = [b for b in rows if b.fits and b.step_time is not None
-               and (BUILTINS[b.schedule].placement, BUILTINS[b.schedule].chunks) in options]
+               and (BUILTINS[b.schedule].placement, BUILTINS[b.schedule].chunks, b.recompute) in options]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
@@ -153,14 +162,15 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     timeline, source, costs, chosen = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
-        timeline, costs, chosen = baseline_plan(model, p, m, memory, spare, top)
+        timeline, costs, (name, c) = baseline_plan(model, p, m, memory, spare, top)
+        chosen = (name, c, top.recompute)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
         source = f"baseline {top.split} {top.schedule}{recomputed}"
         search.say(f"the baseline {top.schedule} on the {top.split} split{recomputed} is the best schedule found: "
                    "taking it")
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
-                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted)
+                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted, chosen[2])
 
 
 def _gpu_memory(model: Model) -> int:
@@ -176,23 +186,24 @@ def _closest(search: Search) -> str:
     """What the candidate closest to fitting lacks (the device, its static bytes, one microbatch's activations and
     the reserve over the device memory) and what would help, or nothing when no candidate was timed."""
     misses = []
-    for pl, c, counts in search.timed:
+    for pl, c, rc, counts in search.timed:
         r = search.request
         layout = make_placement(pl, r.num_devices, c)
-        profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve)
+        profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve, parse_recompute(rc))
         uses = [{"static": static, "one microbatch's activations": need}
                 for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
         d = max(range(search.request.num_devices), key=lambda d: costs.over(uses[d]))
-        misses.append((costs.over(uses[d]), pl, c, counts, costs, d, uses[d]))
+        misses.append((costs.over(uses[d]), pl, c, rc, counts, costs, d, uses[d]))
     if not misses:
         return ""
-    _, pl, c, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
+    _, pl, c, rc, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
     if costs.over({"static": uses["static"]}) > 0:
         helps = "more devices, or weights and optimizer states sharded further (zbsolve estimate --tp, --zero)"
     else:
         helps = ("more devices, a smaller microbatch or a shorter sequence (every candidate already runs one "
                  "microbatch at a time where it must, and no baseline fits with every block recomputed)")
-    return f"; the closest, {pl} x{c} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
+    label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
+    return f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
 
 
 FINALISTS = 3
@@ -201,24 +212,25 @@ FINISH_SECONDS = 0.5
 """Seconds kept after the final solves for re-simulating and returning the plan."""
 
 
-def _schedule(search: Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int]]:
+def _schedule(search: Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str]]:
     """The ``FINALISTS`` best candidates solved by CP-SAT in turn, each given an equal share of the time left (the
     best candidate's heuristic schedule when no time is left); the best schedule of them."""
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
     if not ranked:
-        return None, "", None, ("", 0)
+        return None, "", None, ("", 0, "none")
     finalists = ranked[:FINALISTS] if search.left() > FINALISTS and not interrupted else ranked[:1]
-    best: tuple[Timeline | None, str, Costs | None, tuple[str, int]] = (None, "", None, ("", 0))
+    best: tuple[Timeline | None, str, Costs | None, tuple[str, int, str]] = (None, "", None, ("", 0, "none"))
     for k, candidate in enumerate(finalists):
         left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
         solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
         result = solve_request(search.model, search.request.model_copy(update={
-            "placement": candidate.placement, "chunks": candidate.chunks, "partition": candidate.counts,
-            "solver": solver, "time_limit": max(left, 0.05)}), search.progress)
-        search.say(f"{solver} on {candidate.placement} x{candidate.chunks} {list(candidate.counts)}: "
-                   f"{result.step_time:.6g}s ({result.status})")
+            "placement": candidate.placement, "chunks": candidate.chunks, "recompute": candidate.recompute,
+            "partition": candidate.counts, "solver": solver, "time_limit": max(left, 0.05)}), search.progress)
+        search.say(f"{solver} on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s "
+                   f"({result.status})")
         if best[0] is None or result.step_time < best[0].makespan:
-            best = (result.timeline, solver, result.costs, (candidate.placement, candidate.chunks))
+            best = (result.timeline, solver, result.costs, (candidate.placement, candidate.chunks,
+                                                             candidate.recompute))
     return best
 
 

@@ -29,6 +29,16 @@ class Candidate:
     """Where it comes from: "split bound", "balance", a baseline's split, or "move"."""
     step_time: float
     """Seconds of a step with the barrier (infinity when nothing fits)."""
+    recompute: str = "none"
+    """Which blocks recompute: none, full or uniform:N."""
+
+    def key(self) -> tuple[str, int, str, tuple[int, ...]]:
+        """(placement, chunks, recompute, counts): what tells candidates apart."""
+        return self.placement, self.chunks, self.recompute, self.counts
+
+    def label(self) -> str:
+        """The placement, chunks and recomputation, as the log names them."""
+        return f"{self.placement} x{self.chunks}" + ("" if self.recompute == "none" else f" recompute {self.recompute}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ class PlanResult(Shown):
     """What each phase did."""
     interrupted: bool = False
     """Whether an interrupt stopped the search (the plan is the best found until then)."""
+    recompute: str = "none"
+    """Which blocks recompute in the plan: none, full or uniform:N (``costs.recomputed`` names them)."""
 
     @property
     def step_time(self) -> float:
@@ -118,6 +130,7 @@ class PlanResult(Shown):
         """The headline figures as plain values."""
         uniform, titan = self.best_baseline("uniform"), self.best_baseline("torchtitan")
         return {"placement": self.placement, "chunks": self.chunks, "partition": list(self.counts),
+                "recompute": self.recompute,
                 "source": self.source, **self.step_times.figures(), "lower_bound": self.lower_bound, "gap": self.gap,
                 "best uniform baseline": _named(uniform), "vs best uniform": _ratio(self.step_time, uniform),
                 "best torchtitan baseline": _named(titan), "vs best torchtitan": _ratio(self.step_time, titan),

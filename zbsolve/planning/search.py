@@ -40,7 +40,8 @@ class Search:
     """Candidates the executor times at once (assumed 1 for an executor given from outside, unless told)."""
     log: list[str]
     progress: Callable[[str], None] | None
-    timed: dict[tuple[str, int, tuple[int, ...]], Candidate] = field(default_factory=dict)
+    timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
+    """Every candidate timed, by (placement, chunks, recompute, counts)."""
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -50,18 +51,19 @@ class Search:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def time_all(self, jobs: Sequence[tuple[str, int, tuple[int, ...], str]], until: float) -> list[Candidate]:
-        """Time every (placement, chunks, counts, origin) not timed before, in parallel, until ``until`` (then
-        the ones not started are dropped, and the first is waited for when none has finished); the timed ones,
-        in order."""
-        new: dict[tuple[str, int, tuple[int, ...]], str] = {}
-        for pl, c, counts, origin in jobs:
-            if (pl, c, counts) not in self.timed:
-                new.setdefault((pl, c, counts), origin)
+    def time_all(self, jobs: Sequence[tuple[str, int, str, tuple[int, ...], str]], until: float) -> list[Candidate]:
+        """Time every (placement, chunks, recompute, counts, origin) not timed before, in parallel, until ``until``
+        (then the ones not started are dropped, and the first is waited for when none has finished); the timed
+        ones, in order."""
+        new: dict[tuple[str, int, str, tuple[int, ...]], str] = {}
+        for pl, c, rc, counts, origin in jobs:
+            if (pl, c, rc, counts) not in self.timed:
+                new.setdefault((pl, c, rc, counts), origin)
         limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
         futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
-                       "placement": pl, "chunks": c, "partition": counts, "solver": "heuristic", "time_limit": limit,
-                       "workers": 1})): (pl, c, counts, origin) for (pl, c, counts), origin in new.items()}
+                       "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
+                       "time_limit": limit, "workers": 1})): (pl, c, rc, counts, origin)
+                   for (pl, c, rc, counts), origin in new.items()}
         try:
             for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
                 self._keep(future, futures[future])
@@ -73,11 +75,11 @@ class Search:
                     future.cancel()
             for future in keep:
                 self._keep(future, futures[future])
-        return [self.timed[pl, c, counts] for pl, c, counts, _ in jobs if (pl, c, counts) in self.timed]
+        return [self.timed[job[:4]] for job in jobs if job[:4] in self.timed]
 
-    def _keep(self, future: cf.Future, job: tuple[str, int, tuple[int, ...], str]) -> None:
-        pl, c, counts, origin = job
-        self.timed[pl, c, counts] = Candidate(pl, c, counts, origin, future.result())
+    def _keep(self, future: cf.Future, job: tuple[str, int, str, tuple[int, ...], str]) -> None:
+        pl, c, rc, counts, origin = job
+        self.timed[pl, c, rc, counts] = Candidate(pl, c, counts, origin, future.result(), rc)
 
 
 def time_candidate(model: Model, request: Request) -> float:
@@ -102,11 +104,11 @@ def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
-def bounds(search: Search, options: list[tuple[str, int]], seconds: float, until: float) -> float:
+def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> float:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
     ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits; the least split bound."""
     layouts = []
-    for name, c in options:
+    for name, c in dict.fromkeys((name, c) for name, c, _ in options):
         layout = make_placement(name, search.request.num_devices, c)
         if layout.num_stages > len(search.model.layers):
             search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
@@ -124,30 +126,31 @@ def bounds(search: Search, options: list[tuple[str, int]], seconds: float, until
         tight, even = futures[name, c, True].result(), futures[name, c, False].result()
         bound = min(bound, tight.bound)
         search.say(f"{name} x{c}: split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})")
-        jobs += [(name, c, found.counts, origin) for found, origin in ((tight, "split bound"), (even, "balance"))
-                 if found.counts is not None]
+        found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
+                 if x.counts is not None]
         for split in SPLITS:
             try:
                 counts = tuple(b - a for a, b in split_ranges(split, search.model, layout.num_stages))
             except InputError:
                 continue
             if timed(search.model, counts):
-                jobs.append((name, c, counts, split))
+                found.append((counts, split))
+        jobs += [(name, c, rc, counts, origin) for n, k, rc in options if (n, k) == (name, c)
+                 for counts, origin in found]
     for candidate in search.time_all(jobs, until):
-        search.say(f"{candidate.placement} x{candidate.chunks} {candidate.origin} {list(candidate.counts)}: "
-                   f"{candidate.step_time:.6g}s")
+        search.say(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
     return bound
 
 
-def local_search(search: Search, options: list[tuple[str, int]], until: float) -> None:
+def local_search(search: Search, options: list[tuple[str, int, str]], until: float) -> None:
     """Local search until ``until``: from each placement's best partition, then from the best partitions not yet
     searched from, move stage boundaries by one layer while a move improves the step."""
-    visited: set[tuple[str, int, tuple[int, ...]]] = set()
-    firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks) == o) for o in options]
+    visited: set[tuple[str, int, str, tuple[int, ...]]] = set()
+    firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks, x.recompute) == o) for o in options]
     for start in [x for x in firsts if x is not None]:
         descend(search, start, until, visited)
     while time.monotonic() < until:
-        start = best_of(search, lambda x: (x.placement, x.chunks, x.counts) not in visited)
+        start = best_of(search, lambda x: x.key() not in visited)
         if start is None:
             return
         descend(search, start, until, visited)
@@ -162,15 +165,15 @@ def best_of(search: Search, keep: Callable[[Candidate], bool]) -> Candidate | No
 def descend(search: Search, current: Candidate, until: float, visited: set) -> None:
     """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
     leave the least (head + work) first, the others when none of those improves."""
-    name, c = current.placement, current.chunks
+    name, c, rc = current.placement, current.chunks, current.recompute
     layout = make_placement(name, search.request.num_devices, c)
     figures = Figures.of(search.model, layout, search.request.num_microbatches)
-    visited.add((name, c, current.counts))
+    visited.add(current.key())
     while time.monotonic() < until:
         ranked = sorted(moves(search.model, current.counts), key=figures.largest_of)
         better = None
         for batch in (ranked[:MOVES_PER_ROUND], ranked[MOVES_PER_ROUND:]):
-            found = search.time_all([(name, c, counts, "move") for counts in batch], until)
+            found = search.time_all([(name, c, rc, counts, "move") for counts in batch], until)
             better = min((x for x in found if x.step_time < current.step_time), key=lambda x: x.step_time,
                          default=None)
             if better is not None or time.monotonic() >= until:
@@ -178,5 +181,5 @@ def descend(search: Search, current: Candidate, until: float, visited: set) -> N
         if better is None:
             return
         current = better
-        visited.add((name, c, current.counts))
-        search.say(f"{name} x{c} move {list(current.counts)}: {current.step_time:.6g}s")
+        visited.add(current.key())
+        search.say(f"{current.label()} move {list(current.counts)}: {current.step_time:.6g}s")

@@ -19,6 +19,7 @@ from zbsolve.core.timing import OBJECTIVES
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
 from zbsolve.problem.memory_factor import factor_limit
 from zbsolve.problem.model import Model
+from zbsolve.problem.recompute import parse_recompute
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]
 """A backend by name, or "heuristic" for the warm start alone."""
@@ -54,6 +55,8 @@ class Request(BaseModel):
     """Bytes of each device kept free of stages and activations."""
     partition: Union[str, tuple[int, ...]] = "uniform"
     """How a model is cut into stages: "uniform" or layer counts per stage."""
+    recompute: str = "none"
+    """Which of a model's blocks run their forward again inside their B: none, full or uniform:N."""
     objective: str = "makespan"
     """makespan (the step time with an optimizer barrier) or span (the longest per-device span)."""
     solver: str = "cpsat"
@@ -95,6 +98,8 @@ class Request(BaseModel):
             raise InputError(f"give {'mem_limit' if factor is None else 'mem_factor'} or device_memory, not both")
         if isinstance(given.get("partition"), list):
             out["partition"] = tuple(given["partition"])
+        if "recompute" in given:
+            out["recompute"] = str(parse_recompute(given["recompute"]))
         _check_search(given)
         return out
 
@@ -156,9 +161,12 @@ def _costs(profile: Profile | Model, r: Request) -> tuple[Profile, Costs]:
             raise InputError(f"placement = {r.placement!r} is unknown; choose one of {', '.join(SUPPORTED_PLACEMENTS)}")
         layout = make_placement(r.placement, r.num_devices, 1 if r.placement == "sequential" else r.chunks)
         return model_costs(profile, layout, list(r.partition) if isinstance(r.partition, tuple) else r.partition,
-                           device_memory, r.reserve)
+                           device_memory, r.reserve, parse_recompute(r.recompute))
     if r.partition != "uniform":
         raise InputError(f"partition = {r.partition!r}: a partition cuts a model; this is a per-stage profile")
+    if r.recompute != "none":
+        raise InputError(f"recompute = {r.recompute!r}: recomputation chooses a model's blocks; this is a per-stage "
+                         "profile")
     if not isinstance(profile, Profile):
         raise InputError(f"profile = {profile!r} must be a Profile or a Model")
     p = r.num_devices if r.num_devices is not None else profile.num_stages

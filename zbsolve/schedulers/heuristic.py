@@ -76,6 +76,8 @@ class _Problem:
         self.t_f, self.t_b, self.t_w = ([pr.stage_value(n, s) for s in range(self.S)] for n in ("t_f", "t_b", "t_w"))
         self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
                                               for n in ("mem_f", "mem_b", "mem_w"))
+        self.need_b = [max(self.mem_b[s], pr.held_in(B, s)) for s in range(self.S)]
+        """What a B needs above the memory before it: its delta, or what it holds while it recomputes."""
         c = pr.t_comm
         # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, device, lag, duration) of mb's pass
         self.deps = {kind: [tuple((dep.kind, dep.stage, self.dev[dep.stage], lag(c, self.dev[dep.stage], self.dev[s]),
@@ -94,13 +96,14 @@ class _Problem:
 
     def _reserve_table(self, d: int, st: list[int]) -> None:
         """Memory one microbatch still needs on device ``d``, per state, if run alone (W right after B)."""
-        deltas = [self.mem_f[s] for s in st]
+        deltas = [(self.mem_f[s], 0.0) for s in st]
         for s in reversed(st):
-            deltas += [self.mem_b[s], self.mem_w[s]]
+            deltas += [(self.mem_b[s], self.need_b[s]), (self.mem_w[s], 0.0)]
 
         def peak_after(i: int) -> float:
             run, top = 0.0, 0.0
-            for x in deltas[i:]:
+            for x, inside in deltas[i:]:
+                top = max(top, run + inside)
                 run += x
                 top = max(top, run)
             return top
@@ -257,7 +260,7 @@ class _Run:
                     return
         if ready_b is not None:
             s, mb, arr = ready_b
-            if self.mem[d] + prob.mem_b[s] <= prob.limit[d]:
+            if self.mem[d] + prob.need_b[s] <= prob.limit[d]:
                 self._commit_b(d, s, mb, max(t0, arr), now)
                 return
             need_w = True
@@ -309,6 +312,7 @@ class _Run:
 
     def _commit_b(self, d: int, s: int, mb: int, begin: float, now: float) -> None:
         prob = self.prob
+        self.peak = max(self.peak, self.mem[d] + prob.need_b[s])
         end = self._place(d, Pass(B, mb, s), begin, prob.t_b[s], prob.mem_b[s], now)
         self.b[s] += 1
         self.end_b[s][mb] = end

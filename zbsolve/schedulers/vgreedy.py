@@ -49,6 +49,8 @@ class _Run:
         self.rooms, self.fill_f, self.fill_b, self.deadline = rooms, fill_f, fill_b, deadline
         self.time = {k: [profile.time(k, s) for s in range(self.S)] for k in (F, B, W)}
         self.delta = {k: [profile.delta(k, s) for s in range(self.S)] for k in (F, B, W)}
+        self.need = {k: [max(self.delta[k][s], profile.held_in(k, s)) for s in range(self.S)] for k in (F, B, W)}
+        """What a pass needs above the memory before it: its delta, or what a recomputing B holds while it runs."""
         self.comm = profile.t_comm
         # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, whether on another device, lag) of mb's
         self.deps = {k: [tuple((dep.kind, dep.stage, self.dev(dep.stage) != self.dev(s),
@@ -100,7 +102,7 @@ class _Run:
         d, mb = self.dev(s), self.count(kind, s)
         if mb >= self.m:
             raise _Stuck
-        if self.mem[d] + self.delta[kind][s] > self.rooms[d]:
+        if self.mem[d] + self.need[kind][s] > self.rooms[d]:
             raise _Stuck
         begin = self.cur[d]
         for dep_kind, dep_stage, _, gap in self.deps[kind][s]:
@@ -173,7 +175,7 @@ class _Run:
             if self.deadline is not None and time.monotonic() > self.deadline:
                 raise BudgetError("the V-shape greedy's deadline passed")
             for d in range(p):
-                while self.mem[d] + max(self.delta[B][d], self.delta[B][self.up(d)]) > self.rooms[d]:
+                while self.mem[d] + max(self.need[B][d], self.need[B][self.up(d)]) > self.rooms[d]:
                     self.put_w(d)
             first, second = [], []
             for d in range(p):

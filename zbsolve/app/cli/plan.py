@@ -40,6 +40,9 @@ def plan(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan (a schedule document)."),
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write the plan's Gantt chart beside the baselines' "
                                                                "step times (.png or .svg)."),
+    recompute: str = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: "
+                                  "none, full, uniform:N (the first N of every stage), or auto (each candidate "
+                                  "timed with none and with full)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
@@ -57,7 +60,8 @@ def plan(
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
             result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
                               device_memory=device_memory, placement=placement, chunks=_chunks(chunks),
-                              time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update)
+                              time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update,
+                              recompute=recompute)
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)

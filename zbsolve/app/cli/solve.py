@@ -53,6 +53,8 @@ def solve(
     placement: Optional[str] = typer.Option(None, "--placement", help=f"One of {', '.join(SUPPORTED_PLACEMENTS)} "
                                             "(default: the problem's, else sequential)."),
     chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
+    recompute: str = typer.Option("none", "--recompute", help="A model's blocks that run their forward again inside "
+                                  "their B: none, full (every block) or uniform:N (the first N of every stage)."),
 ) -> None:
     """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
 
@@ -87,7 +89,7 @@ def solve(
         request = Request(num_microbatches=m, num_devices=p, placement=placement or "sequential", chunks=chunks,
                           mem_limit=mem_limit, mem_factor=mem_factor, device_memory=device_memory, reserve=reserve,
                           partition=partition, objective=objective, solver=solver, time_limit=time_limit,
-                          workers=workers, seed=seed)
+                          workers=workers, seed=seed, recompute=recompute)
         with progress(f"{name}: {solver}, limit {time_limit:g}s", quiet or as_json) as update:
             result = solve_request(costs, request, update, began)  # loading the problem counts against the limit
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
