@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Union
 
 import yaml
-from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
@@ -129,7 +136,7 @@ class Profile(InputModel):
     def save(self, path: str | Path) -> None:
         """Write the profile as YAML (``.yaml``/``.yml``) or JSON (anything else), whole or not at all."""
         path = Path(path)
-        data = self.to_dict()
+        data = self.model_dump()
         text = yaml.safe_dump(data, sort_keys=False) if path.suffix in (".yaml", ".yml") else json.dumps(data, indent=2)
         write_atomic(path, text)
 
@@ -210,10 +217,14 @@ class Profile(InputModel):
         (a recomputed forward's activations), else 0."""
         return self.stage_value("mem_r", stage) if kind in ("B", "BW") else 0.0
 
-    def backward_allocates(self) -> bool:
-        """Whether some stage's B raises the memory: a recomputing stage's B holds its forward while it runs and
+    def raises_in_b(self, stage: int) -> bool:
+        """Whether ``stage``'s B raises the memory: a recomputing stage's B holds its forward while it runs and
         keeps what W reads."""
-        return self.recomputes() or any(self.stage_value("mem_b", s) > 0 for s in range(self.num_stages or 1))
+        return self.stage_value("mem_b", stage) > 0 or self.held_in("B", stage) > 0
+
+    def backward_allocates(self) -> bool:
+        """Whether some stage's B raises the memory (``raises_in_b``)."""
+        return any(self.raises_in_b(s) for s in range(self.num_stages or 1))
 
     def _stage_fields(self) -> tuple[str, ...]:
         """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes)."""
@@ -223,9 +234,14 @@ class Profile(InputModel):
         """Whether any stage holds memory inside its B (``mem_r``)."""
         return any(self.stage_value("mem_r", s) for s in range(self.num_stages or 1))
 
-    def to_dict(self) -> dict:
-        """The profile as plain values, ``mem_r`` left out where nothing recomputes (as before it existed)."""
-        return self.model_dump(exclude=None if self.recomputes() else {"mem_r"})
+    @model_serializer(mode="wrap")
+    def _dumped(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """Plain values, ``mem_r`` left out where nothing recomputes: documents, profile files and grid keys stay
+        as they were before it existed."""
+        data = handler(self)
+        if not self.recomputes():
+            data.pop("mem_r", None)
+        return data
 
 
 def _argument(name: str, value: object) -> float | list[float]:

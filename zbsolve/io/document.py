@@ -95,7 +95,7 @@ def to_document(timeline: Timeline, **extra: object) -> dict:
     doc = {"format": FORMAT, "version": VERSION, "name": s.name,
            "num_devices": s.num_devices, "num_microbatches": s.num_microbatches,
            "routes": [list(r) for r in s.placement.routes], "microbatch_route": list(s.microbatch_route),
-           "profile": s.profile.to_dict(), "mem_limit": limit,
+           "profile": s.profile.model_dump(), "mem_limit": limit,
            "devices": [[_op_dict(op, a, b) for op, a, b in zip(ops, starts, ends)]
                        for ops, starts, ends in zip(s.devices, timeline.start, timeline.end)],
            "figures": timeline.figures()}

@@ -250,7 +250,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     route = placement.routes[0]
     for s in range(S):
         mf, mb, mw = profile.memories(s)
-        if mf < 0 or mb > 0 or mw > 0 or profile.held_in(B, s):
+        if mf < 0 or mw > 0 or profile.raises_in_b(s):
             raise InputError(f"memory deltas of stage {s} = ({mf:g}, {mb:g}, {mw:g}): the optimizer needs "
                              "mem_f >= 0, mem_b, mem_w <= 0 and no memory held inside B (mem_r)")
     limit = check_limit(mem_limit, p)

@@ -140,8 +140,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full or uniform:N)
-    says which of a model's blocks run their forward again inside their B (``zbsolve.problem.recompute``). The arguments are checked once, as one
-    ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
+    says which of a model's blocks run their forward again inside their B (``zbsolve.problem.recompute``). The
+    arguments are checked once, as one ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
     families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
     returns the best found so far with ``interrupted`` set (one before it propagates). Raises InputError on bad

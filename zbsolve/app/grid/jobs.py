@@ -111,10 +111,7 @@ class _Keyed(BaseModel):
     @property
     def key(self) -> str:
         """The job's content hash."""
-        data = self.model_dump(mode="json")
-        if isinstance(getattr(self, "profile", None), Profile):
-            data["profile"] = self.profile.to_dict()  # the key of a job without recomputation as it always was
-        text = json.dumps(data, sort_keys=True)
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -21,7 +21,7 @@ def _record(job: Job | PlanJob) -> dict:
     if isinstance(job, PlanJob):
         return {"hash": job.key, "config": job.model_dump(mode="json", exclude={"model"})}
     return {"hash": job.key, "config": job.model_dump(mode="json", exclude={"profile"}),
-            "profile": job.profile.to_dict()}
+            "profile": job.profile.model_dump()}
 
 
 def _failure(job: Job, exc: Exception, solve_time: float | None) -> dict:
