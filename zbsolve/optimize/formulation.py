@@ -49,6 +49,8 @@ class Formulation:
     """Scaled integer duration of each pass."""
     mem_delta: tuple[int, ...]
     """Scaled integer memory change of each pass."""
+    mem_held: tuple[int, ...]
+    """Scaled integer memory each pass holds while it runs, above the level before it (a recomputing B's)."""
     limit: tuple[int | None, ...]
     """Scaled integer memory limit per device (None: unlimited)."""
     time_scale: int
@@ -158,9 +160,9 @@ class Formulation:
                 continue
             level = 0
             for i in seq:
-                level += self.mem_delta[i]
-                if level > self.limit[d]:  # type: ignore[operator]
+                if level + max(self.mem_held[i], self.mem_delta[i]) > self.limit[d]:  # type: ignore[operator]
                     return False
+                level += self.mem_delta[i]
         return True
 
     def order_from_starts(self, start: Sequence[int]) -> list[list[int]]:
@@ -231,6 +233,11 @@ def _mem_unit(values: Sequence[float]) -> Fraction:
     return Fraction(math.gcd(*(int(f * den) for f in fracs)), den)
 
 
+def _scaled(value: float, unit: Fraction) -> int:
+    """A memory figure in integer units of ``unit`` (exact: ``unit`` divides it)."""
+    return int(Fraction(value).limit_denominator(10**9) / unit)
+
+
 def _scaled_limit(limit: float | None, unit: Fraction) -> int | None:
     if limit is None:
         return None
@@ -240,7 +247,7 @@ def _scaled_limit(limit: float | None, unit: Fraction) -> int | None:
 
 def formulate(profile: Profile, placement: Placement, num_microbatches: int,
               mem_limit: float | Sequence[float] | None = None, objective: str = "span") -> Formulation:
-    """The integer formulation of a problem (one route; F, B, W passes; memory peaks at F starts)."""
+    """The integer formulation of a problem (one route; F, B, W passes; memory counted from F starts and B, W ends, and inside a recomputing B)."""
     if objective not in OBJECTIVES:
         raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     if len(placement.routes) != 1:
@@ -250,19 +257,20 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     route = placement.routes[0]
     for s in range(S):
         mf, mb, mw = profile.memories(s)
-        if mf < 0 or mw > 0 or profile.raises_in_b(s):
+        if mf < 0 or mw > 0:
             raise InputError(f"memory deltas of stage {s} = ({mf:g}, {mb:g}, {mw:g}): the optimizer needs "
-                             "mem_f >= 0, mem_b, mem_w <= 0 and no memory held inside B (mem_r)")
+                             "mem_f >= 0 and mem_w <= 0")
     limit = check_limit(mem_limit, p)
     limits = limit if isinstance(limit, tuple) else (limit,) * p
     times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm]
     scale, exact = _time_scale(times)
-    unit = _mem_unit([x for s in range(S) for x in profile.memories(s)])
+    unit = _mem_unit([x for s in range(S) for x in (*profile.memories(s), profile.held_in(B, s))])
     passes = sorted((Pass(kind, mb, s) for kind in (F, B, W) for mb in range(m) for s in range(S)),
                     key=lambda q: _index(q.kind, q.mb, q.stage, m, S))
     device = [route[q.stage] for q in passes]
     duration = [round(profile.time(q.kind, q.stage) * scale) for q in passes]
-    mem_delta = [int(Fraction(profile.delta(q.kind, q.stage)).limit_denominator(10**9) / unit) for q in passes]
+    mem_delta = [_scaled(profile.delta(q.kind, q.stage), unit) for q in passes]
+    mem_held = [_scaled(profile.held_in(q.kind, q.stage), unit) for q in passes]
     comm = round(profile.t_comm * scale)
     edges = []
     for mb in range(m):
@@ -282,7 +290,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     if -1 in first:
         raise InputError(f"device {first.index(-1)} runs no stage in this placement")
     return Formulation(placement, profile, m, limit,
-                       objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta),
+                       objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta), tuple(mem_held),
                        tuple(_scaled_limit(x, unit) for x in limits), scale, exact, unit,
                        tuple(edges), chains, tuple(es), tuple(first), tuple(last))
 

@@ -71,9 +71,9 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
         return
-    if spec.profile.backward_allocates():
-        log.append("B raises the memory here (recomputation), which the integer form does not model yet: the best "
-                   "warm start is the result")
+    if spec.profile.backward_allocates() and solver == "cbc":
+        log.append("B raises the memory here (recomputation), which CBC's form does not model: the best warm start "
+                   "is the result")
         return
     if not budget.allows("formulate", log, budget.cost("lower bound")):
         return

@@ -101,7 +101,8 @@ def _add_memory_limit(model: cp_model.CpModel, form: Formulation, data: WindowDa
     if limit is None or not mine:
         return
     held = sum(form.mem_delta[i] for i in data.order[d] if data.where[i] == BEFORE)
-    if form.stage_counts()[d] == 1:
+    if form.stage_counts()[d] == 1 and not any(form.mem_held[i] or form.passes[i].kind != F and form.mem_delta[i] > 0
+                                               for i in mine):
         _add_memory_by_order(model, form, data, start, d, held, limit)
     else:
         _add_memory_reservoir(model, form, data, start, d, held, limit)
@@ -109,8 +110,8 @@ def _add_memory_limit(model: cp_model.CpModel, form: Formulation, data: WindowDa
 
 def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: WindowData,
                          start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
-    """Memory at each window F's start from order literals (each B, W before or after it); pairs whose
-    order the time bounds already fix get no literal."""
+    """Memory at each window F's start (where a one-stage device's memory peaks when no B raises it) from order
+    literals (each B, W before or after it); pairs whose order the time bounds already fix get no literal."""
     dur, least, latest = form.duration, data.least_start, data.latest_end
     mine, position = data.inside_order[d], {i: k for k, i in enumerate(data.order[d])}
     by_kind = {k: sorted((i for i in mine if form.passes[i].kind == k), key=lambda i: form.passes[i].mb)
@@ -145,10 +146,14 @@ def _add_memory_by_order(model: cp_model.CpModel, form: Formulation, data: Windo
 
 def _add_memory_reservoir(model: cp_model.CpModel, form: Formulation, data: WindowData,
                           start: dict[int, cp_model.IntVar], d: int, held: int, limit: int) -> None:
-    """Memory of a device with several stages as a reservoir of F starts and B, W ends."""
+    """Memory of a device as a reservoir of F starts and B, W ends, and of what a recomputing B holds from its
+    start to its end (used where memory can peak elsewhere than at an F's start)."""
     mine = data.inside_order[d]
-    times = [0] + [start[i] if form.passes[i].kind == F else start[i] + form.duration[i] for i in mine]
-    changes = [held] + [form.mem_delta[i] for i in mine]
+    inside = [i for i in mine if form.mem_held[i]]
+    times = ([0] + [start[i] if form.passes[i].kind == F else start[i] + form.duration[i] for i in mine]
+             + [start[i] for i in inside] + [start[i] + form.duration[i] for i in inside])
+    changes = ([held] + [form.mem_delta[i] for i in mine] + [form.mem_held[i] for i in inside]
+               + [-form.mem_held[i] for i in inside])
     model.add_reservoir_constraint(times, changes, -sum(abs(c) for c in changes), limit)
 
 
