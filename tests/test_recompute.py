@@ -18,7 +18,9 @@ from zbsolve.io.document import to_document
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
 from zbsolve.problem.model import Layer, Model
-from zbsolve.problem.recompute import FULL, NONE, Recompute, layer_costs, parse_recompute, stage_costs
+from zbsolve.problem.recompute import (
+    FULL, NONE, PER_STAGE, Recompute, described, layer_costs, parse_recompute, stage_costs,
+)
 from zbsolve.schedulers.families import make_schedule
 
 runner = CliRunner()
@@ -35,9 +37,26 @@ def toy(blocks: int = 2) -> Model:
 def test_recompute_choices_are_read_or_refused_by_name():
     assert parse_recompute("none") == NONE and parse_recompute("full") == FULL
     assert parse_recompute("uniform:3") == Recompute("uniform", 3) and str(Recompute("uniform", 3)) == "uniform:3"
-    for bad in ("uniform:0", "half", "uniform:x", ""):
+    for bad in ("uniform:0", "half", "uniform:x", "", "per-stage:", "per-stage:1,,2", "per-stage:-1"):
         with pytest.raises(InputError, match=f"recompute = {bad!r}: should be one of none, full, uniform:N"):
             parse_recompute(bad)
+    assert parse_recompute("per-stage") == PER_STAGE and str(PER_STAGE) == "per-stage"
+    assert parse_recompute("per-stage:2,0,1") == Recompute("per-stage", per_stage=(2, 0, 1))
+    assert str(parse_recompute("per-stage:2,0,1")) == "per-stage:2,0,1"
+
+
+def test_per_stage_counts_choose_the_first_blocks_of_each_stage_and_read_back():
+    model, ranges = toy(5), [(0, 3), (3, 4), (4, 6)]  # stages hold blocks [1, 2], [3], [4, 5]
+    assert Recompute("per-stage", per_stage=(1, 0, 2)).layers(model, ranges) == {1, 4, 5}
+    for chosen, text in (({1, 4, 5}, "per-stage:1,0,2"), (set(), "none"), ({1, 2, 3, 4, 5}, "full"),
+                         ({1, 3, 4}, "uniform:1"), ({2}, "layers")):
+        assert described(model, ranges, chosen) == text
+        if text != "layers":
+            assert parse_recompute(text).layers(model, ranges) == chosen
+    with pytest.raises(InputError, match=r"recompute = 'per-stage:1,0': 2 counts for 3 stages"):
+        Recompute("per-stage", per_stage=(1, 0)).layers(model, ranges)
+    with pytest.raises(InputError, match=r"recompute = 'per-stage:1,2,0': stage 1 has 1 blocks, fewer than 2"):
+        Recompute("per-stage", per_stage=(1, 2, 0)).layers(model, ranges)
 
 
 def test_uniform_recomputes_the_first_blocks_of_every_stage():
@@ -165,12 +184,13 @@ def test_a_plan_that_may_recompute_times_both_choices_and_fits():
             plans[choice] = plan(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
                                  placement="sequential", recompute=choice, time_limit=10, executor=pool)
     auto = plans["auto"]
-    assert {c.recompute for c in auto.candidates} == {"none", "full"}
+    assert {c.recompute for c in auto.candidates} == {"none", "full", "per-stage"}
     assert {c.recompute for c in plans["none"].candidates} == {"none"}
     timeline = simulate(auto.timeline.schedule)
     assert timeline.makespan == auto.step_time
     check_fits(auto.costs, timeline)
-    assert auto.recompute == ("full" if auto.costs.recomputed else "none")
+    assert auto.recompute == described(act_heavy(), auto.costs.ranges, auto.costs.recomputed)
+    assert parse_recompute(auto.recompute).layers(act_heavy(), auto.costs.ranges) == set(auto.costs.recomputed)
     fitting = [b.step_time for b in auto.baselines if b.fits and b.step_time is not None
                and b.schedule in ("GPipe", "1F1B")]
     assert auto.step_time <= min(fitting) * (1 + 1e-9)
@@ -215,3 +235,25 @@ def test_cpsat_keeps_the_peak_inside_a_recomputing_b_within_the_limit():
         assert result.costs.recomputed
         found[solver] = result.step_time
     assert found["cpsat"] <= found["heuristic"]
+
+
+def test_per_stage_recomputes_only_where_a_device_needs_it():
+    from zbsolve import solve
+
+    # Blocks of 1 GiB of activations a microbatch, a quarter of which W reads. Stage 0 holds 6 of them: within
+    # 6 GiB, with its static bytes, not even one microbatch fits there without recomputation (and does with it).
+    # With 64 GiB every order fits as it is.
+    model = Model(name="w-light", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=-3 * GIB // 4,
+              mem_w=-GIB // 4, static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+    chosen = {}
+    for memory in (6 * GIB, 64 * GIB):
+        result = solve(model, num_devices=2, num_microbatches=8, device_memory=memory, reserve=0, partition=[7, 3],
+                       recompute="per-stage", solver="heuristic", time_limit=30, workers=1)
+        timeline = simulate(result.schedule)
+        assert timeline.makespan == result.step_time
+        check_fits(result.costs, timeline)
+        chosen[memory] = described(model, result.costs.ranges, result.costs.recomputed)
+    assert chosen[64 * GIB] == "none"
+    assert parse_recompute(chosen[6 * GIB]).layers(model, [(0, 7), (7, 10)]) & set(range(1, 7))

@@ -18,10 +18,12 @@ and a log line saying so; before it, the interrupt propagates.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
 
+from zbsolve.base.errors import InfeasibleError
 from zbsolve.core.measures import gap
 from zbsolve.core.placement import CHUNKS, PlacementName
 from zbsolve.core.profile import Profile
@@ -33,16 +35,20 @@ from zbsolve.optimize.backends import BACKENDS, BackendResult, Log
 from zbsolve.optimize.bound import lower_bound, warmup_bound
 from zbsolve.optimize.budget import Budget
 from zbsolve.optimize.formulation import Formulation, formulate
+from zbsolve.optimize.recompute_fit import fit_recompute
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.warm_start import Best, floor, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
+from zbsolve.problem.recompute import PER_STAGE, parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
+FIT_SHARE = 0.1
+"""The share of the time left that timing one per-stage recomputation choice may take."""
 
 
 def _check_feasible(spec: Spec, costs: Costs) -> None:
@@ -120,6 +126,15 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         best.proven(best.value, True)
 
 
+def _warm_step(model: Model, request: Request, began: float) -> float:
+    """The step time of ``request``'s warm starts alone (infinity when nothing fits), in a share of its time."""
+    share = max(0.05, (request.time_limit - (time.monotonic() - began)) * FIT_SHARE)
+    try:
+        return solve_request(model, request.model_copy(update={"solver": "heuristic", "time_limit": share})).step_time
+    except InfeasibleError:
+        return math.inf
+
+
 def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Sequence[float] | None = None, *,
           num_microbatches: int, num_devices: int | None = None, placement: PlacementName = "sequential",
           solver: SolverName = "cpsat", time_limit: float = TIME_LIMIT, objective: Objective = "makespan",
@@ -139,8 +154,9 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
-    ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full or uniform:N)
-    says which of a model's blocks run their forward again inside their B (``zbsolve.problem.recompute``). The
+    ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full, uniform:N,
+    per-stage:N,N,..., or per-stage: the counts chosen by ``optimize.recompute_fit``) says which of a model's blocks
+    run their forward again inside their B (``zbsolve.problem.recompute``). The
     arguments are checked once, as one ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
     families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
@@ -162,6 +178,9 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     """``solve`` on a checked request; ``began`` (``time.monotonic()``) when the time limit started, by default
     now."""
     began = time.monotonic() if began is None else began
+    if isinstance(profile, Model) and parse_recompute(request.recompute) == PER_STAGE:
+        chosen = fit_recompute(profile, request, lambda r: _warm_step(profile, r, began))
+        request = request.model_copy(update={"recompute": str(chosen)})
     spec, costs = resolve(profile, request)
     _check_feasible(spec, costs)
     log = Log(progress)

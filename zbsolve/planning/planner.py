@@ -37,7 +37,7 @@ from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import untimed
-from zbsolve.problem.recompute import parse_recompute
+from zbsolve.problem.recompute import FULL, PER_STAGE, described, parse_recompute
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.builtins import BUILTINS
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
@@ -46,7 +46,7 @@ AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
 MAX_CHUNKS = 8
 """The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
-RECOMPUTE_AUTO = ("none", "full")
+RECOMPUTE_AUTO = ("none", "full", "per-stage")
 """The recomputation choices ``recompute="auto"`` times every candidate with."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
@@ -108,8 +108,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
     GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
     interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
-    ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N), or "auto": each
-    candidate timed without recomputation and with every block recomputed (``RECOMPUTE_AUTO``).
+    ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
+    "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), or "auto": each
+    candidate timed with each of ``RECOMPUTE_AUTO``.
 
     What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
@@ -170,7 +171,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                    "taking it")
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
-                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted, chosen[2])
+                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
+                      described(model, costs.ranges, costs.recomputed))
 
 
 def _gpu_memory(model: Model) -> int:
@@ -189,7 +191,9 @@ def _closest(search: Search) -> str:
     for pl, c, rc, counts in search.timed:
         r = search.request
         layout = make_placement(pl, r.num_devices, c)
-        profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve, parse_recompute(rc))
+        choice = parse_recompute(rc)  # per-stage counts not chosen yet: its least memory is every block's
+        profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve,
+                                     FULL if choice == PER_STAGE else choice)
         uses = [{"static": static, "one microbatch's activations": need}
                 for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
         d = max(range(search.request.num_devices), key=lambda d: costs.over(uses[d]))

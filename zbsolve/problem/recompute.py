@@ -20,31 +20,46 @@ COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r")
 
 
 class Recompute(NamedTuple):
-    """Which blocks recompute: none, every block ("full", torchtitan's activation checkpointing), or the first N
-    blocks of every stage ("uniform:N", Megatron's ``recompute_method=block``)."""
+    """Which blocks recompute: none, every block ("full", torchtitan's activation checkpointing), the first N blocks
+    of every stage ("uniform:N", Megatron's ``recompute_method=block``), or the first N_s blocks of each stage s
+    ("per-stage:N_0,N_1,...", or "per-stage" alone: the counts still to be chosen, ``problem.recompute_fit``)."""
 
     mode: str
-    """none, full or uniform."""
+    """none, full, uniform or per-stage."""
     blocks: int = 0
     """N of uniform:N."""
+    per_stage: tuple[int, ...] = ()
+    """N_s of per-stage, one per stage in stage order (empty: not chosen yet)."""
 
     def __str__(self) -> str:
-        return f"uniform:{self.blocks}" if self.mode == "uniform" else self.mode
+        if self.mode == "uniform":
+            return f"uniform:{self.blocks}"
+        if self.mode == "per-stage" and self.per_stage:
+            return "per-stage:" + ",".join(map(str, self.per_stage))
+        return self.mode
 
     def layers(self, model: Model, ranges: Sequence[Sequence[int]]) -> frozenset[int]:
-        """The indices of the layers that recompute when ``model`` is cut at ``ranges``."""
+        """The indices of the layers that recompute when ``model`` is cut at ``ranges``; an ``InputError`` when
+        per-stage counts do not match the stages."""
         if self.mode == "none":
             return frozenset()
+        if self.mode == "per-stage" and len(self.per_stage) != len(ranges):
+            raise InputError(f"recompute = '{self}': {len(self.per_stage)} counts for {len(ranges)} stages")
         chosen = set()
-        for a, b in ranges:
+        for s, (a, b) in enumerate(ranges):
             blocks = [i for i in range(a, b) if model.layers[i].block]
-            chosen.update(blocks if self.mode == "full" else blocks[:self.blocks])
+            n = len(blocks) if self.mode == "full" else self.blocks if self.mode == "uniform" else self.per_stage[s]
+            if self.mode == "per-stage" and n > len(blocks):
+                raise InputError(f"recompute = '{self}': stage {s} has {len(blocks)} blocks, fewer than {n}")
+            chosen.update(blocks[:n])
         return frozenset(chosen)
 
 
 NONE = Recompute("none")
 FULL = Recompute("full")
-RECOMPUTE_FORMS = ("none", "full", "uniform:N")
+PER_STAGE = Recompute("per-stage")
+"""Per-stage counts, to be chosen."""
+RECOMPUTE_FORMS = ("none", "full", "uniform:N", "per-stage", "per-stage:N,N,...")
 """How a recomputation choice is written."""
 
 
@@ -52,10 +67,33 @@ def parse_recompute(text: str | Recompute) -> Recompute:
     """A recomputation choice from its text (``RECOMPUTE_FORMS``); anything else is an ``InputError``."""
     if isinstance(text, Recompute):
         return text
-    match = re.fullmatch(r"\s*(none|full|uniform:(\d+))\s*", str(text))
+    match = re.fullmatch(r"\s*(none|full|uniform:(\d+)|per-stage(?::(\d+(?:,\d+)*))?)\s*", str(text))
     if match is None or match[2] is not None and int(match[2]) < 1:
-        raise InputError(f"recompute = {text!r}: should be one of {', '.join(RECOMPUTE_FORMS)} (N >= 1)")
-    return Recompute("uniform", int(match[2])) if match[2] else Recompute(match[1])
+        raise InputError(f"recompute = {text!r}: should be one of {', '.join(RECOMPUTE_FORMS)} (N >= 1 in uniform:N)")
+    if match[2]:
+        return Recompute("uniform", int(match[2]))
+    if match[1].startswith("per-stage"):
+        return Recompute("per-stage", per_stage=tuple(int(x) for x in match[3].split(",")) if match[3] else ())
+    return Recompute(match[1])
+
+
+def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int]) -> str:
+    """The shortest text (none, full, uniform:N, per-stage:...) that chooses ``recomputed`` at ``ranges``, or
+    "layers" when the recomputed blocks of some stage are not its first ones."""
+    counts = []
+    for a, b in ranges:
+        blocks = [i for i in range(a, b) if model.layers[i].block]
+        mine = [i for i in blocks if i in recomputed]
+        if mine != blocks[:len(mine)]:
+            return "layers"
+        counts.append((len(mine), len(blocks)))
+    if not any(n for n, _ in counts):
+        return "none"
+    if all(n == total for n, total in counts):
+        return "full"
+    if len({n for n, _ in counts}) == 1:
+        return f"uniform:{counts[0][0]}"
+    return str(Recompute("per-stage", per_stage=tuple(n for n, _ in counts)))
 
 
 def layer_costs(model: Model, index: int, recomputes: bool) -> dict[str, float]:

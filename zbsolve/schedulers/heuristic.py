@@ -31,9 +31,8 @@ from zbsolve.core.simulator import simulate
 from zbsolve.core.timing import device_objective
 from zbsolve.schedulers.one_at_a_time import check_feasible, check_one_route, one_at_a_time
 
-_EPS = 1e-9
-"""Slack of comparisons of times."""
-_INF = math.inf
+_EPS, _INF = 1e-9, math.inf
+"""Slack of comparisons of times; no limit."""
 _CLOCK_EVERY = 4096
 """Events between two looks at the clock when a run has a deadline."""
 
@@ -117,6 +116,15 @@ class _Problem:
         self.f_need[st[0]] = max(self.footprint[d], self.mem_f[st[0]] + self.after_first[d])
 
 
+def _in_flight(limit: float, footprint: float, held: float, m: int) -> int:
+    """Microbatches a device holds in flight: k - 1 holding their forwards' memory (``held``; = ``footprint`` where
+    B and W only free memory) while one reaches its footprint."""
+    if footprint <= 0 or limit == _INF or held <= 0 <= limit - footprint:
+        return m
+    return max(1, int(limit / footprint + _EPS) if not 0 < held < footprint else
+               1 + int((limit - footprint) / held + _EPS))
+
+
 def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) -> list[int]:
     """Per stage, how many F run before its first B: those that fit before the B arrives and in
     memory; with ``monotone`` each stage keeps at least one more than the next."""
@@ -127,9 +135,9 @@ def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) 
     counts = [1] * S
     arrival = end_f[S - 1]
     for s in range(S - 1, -1, -1):
-        fp = prob.footprint[dev[s]]
+        fp, held = prob.footprint[dev[s]], sum(prob.mem_f[x] for x in prob.stages[dev[s]])
         limit = prob.limit[dev[s]]
-        by_memory = m if fp <= 0 or limit == _INF else max(1, int(limit / fp + _EPS))
+        by_memory = _in_flight(limit, fp, held, m)
         k, busy = 1, end_f[s]
         if s < S - 1:
             while k < min(m, by_memory):
@@ -332,12 +340,11 @@ class _Run:
     def _place(self, d: int, op: Pass, begin: float, duration: float, delta: float, now: float) -> float:
         """Append ``op`` to device ``d`` at ``begin``; return its end."""
         ops = self.ops[d]
-        if ops:
-            if begin > self.free[d]:
-                bubble = self.bubble[d] = self.bubble[d] + begin - self.free[d]
-                self.max_bubble = max(self.max_bubble, bubble)
-        else:
+        if not ops:
             self.first_start[d] = begin
+        elif begin > self.free[d]:
+            self.bubble[d] += begin - self.free[d]
+            self.max_bubble = max(self.max_bubble, self.bubble[d])
         ops.append(op)
         end = begin + duration
         self.free[d] = end

@@ -41,8 +41,9 @@ def plan(
     chart: Optional[Path] = typer.Option(None, "--chart", help="Write the plan's Gantt chart beside the baselines' "
                                                                "step times (.png or .svg)."),
     recompute: str = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: "
-                                  "none, full, uniform:N (the first N of every stage), or auto (each candidate "
-                                  "timed with none and with full)."),
+                                  "none, full, uniform:N (the first N of every stage), per-stage:N,N,... (the first "
+                                  "N_s of stage s), per-stage (the counts chosen for each candidate), or auto (each "
+                                  "candidate timed with none, full and per-stage)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.

@@ -54,7 +54,9 @@ def solve(
                                             "(default: the problem's, else sequential)."),
     chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
     recompute: str = typer.Option("none", "--recompute", help="A model's blocks that run their forward again inside "
-                                  "their B: none, full (every block) or uniform:N (the first N of every stage)."),
+                                  "their B: none, full (every block), uniform:N (the first N of every stage), "
+                                  "per-stage:N,N,... (the first N_s of stage s) or per-stage (the counts chosen for the "
+                                  "shortest step)."),
 ) -> None:
     """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
 
