@@ -291,7 +291,9 @@ def test_torchtitan_export(tmp_path: Path, placement: str) -> None:
     schedule = read_document(doc)[0]
     assert text == (folder / "schedule.csv").read_text() == torch_csv(schedule)
     config = json.loads((folder / "torchtitan.json").read_text())
-    assert set(config) == {"parallelism", "training"}
+    assert set(config) == {"parallelism", "training", "activation_checkpoint"}
+    # Nothing recomputes, so the export turns off torchtitan's default (selective) checkpointing.
+    assert config["activation_checkpoint"] == "none"
     assert set(config["parallelism"]) == TORCHTITAN_PARALLELISM_KEYS
     assert set(config["training"]) == TORCHTITAN_TRAINING_KEYS
     parallelism = config["parallelism"]
@@ -321,6 +323,7 @@ def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -
 
     import tyro
     from torch.distributed.pipelining.schedules import get_schedule_class
+    from torchtitan.distributed.activation_checkpoint import ActivationCheckpointingConfig, SelectiveAC
 
     assert TORCHTITAN_PARALLELISM_KEYS <= {f.name for f in dataclasses.fields(configs.ParallelismConfig)}
     assert TORCHTITAN_TRAINING_KEYS <= {f.name for f in dataclasses.fields(configs.TrainingConfig)}
@@ -333,11 +336,14 @@ def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -
 
     sections = dataclasses.make_dataclass("Sections", [
         ("parallelism", configs.ParallelismConfig, dataclasses.field(default_factory=configs.ParallelismConfig)),
-        ("training", configs.TrainingConfig, dataclasses.field(default_factory=configs.TrainingConfig))])
+        ("training", configs.TrainingConfig, dataclasses.field(default_factory=configs.TrainingConfig)),
+        ("activation_checkpoint", ActivationCheckpointingConfig,
+         dataclasses.field(default_factory=SelectiveAC.Config))])
     manager.ConfigManager()  # registers torchtitan's command-line rules (a list[str] as A,B,C)
     parsed = tyro.cli(sections, args=shlex.split((folder / "torchtitan-args.txt").read_text()),
                       registry=manager.custom_registry)
     assert parsed.parallelism == parallelism and parsed.training == training
+    assert config["activation_checkpoint"] == "none" and parsed.activation_checkpoint is None
 
 
 @pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
@@ -425,16 +431,23 @@ def test_export_never_overwrites_its_document(tmp_path: Path) -> None:
     assert doc.read_text() == inside.read_text() == text and sorted(folder.iterdir()) == [inside]
 
 
+def _megatron_args(text: str) -> dict[str, str]:
+    """Megatron's arguments in the export's shell line, by flag."""
+    args = shlex.split(text)
+    return dict(zip(args[::2], args[1::2]))
+
+
 @pytest.mark.parametrize("placement,layout", [("sequential", "Et*3|t*3L"), ("interleaved", "Et*2|t*2|t|tL")])
 def test_megatron_export(tmp_path: Path, placement: str, layout: str) -> None:
     doc = _plan_document(tmp_path, placement)
-    assert export_document(doc, "megatron", None) == ([], layout)
+    text = f"--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout '{layout}'"
+    assert export_document(doc, "megatron", None) == ([], text)
     assert MEGATRON_LAYOUT.fullmatch(layout)
     blocks = [sum(n.startswith("layers.") for n in stage) for stage in _stage_names(doc)]
     assert [int(m.group(1) or 1) if (m := re.search(r"t(?:\*(\d+))?", stage)) else 0
             for stage in layout.split("|")] == blocks
-    out = tmp_path / "layout.txt"
-    assert export_document(doc, "megatron", out) == ([out], layout) and out.read_text() == layout + "\n"
+    out = tmp_path / "megatron.txt"
+    assert export_document(doc, "megatron", out) == ([out], text) and out.read_text() == text + "\n"
 
 
 @pytest.mark.parametrize("placement", ["sequential", "interleaved"])
@@ -444,8 +457,9 @@ def test_megatron_export_parses_in_megatron(tmp_path: Path, placement: str) -> N
     from megatron.core.transformer.enums import LayerType
 
     doc = _plan_document(tmp_path, placement)
-    _, text = export_document(doc, "megatron", None)
-    layout = mod.PipelineParallelLayerLayout(text, 2)
+    args = _megatron_args(export_document(doc, "megatron", None)[1])
+    assert args["--pipeline-model-parallel-size"] == "2"
+    layout = mod.PipelineParallelLayerLayout(args["--pipeline-model-parallel-layout"], 2)
     assert layout.validate_layer_layout(num_layers=6, mtp_num_layers=None) is False
     blocks = [sum(n.startswith("layers.") for n in stage) for stage in _stage_names(doc)]
     routes = read_document(doc)[0].placement.routes[0]
@@ -480,7 +494,8 @@ def test_blocks_from_the_records_else_from_the_names(tmp_path: Path) -> None:
     for record in data["partition"]["layers"][1:7]:
         record["block"] = True
     doc.write_text(json.dumps(data))
-    assert export_document(doc, "megatron", None)[1] == "Et*3|t*3L"
+    assert _megatron_args(export_document(doc, "megatron", None)[1])["--pipeline-model-parallel-layout"] == \
+        "Et*3|t*3L"
 
 
 @pytest.mark.parametrize("fmt", ["torchtitan", "megatron"])
@@ -506,7 +521,8 @@ def test_export_command_formats(tmp_path: Path) -> None:
     assert config["training"] == {"local_batch_size": 8}
     assert config["parallelism"]["module_fqns_per_model_part"][-1][-1] == "output"
     result = _zbsolve("export", doc, "-f", "megatron")
-    assert result.exit_code == 0 and result.stdout == "Et*2|t*2|t|tL\n"
+    assert result.exit_code == 0
+    assert result.stdout == "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et*2|t*2|t|tL'\n"
     for args, message in ((["-f", "torch-csv"], "output is missing: format 'torch-csv' writes files"),
                           (["-f", "megatron", "--rename", "a=b"],
                            "rename = 'a=b' applies to format 'torchtitan' only, not 'megatron'")):

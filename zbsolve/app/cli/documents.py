@@ -69,7 +69,8 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
 def export(
     file: Path = typer.Argument(..., help="Schedule document (JSON)."),
     fmt: str = typer.Option("torch-csv", "--format", "-f", help="Export format: torch-csv, torchtitan (the CSV and "
-                            "torchtitan's pipeline settings) or megatron (the --pipeline-model-parallel-layout)."),
+                            "torchtitan's pipeline and activation checkpointing settings) or megatron (Megatron's "
+                            "pipeline and recomputation arguments)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", show_default=False,
                                           help="Output file; a folder for torchtitan; megatron prints without it."),
     microbatch_size: Optional[int] = typer.Option(None, "--microbatch-size", min=1, show_default=False,
