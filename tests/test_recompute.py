@@ -49,10 +49,13 @@ def test_per_stage_counts_choose_the_first_blocks_of_each_stage_and_read_back():
     model, ranges = toy(5), [(0, 3), (3, 4), (4, 6)]  # stages hold blocks [1, 2], [3], [4, 5]
     assert Recompute("per-stage", per_stage=(1, 0, 2)).layers(model, ranges) == {1, 4, 5}
     for chosen, text in (({1, 4, 5}, "per-stage:1,0,2"), (set(), "none"), ({1, 2, 3, 4, 5}, "full"),
-                         ({1, 3, 4}, "uniform:1"), ({2}, "layers")):
+                         ({1, 3, 4}, "uniform:1"), ({1, 2, 3, 4}, "per-stage:2,1,1"), ({2}, "layers")):
         assert described(model, ranges, chosen) == text
         if text != "layers":
             assert parse_recompute(text).layers(model, ranges) == chosen
+    longer = [(0, 3), (3, 4), (4, 7)]  # blocks [1, 2], [3], [4, 5, 6]: uniform:2 recomputes the middle one whole
+    assert described(toy(6), longer, {1, 2, 3, 4, 5}) == "uniform:2"
+    assert Recompute("uniform", 2).layers(toy(6), longer) == {1, 2, 3, 4, 5}
     with pytest.raises(InputError, match=r"recompute = 'per-stage:1,0': 2 counts for 3 stages"):
         Recompute("per-stage", per_stage=(1, 0)).layers(model, ranges)
     with pytest.raises(InputError, match=r"recompute = 'per-stage:1,2,0': stage 1 has 1 blocks, fewer than 2"):

@@ -1,8 +1,12 @@
 """The baselines a plan is measured against: each of torch's built-in schedules on each baseline split (uniform,
 torchtitan's, Megatron's), and on the uniform and torchtitan splits with every block recomputed (torchtitan's
-activation checkpointing), simulated on the plan's own costs."""
+activation checkpointing); Megatron's own schedule on a ``--pipeline-model-parallel-layout`` when given, and on
+Megatron's split and the layout with the best ``--recompute-num-layers``; all simulated on the plan's own costs."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
 
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import gib
@@ -11,9 +15,10 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.planning.result import Baseline
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
+from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition
-from zbsolve.problem.recompute import FULL, NONE, parse_recompute
+from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
 from zbsolve.problem.splits import megatron_split, torchtitan_split
 from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
 
@@ -22,6 +27,8 @@ SPLITS = ("uniform", "torchtitan", "megatron")
 the loss counted as layers."""
 RECOMPUTED = (("uniform", FULL), ("torchtitan", FULL))
 """The splits also run with recomputation, and how: what a torchtitan user gets by turning it on."""
+MEGATRON_CHUNKS = (1, 2)
+"""The virtual stages per device Megatron's split runs with its best ``--recompute-num-layers``: none and two."""
 
 
 def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, int]]:
@@ -33,40 +40,119 @@ def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, i
     return megatron_split(model, num_stages)
 
 
+def megatron_schedule(chunks: int) -> str:
+    """torch's built-in schedule of Megatron-core's order with ``chunks`` virtual stages per device.
+
+    Megatron-core 0.16.1, ``megatron/core/pipeline_parallel/schedules.py``: without interleaving
+    (``forward_backward_pipelining_without_interleaving``) rank r warms up with pp - r - 1 forwards, then runs one
+    forward and one backward until it drains: torch's ``Schedule1F1B``. With interleaving
+    (``forward_backward_pipelining_with_interleaving``) rank r warms up with (pp - r - 1) * 2 + (chunks - 1) *
+    ``microbatch_group_size_per_vp_stage`` (pp unless set) forwards, and visits its chunks in groups of that many
+    microbatches (``get_schedule_table``), the backwards' chunks reversed: torch's ``ScheduleInterleaved1F1B``,
+    whose warm-up is (chunks - 1) * ``microbatches_per_round`` + 2 * (pp - 1 - r) with rounds of pp microbatches
+    when pp divides m, which Megatron needs (``megatron_refusal``)."""
+    return "1F1B" if chunks == 1 else "Interleaved1F1B"
+
+
+def megatron_refusal(num_devices: int, chunks: int, num_microbatches: int) -> str | None:
+    """Why Megatron-core does not run its schedule with these figures, or None: interleaving needs m a multiple of
+    pp (the last group of ``microbatch_group_size_per_vp_stage`` = pp microbatches may not be smaller than pp)."""
+    if chunks > 1 and num_microbatches % num_devices:
+        return (f"num_microbatches = {num_microbatches} is not a multiple of num_devices = {num_devices}: Megatron's "
+                f"interleaved schedule runs microbatches in groups of {num_devices}")
+    return None
+
+
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
-              reserve: int = DEFAULT_RESERVE) -> list[Baseline]:
-    """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says,
-    simulated on the model's costs."""
-    settings = [(split, NONE) for split in SPLITS] + list(RECOMPUTED)
+              reserve: int = DEFAULT_RESERVE, layout: str | None = None) -> list[Baseline]:
+    """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says;
+    then Megatron's schedule on ``layout`` (a ``--pipeline-model-parallel-layout``; an ``InputError`` where it does
+    not suit the model and devices, ``layout_counts``) without recomputation, and on Megatron's split
+    (``MEGATRON_CHUNKS``) and the layout with the best ``--recompute-num-layers`` (``best_recompute``); simulated on
+    the model's costs."""
+    p, m = num_devices, num_microbatches
+    given = layout_counts(model, layout, p) if layout is not None else None
     rows = []
-    for split, recompute in settings:
+    for split, recompute in [(split, NONE) for split in SPLITS] + list(RECOMPUTED):
         for name, builtin in BUILTINS.items():
-            layout = make_placement(builtin.placement, num_devices, builtin.chunks)
-            shown = str(recompute)
             try:
-                counts = tuple(b - a for a, b in split_ranges(split, model, layout.num_stages))
+                counts = _counts(split_ranges(split, model, builtin.chunks * p))
             except InputError as exc:
-                rows.append(Baseline(split, name, None, None, None, None, False, str(exc), shown))
+                rows.append(Baseline(split, name, None, None, None, None, False, str(exc), str(recompute),
+                                     chunks=builtin.chunks, recomputed=None))
                 continue
-            try:
-                profile, costs = model_costs(model, layout, counts, device_memory, reserve, recompute)
-                timeline = simulate(builtin_schedule(name, profile, num_devices, num_microbatches))
-            except ZbsolveError as exc:
-                rows.append(Baseline(split, name, counts, None, None, None, False, str(exc), shown))
-                continue
-            used = tuple(gib(s + a) for s, a in zip(costs.static_bytes, timeline.peak_memory))
-            rows.append(Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, used,
-                                 costs.first_over(timeline.peak_memory) is None, "", shown))
+            rows.append(_simulated(model, split, name, builtin.chunks, counts, p, m, device_memory, reserve,
+                                   recompute))
+    megatron = []
+    for chunks in MEGATRON_CHUNKS:
+        try:
+            megatron.append(("megatron", chunks, _counts(megatron_split(model, chunks * p))))
+        except InputError:
+            continue  # the rows without recomputation say why
+    if given is not None:
+        megatron.append(("layout", given.chunks, given.counts))
+        rows.append(_megatron(model, "layout", given.chunks, given.counts, p, m, device_memory, reserve, NONE))
+    rows += [best_recompute(model, split, chunks, counts, p, m, device_memory, reserve)
+             for split, chunks, counts in megatron]
     return rows
+
+
+def best_recompute(model: Model, split: str, chunks: int, counts: Sequence[int], num_devices: int,
+                   num_microbatches: int, device_memory: int, reserve: int) -> Baseline:
+    """Megatron's schedule (``megatron_schedule``) on the layer ``counts`` per stage with the best single
+    ``--recompute-num-layers`` N under ``--recompute-method block`` (the first N blocks of every virtual stage,
+    ``Recompute("uniform", N)``), N from 1 to the most blocks in a stage (that one as "full": every block).
+
+    The first N that fits is the best: the order does not depend on the costs and recomputing more blocks only
+    lengthens their B, so the step time never falls as N grows. When none fits, the row of "full", with a note."""
+    ranges = partition(model, len(counts), list(counts))
+    most = max(sum(layer.block for layer in model.layers[a:b]) for a, b in ranges)
+    for recompute in [*(Recompute("uniform", n) for n in range(1, most)), FULL]:
+        row = _megatron(model, split, chunks, counts, num_devices, num_microbatches, device_memory, reserve, recompute)
+        if row.fits or row.step_time is None:
+            return row
+    return replace(row, note=f"no --recompute-num-layers from 1 to {most} fits")
 
 
 def baseline_plan(model: Model, num_devices: int, num_microbatches: int, device_memory: int, reserve: int,
                   top: Baseline) -> tuple[Timeline, Costs, tuple[str, int]]:
     """A baseline taken as the plan: its schedule under the activation budgets, re-simulated; its costs, placement
     and stages per device."""
-    name, c = BUILTINS[top.schedule].placement, BUILTINS[top.schedule].chunks
     assert top.counts is not None  # a baseline that fits has a split
-    profile, costs = model_costs(model, make_placement(name, num_devices, c), top.counts, device_memory, reserve,
-                                 parse_recompute(top.recompute))
-    schedule = with_limit(builtin_schedule(top.schedule, profile, num_devices, num_microbatches), costs.limits())
-    return simulate(schedule), costs, (name, c)
+    placement = make_placement(top.placement, num_devices, top.chunks)
+    profile, costs = model_costs(model, placement, top.counts, device_memory, reserve, parse_recompute(top.recompute))
+    schedule = builtin_schedule(top.schedule, profile, num_devices, num_microbatches, top.chunks)
+    return simulate(with_limit(schedule, costs.limits())), costs, (top.placement, top.chunks)
+
+
+def _counts(ranges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+    """Layers per stage of half-open ``ranges``."""
+    return tuple(b - a for a, b in ranges)
+
+
+def _megatron(model: Model, split: str, chunks: int, counts: Sequence[int], num_devices: int,
+              num_microbatches: int, device_memory: int, reserve: int, recompute: Recompute) -> Baseline:
+    """Megatron's schedule on ``counts``, or the row saying why Megatron does not run it."""
+    name, refusal = megatron_schedule(chunks), megatron_refusal(num_devices, chunks, num_microbatches)
+    if refusal is not None:
+        return Baseline(split, name, tuple(counts), None, None, None, False, refusal, str(recompute), chunks=chunks,
+                        recomputed=None)
+    return _simulated(model, split, name, chunks, counts, num_devices, num_microbatches, device_memory, reserve,
+                      recompute)
+
+
+def _simulated(model: Model, split: str, name: str, chunks: int, counts: Sequence[int], num_devices: int,
+               num_microbatches: int, device_memory: int, reserve: int, recompute: Recompute) -> Baseline:
+    """Built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, simulated; or the row
+    saying why it does not run."""
+    shown, counts = str(recompute), tuple(counts)
+    try:
+        placement = make_placement(BUILTINS[name].placement, num_devices, chunks)
+        profile, costs = model_costs(model, placement, counts, device_memory, reserve, recompute)
+        timeline = simulate(builtin_schedule(name, profile, num_devices, num_microbatches, chunks))
+    except ZbsolveError as exc:
+        return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
+    used = tuple(gib(s + a) for s, a in zip(costs.static_bytes, timeline.peak_memory))
+    recomputed = tuple(sum(a <= i < b for i in costs.recomputed) for a, b in costs.ranges)
+    return Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, used,
+                    costs.first_over(timeline.peak_memory) is None, "", shown, chunks=chunks, recomputed=recomputed)

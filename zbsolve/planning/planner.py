@@ -34,20 +34,19 @@ from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.planning.result import PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
+from zbsolve.planning.targets import may_take, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
+from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import untimed
 from zbsolve.problem.recompute import FULL, PER_STAGE, described, parse_recompute
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
-from zbsolve.schedulers.builtins import BUILTINS
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
 AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
 MAX_CHUNKS = 8
 """The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
-RECOMPUTE_AUTO = ("none", "full", "per-stage")
-"""The recomputation choices ``recompute="auto"`` times every candidate with."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
 solves')."""
@@ -102,7 +101,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
          device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | str | None = None,
          time_limit: float = PLAN_TIME_LIMIT, reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None,
          executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None,
-         recompute: str = "none") -> PlanResult:
+         recompute: str = "none", target: str = "zbsolve", baseline_layout: str | None = None) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
@@ -110,7 +109,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
     ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
     "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), or "auto": each
-    candidate timed with each of ``RECOMPUTE_AUTO``.
+    candidate timed with each of ``targets.AUTO[target]``. ``target`` (zbsolve, torchtitan, megatron) keeps the
+    search to the recomputation and placements that runtime can run (``zbsolve.planning.targets``);
+    ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines.
 
     What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
@@ -130,11 +131,14 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
                       **({} if chunks in (None, "auto") else {"chunks": chunks}),
                       **({} if recompute == "auto" else {"recompute": recompute}))
-    choices = RECOMPUTE_AUTO if recompute == "auto" else (request.recompute,)
+    choices = recompute_choices(target, recompute)
+    if baseline_layout is not None:
+        layout_counts(model, baseline_layout, p)  # refused before the search when it does not suit the model
     if jobs is not None:
         check_count("jobs", jobs)
-    options = [(name, c, rc) for name, c in search_placements(placement, "auto" if chunks == "auto" else request.chunks,
-                                                               p, len(model.layers), m) for rc in choices]
+    placements = runnable(target, search_placements(placement, "auto" if chunks == "auto" else request.chunks, p,
+                                                    len(model.layers), m), placement)
+    options = [(name, c, rc) for name, c in placements for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
     log: list[str] = []
@@ -152,10 +156,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    rows = baselines(model, p, m, memory, spare)
-    # A baseline can be the plan when it fits and its placement is one asked for.
-    allowed = [b for b in rows if b.fits and b.step_time is not None
-               and (BUILTINS[b.schedule].placement, BUILTINS[b.schedule].chunks, b.recompute) in options]
+    rows = baselines(model, p, m, memory, spare, baseline_layout)
+    # A baseline can be the plan when it fits, and its placement and recomputation are ones searched.
+    allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
+               and may_take(target, recompute, b.recompute)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"

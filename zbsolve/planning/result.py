@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.problem.costs import Costs, memory_figures
+from zbsolve.schedulers.builtins import BUILTINS
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,11 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Baseline:
-    """A built-in torch schedule on a baseline split, simulated on the same costs."""
+    """A built-in torch schedule on a baseline split (Megatron's schedules as the built-ins of their order),
+    simulated on the same costs."""
 
     split: str
-    """"uniform", "torchtitan" or "megatron"."""
+    """"uniform", "torchtitan", "megatron" or "layout" (a Megatron ``--pipeline-model-parallel-layout``)."""
     schedule: str
     """torch's schedule name (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)."""
     counts: tuple[int, ...] | None
@@ -62,14 +65,24 @@ class Baseline:
     note: str = ""
     """Why there is no figure, when there is none."""
     recompute: str = "none"
-    """Which blocks recompute: none, or full (every block)."""
+    """Which blocks recompute: none, full (every block) or uniform:N (the first N blocks of every stage)."""
+    chunks: int = field(kw_only=True)
+    """Stages per device: the built-in's own (``BUILTINS``), or a Megatron layout's virtual stages."""
+    recomputed: tuple[int, ...] | None = field(kw_only=True)
+    """Blocks recomputed per stage (None without a figure)."""
+
+    @property
+    def placement(self) -> str:
+        """The placement its schedule runs on (``BUILTINS``), with ``chunks`` stages per device."""
+        return BUILTINS[self.schedule].placement
 
     def row(self) -> dict[str, object]:
-        """The baseline as a table row."""
+        """The baseline as a table row; the blocks recomputed per stage with runs written n*k, as Megatron's
+        layout repeats (``2*39,1``: two on each of the first 39 stages, one on the last)."""
         return {"split": self.split, "recompute": self.recompute, "schedule": self.schedule,
                 "step_time": self.step_time, "bubble": self.bubble,
                 "max GiB": max(self.memory_gib) if self.memory_gib else None, "fits": self.fits,
-                "note": self.note}
+                "recomputed": _runs(self.recomputed) if any(self.recomputed or ()) else None, "note": self.note}
 
 
 @dataclass(frozen=True, repr=False)
@@ -150,6 +163,12 @@ class PlanResult(Shown):
         return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "
                 f"step_time={self.step_time:.6g}, gap={self.gap:.4g}, source={self.source!r})")
 
+
+
+def _runs(counts: tuple[int, ...]) -> str:
+    """``counts`` with each run of one count written count*length (``2*39,1``)."""
+    runs = [(count, len(list(group))) for count, group in itertools.groupby(counts)]
+    return ",".join(f"{count}*{length}" if length > 1 else str(count) for count, length in runs)
 
 
 def _named(baseline: Baseline | None) -> str | None:

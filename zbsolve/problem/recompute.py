@@ -21,7 +21,7 @@ COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r")
 
 class Recompute(NamedTuple):
     """Which blocks recompute: none, every block ("full", torchtitan's activation checkpointing), the first N blocks
-    of every stage ("uniform:N", Megatron's ``recompute_method=block``), or the first N_s blocks of each stage s
+    of every stage ("uniform:N", Megatron's ``recompute_method=block``: all of a stage's blocks where it has fewer), or the first N_s blocks of each stage s
     ("per-stage:N_0,N_1,...", or "per-stage" alone: the counts still to be chosen, ``problem.recompute_fit``)."""
 
     mode: str
@@ -91,8 +91,9 @@ def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collect
         return "none"
     if all(n == total for n, total in counts):
         return "full"
-    if len({n for n, _ in counts}) == 1:
-        return f"uniform:{counts[0][0]}"
+    most = max(n for n, _ in counts)
+    if all(n == min(most, total) for n, total in counts):  # a stage with fewer blocks recomputes them all
+        return f"uniform:{most}"
     return str(Recompute("per-stage", per_stage=tuple(n for n, _ in counts)))
 
 

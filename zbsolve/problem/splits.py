@@ -1,5 +1,5 @@
 """The stage splits two training frameworks make by default, reproduced over a ``Model``, and the
-``--pipeline-model-parallel-layout`` string Megatron takes for any split.
+``--pipeline-model-parallel-layout`` string Megatron takes for any split (``layout.py`` reads one back).
 
 Every split is half-open ranges of ``model.layers`` per stage (what ``zbsolve.problem.model.partition`` returns); the
 frameworks deal out only the repeated blocks (``Layer.block``), so the layers before the first block (the
@@ -13,7 +13,9 @@ Sources read (the rules are the same in each pair):
   ``generate_llm_fqn_per_model_part`` up to 0.2.2).
 - megatron-core 0.16.1 from PyPI, and NVIDIA/Megatron-LM main at d98e8a64ddf34856e74b24714e3bedb2f5a39553:
   ``megatron/core/transformer/transformer_block.py``, ``get_num_layers_to_build``;
-  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``, ``PipelineParallelLayerLayout``.
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``, ``PipelineParallelLayerLayout``; the uneven first
+  and last ranks from 0.16.1 alone: ``get_num_layers_to_build`` and ``TransformerConfig.__post_init__``
+  (``megatron/core/transformer/transformer_config.py``).
 """
 
 from __future__ import annotations
@@ -120,6 +122,45 @@ def megatron_split(model: Model, num_stages: int, account_for_embedding: bool = 
     """
     counts = megatron_blocks_per_stage(num_stages, _num_blocks(model), account_for_embedding, account_for_loss)
     return _ranges(model, counts, "Megatron's split")
+
+
+def megatron_uneven_blocks_per_stage(num_devices: int, num_blocks: int,
+                                     num_layers_in_first_pipeline_stage: int | None = None,
+                                     num_layers_in_last_pipeline_stage: int | None = None,
+                                     chunks: int = 1) -> list[int]:
+    """Transformer layers per stage (``num_devices`` x ``chunks`` stages in layer order, stage s on device
+    s % ``num_devices``) with Megatron-core's ``num_layers_in_first_pipeline_stage`` and
+    ``num_layers_in_last_pipeline_stage`` (``--decoder-first-pipeline-num-layers``, ``--decoder-last-...``), each the
+    blocks of a whole pipeline rank over its ``chunks`` virtual stages; None leaves that rank an even share, and
+    both None is ``megatron_blocks_per_stage`` without the embedding and the loss.
+
+    ``TransformerConfig.__post_init__`` and ``get_num_layers_to_build`` (``transformer_block.py``): the blocks left
+    after the first and the last rank's are dealt evenly over the other ranks, every rank's count divided evenly
+    over its virtual stages. What Megatron refuses is an ``InputError``: a count below 1, one that ``chunks`` does
+    not divide, middle ranks without blocks or blocks without middle ranks, blocks the middle ranks (or a middle
+    rank's virtual stages) do not divide; so is a first and a last rank on one device.
+    """
+    p = check_count("num_devices", num_devices)
+    n = check_count("num_blocks", num_blocks)
+    v = check_count("chunks", chunks)
+    knobs = {"first": num_layers_in_first_pipeline_stage, "last": num_layers_in_last_pipeline_stage}
+    if knobs == {"first": None, "last": None}:
+        return megatron_blocks_per_stage(p * v, n, False, False)
+    given = {end: check_count(f"num_layers_in_{end}_pipeline_stage", value) for end, value in knobs.items()
+             if value is not None}
+    if len(given) > p:
+        raise InputError(f"num_devices = {p} cannot hold both a first and a last pipeline rank")
+    for end, value in given.items():
+        if value % v:
+            raise InputError(f"num_layers_in_{end}_pipeline_stage = {value} is not a multiple of chunks = {v}, the "
+                             "virtual stages of the rank")
+    middle, ranks = n - sum(given.values()), p - len(given)
+    if middle < 0 or bool(middle) != bool(ranks) or ranks and middle % (ranks * v):
+        raise InputError(f"num_blocks = {n} leaves {middle} blocks besides the first and last ranks' for {ranks} "
+                         f"middle ranks of {v} virtual stages: Megatron needs the same whole number (> 0) on each")
+    shares = [given["first"] if d == 0 and "first" in given else given["last"] if d == p - 1 and "last" in given
+              else middle // ranks for d in range(p)]
+    return [shares[s % p] // v for s in range(p * v)]
 
 
 def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: int) -> str:

@@ -23,6 +23,7 @@ from zbsolve.core import torch_compat
 from zbsolve.base.checks import check_count, check_size
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import make_schedule
+from zbsolve.schedulers.families.classic import interleaved_1f1b
 from zbsolve.core.placement import make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
@@ -58,25 +59,32 @@ def _torch_order(name: str, num_devices: int, stages_per_rank: int, num_microbat
     return tuple(tuple(ops) for ops in order)
 
 
-def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
+def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbatches: int,
+                     chunks: int | None = None) -> Schedule:
     """torch's built-in schedule ``name`` (one of ``BUILTINS``) on ``num_devices`` devices with
     ``num_microbatches`` microbatches and no memory limit, named ``name``. Its order is torch's own
     (``torch_compat.schedule_order``) where torch is installed, else that of zbsolve's family (``BUILTINS``).
-    The profile has one entry per stage (stages per device x ``num_devices``) or scalars; for two stages per
+    ``chunks`` stages per device (default: the built-in's own) are for the multi-stage built-ins torch builds with
+    any count; without torch only Interleaved1F1B takes another count (``interleaved_1f1b``, Megatron's order).
+    The profile has one entry per stage (stages per device x ``num_devices``) or scalars; for several stages per
     device, a ``num_devices``-stage or scalar profile is split into chunks as the families split it
     (``Profile.per_chunk``). ``InputError`` of one line for an unknown name, a combination torch (or, without
     torch, the family) refuses, and InterleavedZeroBubble without torch."""
     if name not in BUILTINS:
         raise InputError(f"schedule = {name!r} is not one of torch's built-in schedules; choose one of "
                          f"{', '.join(BUILTINS)}")
-    placement, chunks, family = BUILTINS[name]
+    placement, own, family = BUILTINS[name]
+    c = own if chunks is None else check_count("chunks", chunks)
     p = check_count("num_devices", num_devices)
     m = check_count("num_microbatches", num_microbatches)
-    check_size(chunks * p, m)
-    costs = profile.per_chunk(p, chunks, name) if chunks > 1 else profile.expand(p)
+    check_size(c * p, m)
+    costs = profile.per_chunk(p, c, name) if c > 1 else profile.expand(p)
     if torch_compat.has_pipelining():
-        return build(name, make_placement(placement, p, chunks), m, costs, _torch_order(name, p, chunks, m))
-    if family is None:
-        raise InputError(f"schedule = {name!r} needs torch (torch.distributed.pipelining), which is not installed; "
-                         "zbsolve has no family of its order")
+        return build(name, make_placement(placement, p, c), m, costs, _torch_order(name, p, c, m))
+    if family is None or (c != own and name != "Interleaved1F1B"):
+        count = "" if c == own else f" with {c} stages per device"
+        raise InputError(f"schedule = {name!r}{count} needs torch (torch.distributed.pipelining), which is not "
+                         "installed; zbsolve has no family of its order")
+    if c != own:
+        return replace(interleaved_1f1b(costs, p, m, c), name=name)
     return replace(make_schedule(family, costs, p, m), name=name)

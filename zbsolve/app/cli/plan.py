@@ -44,6 +44,13 @@ def plan(
                                   "none, full, uniform:N (the first N of every stage), per-stage:N,N,... (the first "
                                   "N_s of stage s), per-stage (the counts chosen for each candidate), or auto (each "
                                   "candidate timed with none, full and per-stage)."),
+    target: str = typer.Option("zbsolve", "--target", help="The runtime the plan is for: zbsolve (any plan), "
+                               "torchtitan (recompute none or full) or megatron (none, full or uniform:N; no "
+                               "V-shape); the search keeps to what it can run."),
+    baseline_layout: Optional[str] = typer.Option(None, "--baseline-layout", show_default=False,
+                                                  help="A Megatron --pipeline-model-parallel-layout string, e.g. "
+                                                       "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with "
+                                                       "Megatron's schedule and the best --recompute-num-layers."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
@@ -62,7 +69,7 @@ def plan(
             result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
                               device_memory=device_memory, placement=placement, chunks=_chunks(chunks),
                               time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update,
-                              recompute=recompute)
+                              recompute=recompute, target=target, baseline_layout=baseline_layout)
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)

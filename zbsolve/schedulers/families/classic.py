@@ -5,7 +5,7 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 - gpipe: bubble (p-1)(T_F+T_B+T_W), peak m M_B.
 - 1f1b: bubble (p-1)(T_F+T_B+T_W), peak min(p, m) M_B.
 - 1f1b-i (two chunks per device): bubble (p-1)(T_F+T_B+T_W)/2, peak (3p-1)/2 M_B (m >= 2p; for m = p,
-  every chunk's F runs before the first BW and the peak is m M_B).
+  every chunk's F runs before the first BW and the peak is m M_B); ``interleaved_1f1b`` takes any chunk count.
 """
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ def _virtual(k: int, p: int, chunks: int, forward: bool) -> tuple[int, int]:
 
 
 @register("1f1b-i", CHUNKS)
-def interleaved_1f1b(profile: Profile, num_devices: int, num_microbatches: int) -> Schedule:
-    """Megatron's interleaved 1F1B over two chunks per device; needs m to be a multiple of p.
+def interleaved_1f1b(profile: Profile, num_devices: int, num_microbatches: int, chunks: int = CHUNKS) -> Schedule:
+    """Megatron's interleaved 1F1B over ``chunks`` chunks per device (two as the family); needs m to be a multiple
+    of p.
 
-    Device d warms up with 2(p-1-d) + p chunk F's, then alternates F and BW, then drains BW;
-    chunks are visited in groups of p microbatches (forward chunk 0 then 1, backward 1 then 0).
+    Device d warms up with 2(p-1-d) + (chunks-1)p chunk F's, then alternates F and BW, then drains BW;
+    chunks are visited in groups of p microbatches (forward chunk 0 to chunks-1, backward the reverse).
     """
-    p, m, v = num_devices, num_microbatches, CHUNKS
+    p, m, v = num_devices, num_microbatches, chunks
     if m % p:
         raise InputError(f"microbatches = {m} must be a multiple of stages p = {p} for 1f1b-i (Megatron)")
     placement = interleaved(p, v)

@@ -1,0 +1,81 @@
+"""plan --target keeps the search to what the runtime can run; --baseline-layout adds Megatron's layout rows."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError
+from zbsolve.base.units import GIB
+from zbsolve.core.simulator import simulate
+from zbsolve.planning.planner import plan
+from zbsolve.planning.targets import may_take, recompute_choices
+from zbsolve.problem.costs import check_fits
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.recompute import parse_recompute
+
+runner = CliRunner()
+
+
+def act_heavy() -> Model:
+    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
+    return Model(name="act", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
+              static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+
+
+def test_each_target_runs_only_its_recomputation_choices():
+    assert recompute_choices("torchtitan", "auto") == ("none", "full")
+    assert "per-stage" in recompute_choices("zbsolve", "auto")
+    assert recompute_choices("megatron", "uniform:2") == ("uniform:2",)
+    with pytest.raises(InputError, match=r"recompute = 'per-stage': torchtitan runs only none, full"):
+        recompute_choices("torchtitan", "per-stage")
+    with pytest.raises(InputError, match=r"recompute = 'uniform:1': torchtitan runs only none, full"):
+        recompute_choices("torchtitan", "uniform:1")
+    with pytest.raises(InputError, match=r"recompute = 'per-stage:1,2': megatron runs only none, full, uniform"):
+        recompute_choices("megatron", "per-stage:1,2")
+    with pytest.raises(InputError, match=r"target = 'deepspeed' is unknown"):
+        recompute_choices("deepspeed", "none")
+    assert may_take("torchtitan", "auto", "full") and not may_take("torchtitan", "auto", "uniform:2")
+    assert may_take("megatron", "per-stage", "uniform:3") and not may_take("zbsolve", "none", "full")
+
+
+@pytest.mark.parametrize("target", ["torchtitan", "megatron"])
+def test_a_plan_for_a_runtime_searches_and_returns_only_what_it_runs(target):
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = plan(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
+                      recompute="auto", target=target, time_limit=10, executor=pool)
+    modes = {"torchtitan": {"none", "full"}, "megatron": {"none", "full", "uniform"}}[target]
+    assert {parse_recompute(c.recompute).mode for c in result.candidates} <= modes
+    assert parse_recompute(result.recompute).mode in modes
+    if target == "megatron":
+        assert "vshape" not in {c.placement for c in result.candidates} and result.placement != "vshape"
+    timeline = simulate(result.timeline.schedule)
+    assert timeline.makespan == result.step_time
+    check_fits(result.costs, timeline)
+
+
+def test_plan_refuses_what_the_target_cannot_run_in_one_line(tmp_path):
+    path = tmp_path / "act.yaml"
+    act_heavy().save(path)
+    for args, line in ((["--placement", "vshape", "--target", "megatron"],
+                        "placement = 'vshape': megatron runs only sequential, interleaved"),
+                       (["--recompute", "per-stage", "--target", "torchtitan"],
+                        "recompute = 'per-stage': torchtitan runs only none, full"),
+                       (["--baseline-layout", "Et*3|t*4L"], "layout = 'Et*3|t*4L'")):
+        out = runner.invoke(app, ["plan", str(path), "-p", "2", "-m", "8", "--device-memory", "7GiB", *args])
+        assert out.exit_code == 2, out.output
+        assert line in out.output and len(out.output.strip().splitlines()) == 1, out.output
+
+
+def test_a_layout_given_is_a_baseline_row_checked_by_the_simulator():
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = plan(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
+                      placement="interleaved", time_limit=10, executor=pool, baseline_layout="Et*2|t*2|t*2|t*2L")
+    rows = [b for b in result.baselines if b.split == "layout"]
+    assert rows and all(b.chunks == 2 for b in rows)
+    assert result.step_time <= min(b.step_time for b in rows if b.fits) * (1 + 1e-9)
