@@ -1,15 +1,17 @@
-"""The memory-bubble frontier as a chart: paper bubble against the memory limit, one line per placement, the
-handcrafted families as labelled points."""
+"""The frontiers as charts: paper bubble against the memory limit, one line per placement, the handcrafted
+families as labelled points; and a plan's step time against the device memory (``plan --frontier``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from zbsolve.base.files import write_with
+from zbsolve.base.units import gib
 from zbsolve.planning.frontier import Frontier
+from zbsolve.planning.memory_frontier import BlockPoint, MemoryPoint
 from zbsolve.present.plot import check_chart_path
 
 FRONTIER_FORMATS = (".png", ".svg", ".pdf")
@@ -46,5 +48,39 @@ def save_frontier_chart(frontier: Frontier, path: str | Path, title: str = "memo
     """Write ``plot_frontier`` (.png, .svg or .pdf), whole or not at all; return the path."""
     path = check_chart(path)
     figure = plot_frontier(frontier, title)
+    write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
+    return path
+
+
+def plot_memory_frontier(points: Sequence[MemoryPoint], blocks: Sequence[BlockPoint],
+                         title: str = "step time against device memory") -> Figure:
+    """The plan's step time at each device memory, the best fitting baselines without and with recomputation, and
+    the V-shape building blocks as labelled points at the memory they need."""
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for label, values, style in (("plan", [p.step_time for p in points], "o-"),
+                                 ("best baseline", [p.baseline for p in points], "s--"),
+                                 ("best baseline, recomputing", [p.baseline_recomputed for p in points], "^--")):
+        pts = [(gib(p.device_memory), v) for p, v in zip(points, values) if v is not None]
+        if pts:
+            ax.plot(*zip(*pts), style, label=label)
+    for b in blocks:
+        marker = "x" if b.recompute == "none" else "+"
+        ax.scatter([gib(b.memory)], [b.step_time], marker=marker, color="black")
+        ax.annotate(b.name + ("" if b.recompute == "none" else f", {b.recompute}"), (gib(b.memory), b.step_time),
+                    textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("device memory (GiB)")
+    ax.set_ylabel("step time with the optimizer barrier (s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def save_memory_frontier_chart(points: Sequence[MemoryPoint], blocks: Sequence[BlockPoint], path: str | Path,
+                               title: str = "step time against device memory") -> Path:
+    """Write ``plot_memory_frontier`` (.png, .svg or .pdf), whole or not at all; return the path."""
+    path = check_chart(path)
+    figure = plot_memory_frontier(points, blocks, title)
     write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
     return path

@@ -272,7 +272,8 @@ def plot_plan(result: "PlanResult") -> Figure:
     p = timeline.schedule.num_devices
     rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]
     bars = [(f"plan ({result.placement})", result.step_time, True)] + [
-        (f"{b.schedule} ({b.split})", b.step_time, b.fits) for b in result.baselines if b.step_time is not None]
+        (f"{b.schedule} ({b.split}" + ("" if b.recompute == "none" else f", recompute {b.recompute}") + ")",
+         b.step_time, b.fits) for b in result.baselines if b.step_time is not None]
     gantt_in, bars_in = max(1.2, _ROW_IN * p), max(1.2, 0.2 * len(bars))
     height = _TOP_IN + gantt_in + _BOTTOM_IN + bars_in + 2 * _GAP_IN
     fig = Chart(figsize=(_WIDTH_IN, height))

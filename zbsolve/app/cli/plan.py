@@ -12,7 +12,10 @@ from zbsolve.app.cli.common import JSON, QUIET, RESERVE, app, cli_errors, interr
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
+from zbsolve.base.units import gib, parse_bytes
+from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
 from zbsolve.planning.planner import plan as run_plan
+from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import records_table
 from zbsolve.problem.model import Model
@@ -51,6 +54,10 @@ def plan(
                                                   help="A Megatron --pipeline-model-parallel-layout string, e.g. "
                                                        "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with "
                                                        "Megatron's schedule and the best --recompute-num-layers."),
+    frontier: Optional[str] = typer.Option(None, "--frontier", show_default=False,
+                                           help="Device memories, e.g. 40GiB,48GiB,64GiB,80GiB: the plan at each "
+                                                "(the time limit shared) beside the baselines and V-Half/V-Min; "
+                                                "--chart draws step time against memory."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
@@ -59,6 +66,16 @@ def plan(
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
+    if frontier is not None:
+        if output:
+            raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
+        if device_memory is not None:
+            raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
+        _frontier(model, parse_memories(frontier), chart, quiet, as_json, num_devices=devices,
+                  num_microbatches=microbatches, time_limit=time_limit, placement=placement, chunks=_chunks(chunks),
+                  reserve=reserve, jobs=jobs, executor=executor, recompute=recompute, target=target,
+                  baseline_layout=baseline_layout)
+        return
     if output:
         check_output(output, "--output", [model])
     if chart:
@@ -93,3 +110,30 @@ def _chunks(text: Optional[str]) -> int | str | None:
     if not text.strip().isdigit() or int(text) < 1:
         raise InputError(f"--chunks = {text!r} must be a whole number >= 1 or auto")
     return int(text)
+
+
+def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: bool, as_json: bool,
+              **options: object) -> None:
+    """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart."""
+    if chart:
+        check_chart(chart, "--chart", [path])
+    loaded = Model.load(path)
+    with interruptible("before the frontier was finished"):
+        with progress(f"{loaded.name}: frontier over {len(memories)} device memories", quiet or as_json) as update:
+            points = plan_frontier(loaded, memories, progress=update, **options)  # type: ignore[arg-type]
+    blocks = building_blocks(loaded, options["num_devices"], options["num_microbatches"],  # type: ignore[arg-type]
+                             parse_bytes(options["reserve"], "reserve", zero=True))  # type: ignore[arg-type]
+    if chart:
+        save_memory_frontier_chart(points, blocks, chart, f"{loaded.name}: step time against device memory")
+    if quiet:
+        return
+    rows = [{"device memory": f"{gib(p.device_memory):g} GiB", "plan step (s)": p.step_time, "plan": p.plan,
+             "carried from": f"{gib(p.carried):g} GiB" if p.carried else "", "best baseline (s)": p.baseline,
+             "best baseline recomputing (s)": p.baseline_recomputed} for p in points]
+    marks = [{"block": b.name, "recompute": b.recompute, "device memory needed (with the reserve)": f"{gib(b.memory):.2f} GiB",
+              "step (s)": b.step_time} for b in blocks]
+    if as_json:
+        print(json.dumps({"model": loaded.name, "frontier": rows, "building blocks": marks}, indent=1, default=str))
+    else:
+        wide.print(records_table(rows, f"{loaded.name}: step time against device memory"))
+        wide.print(records_table(marks, "V-shape building blocks on the uniform split"))

@@ -1,0 +1,63 @@
+"""plan --frontier: the plan at each device memory, never rising as memory grows, never worse than a baseline
+that fits there, beside the V-shape building blocks; the chart and the JSON."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from zbsolve.app.cli import app
+from zbsolve.base.units import GIB
+from zbsolve.core.placement import vshape
+from zbsolve.core.simulator import simulate
+from zbsolve.planning.memory_frontier import building_blocks, parse_memories
+from zbsolve.problem.costs import model_costs
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.recompute import FULL
+from zbsolve.schedulers.families import make_schedule
+
+runner = CliRunner()
+
+
+def act_heavy() -> Model:
+    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
+    return Model(name="act", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
+              static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+
+
+def test_memories_are_read_sorted_and_bad_ones_named():
+    assert parse_memories("8GiB, 4GiB,8GiB") == [4 * GIB, 8 * GIB]
+    out = runner.invoke(app, ["plan", "x.yaml", "-p", "2", "-m", "4", "--frontier", "4GiB,lots"])
+    assert out.exit_code == 2 and "frontier = 'lots' is not a size" in out.output
+
+
+def test_the_frontier_never_rises_and_is_never_worse_than_a_fitting_baseline(tmp_path):
+    path, chart = tmp_path / "act.yaml", tmp_path / "frontier.png"
+    act_heavy().save(path)
+    out = runner.invoke(app, ["plan", str(path), "-p", "2", "-m", "8", "--frontier", "5GiB,7GiB,9GiB,16GiB",
+                              "--reserve", "0", "--recompute", "auto", "--time-limit", "16", "--jobs", "1",
+                              "--chart", str(chart), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    steps = [row["plan step (s)"] for row in data["frontier"]]
+    assert all(s is not None for s in steps[1:])
+    found = [s for s in steps if s is not None]
+    assert found == sorted(found, reverse=True)
+    for row in data["frontier"]:
+        for key in ("best baseline (s)", "best baseline recomputing (s)"):
+            if row[key] is not None:
+                assert row["plan step (s)"] <= row[key] * (1 + 1e-9)
+    assert chart.stat().st_size > 0
+    assert {b["block"] for b in data["building blocks"]} <= {"v-min", "v-half", "zb-v"}
+
+
+def test_building_blocks_are_the_families_simulated_with_their_memory():
+    blocks = building_blocks(act_heavy(), 2, 8, reserve=GIB)
+    profile, costs = model_costs(act_heavy(), vshape(2), "uniform", None, 0, FULL)
+    zbv = simulate(make_schedule("zb-v", profile, 2, 8))
+    point = next(b for b in blocks if b.name == "zb-v" and b.recompute == "full")
+    assert point.step_time == zbv.makespan
+    assert point.memory == max(s + a for s, a in zip(costs.static_bytes, zbv.peak_memory)) + GIB
