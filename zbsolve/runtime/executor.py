@@ -2,10 +2,18 @@
 
 Each rank builds torch pipeline stages for its stages (ascending; the GPT cut as the document's partition says when
 it has one), loads the exported CSV into torch's pipeline runtime (``zbsolve.core.torch_compat``) and runs ``steps``
-training steps (forward and backward, no optimizer).
-Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation memory counted
-through saved-tensor hooks; the first step is a warm-up and is not timed when there are more.
-``check`` compares every gradient with a single-process run of the whole model on the same batch.
+training steps (forward and backward, no optimizer). Every F, B (torch's I), W and BW is timed (CUDA events on GPU)
+and its activation memory counted through saved-tensor hooks; the first step is a warm-up and is not timed when
+there are more. ``check`` compares every gradient with a single-process run of the whole model (no block
+checkpointed) on the same batch.
+
+The blocks the document's ``partition.recompute`` names run under ``zbsolve.runtime.recompute.checkpoint``: F keeps
+each one's input; the first backward that reads it (B; W on the first stage, whose B computes nothing in torch) runs
+its forward again and keeps what that saves until W ends, so W recomputes nothing, as the cost model says. Every pass
+runs under the saved-tensor hooks, so the accounting counts those tensors while they are held. The plan's peak lies
+a little above (a recomputing B's ``Profile.mem_r`` counts the block's input again); on the first stage it can lie
+far above, as the plan holds what W reads from B's end while torch recomputes and frees it within W, and the measured
+peak there can lie above the replay of the measured passes, which sees only each pass's net change.
 """
 
 from __future__ import annotations
@@ -124,10 +132,7 @@ class _Probe:
     def _timed(self, stage_index: int, kind: str, run: Callable[[], Any]) -> Any:
         before = self.saved.current
         start = self._clock()
-        if kind == F:
-            with self.saved.hooks():
-                out = run()
-        else:
+        with self.saved.hooks():
             out = run()
         self.events.append((stage_index, kind, start, self._clock(), self.saved.current - before))
         return out
@@ -218,7 +223,8 @@ def _run_rank(rank: int, schedule: Schedule, job: _RankJob, device: torch.device
     own = sorted(s for _, s in schedule.placement.stages_of(rank))
     stages = [torch_compat.pipeline_stage(model.stages[s].to(device), s, S, device) for s in own]
     runtime = torch_compat.pipeline_runtime(stages, m, model.loss_fn, job.csv_text)
-    reference = [module.to(device) for module in load_model(options.model, S).stages] if options.check else []
+    plain = dataclasses.replace(options.model, recompute=())
+    reference = [module.to(device) for module in load_model(plain, S).stages] if options.check else []
     probe = _Probe(stages, device)
     losses: list = []
     for step in range(options.steps):
@@ -327,8 +333,10 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     and whether the ranks outnumber them (``oversubscription``)."""
     costs = options.costs
     if costs is not None and costs.model is not None:
-        names = tuple(tuple(layer.name for layer in costs.model.layers[a:b]) for a, b in costs.ranges)
-        options = dataclasses.replace(options, model=dataclasses.replace(options.model, partition=names))
+        layers = costs.model.layers
+        model = dataclasses.replace(options.model, recompute=tuple(layers[i].name for i in costs.recomputed),
+                                    partition=tuple(tuple(x.name for x in layers[a:b]) for a, b in costs.ranges))
+        options = dataclasses.replace(options, model=model)
     timeline = simulate(schedule)
     p, S, m = schedule.num_devices, schedule.num_stages, schedule.num_microbatches
     csv_text = torch_csv(schedule)
@@ -352,7 +360,9 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     else:
         rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
     crowded = oversubscription(p, options.device) is not None
-    return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded}
+    names = options.model.partition or ((),) * S
+    return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded,
+             "recomputed": [n for s in row["stages"] for n in names[s] if n in options.model.recompute]}
             for row in _with_predictions(schedule, rows, costs)]
 
 
@@ -360,6 +370,17 @@ REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "
                   "makespan ms", "sim makespan ms", "plan makespan ms", "peak MiB", "sim peak MiB", "sim peak",
                   "grad check")
 """Columns of ``report_table``."""
+
+
+def report_note(rows: list[dict]) -> str | None:
+    """The line under ``report_table`` when blocks recompute: which, and what the measured and the plan's peaks
+    count; None when none does."""
+    names = [name for row in rows for name in row["recomputed"]]
+    if not names:
+        return None
+    return (f"recomputed: {', '.join(names)}. peak MiB counts their inputs from F and their recomputed activations "
+            "from the backward that recomputes them (B; W on the first stage) to W's end; sim peak is the plan's, "
+            "which holds those from B's end on every stage and counts a recomputing B's input twice (mem_r)")
 
 
 def report_table(rows: list[dict]) -> list[list[str]]:

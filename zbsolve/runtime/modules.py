@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 from torch import nn
 from torch.nn import functional
-
 from zbsolve.base.errors import InputError
+from zbsolve.runtime.recompute import checkpoint
 
 
 class Block(nn.Module):
@@ -36,22 +36,25 @@ class Block(nn.Module):
 
 class GPTStage(nn.Module):
     """A run of consecutive blocks: the first stage embeds token ids before them, the last ends with the final norm
-    and the LM head (the norm may end the stage before it instead)."""
+    and the LM head (the norm may end the stage before it instead). The blocks at the positions ``recompute`` names
+    run under ``zbsolve.runtime.recompute.checkpoint``: their forward keeps only its input, runs again once when the
+    backward first needs what it saved, and what that saves stays until the graph is freed (W reuses it)."""
 
     def __init__(self, blocks: int, *, embed: bool, norm: bool, head: bool, hidden: int, heads: int, vocab: int,
-                 seq_len: int) -> None:
+                 seq_len: int, recompute: Collection[int] = ()) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden) if embed else None
         self.pos = nn.Parameter(0.02 * torch.randn(seq_len, hidden)) if embed else None
         self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(blocks))
         self.norm = nn.LayerNorm(hidden) if norm else None
         self.head = nn.Linear(hidden, vocab, bias=False) if head else None
+        self.recompute = tuple(i in recompute for i in range(blocks))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
             x = embed_tokens(self.embed, self.pos, x)
-        for block in self.blocks:
-            x = block(x)
+        for block, again in zip(self.blocks, self.recompute):
+            x = checkpoint(block, x) if again else block(x)
         if self.norm is not None:
             x = self.norm(x)
         if self.head is not None:
@@ -87,8 +90,9 @@ class _Cut:
 
 
 def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
-                 seed: int) -> list[nn.Module]:
-    """A GPT of ``layers`` blocks cut into ``num_stages`` stages, the same weights for the same ``seed``.
+                 seed: int, recompute: Collection[str] = ()) -> list[nn.Module]:
+    """A GPT of ``layers`` blocks cut into ``num_stages`` stages, the same weights for the same ``seed``; the blocks
+    ``recompute`` names (``blocks.i``) checkpointed.
 
     Stage 0 takes token ids (batch, seq_len); the last stage returns logits (batch, seq_len, vocab).
     """
@@ -97,13 +101,14 @@ def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab
     counts = [layers // num_stages + (1 if s < layers % num_stages else 0) for s in range(num_stages)]
     last = num_stages - 1
     return _build([_Cut(s == 0, c, s == last, s == last) for s, c in enumerate(counts)], hidden=hidden, heads=heads,
-                  vocab=vocab, seq_len=seq_len, seed=seed)
+                  vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute)
 
 
 def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None, hidden: int, heads: int, vocab: int,
-                      seq_len: int, seed: int) -> list[nn.Module]:
+                      seq_len: int, seed: int, recompute: Collection[str] = ()) -> list[nn.Module]:
     """The GPT cut as ``partition`` names each stage's layers (a schedule document's partition: ``embed``,
-    ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is cut.
+    ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is cut; the
+    blocks ``recompute`` names (the document's ``partition.recompute``, by name) checkpointed.
 
     ``layers`` (None: the partition's) must be the number of blocks the partition names. An ``InputError`` line
     names the stage or layer at fault otherwise.
@@ -129,19 +134,28 @@ def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None,
                          f"{blocks}")
     cuts = [_Cut("embed" in stage, sum(1 for name in stage if name.startswith("blocks.")), "norm" in stage,
                  "head" in stage) for stage in partition]
-    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
+    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute)
 
 
-def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: int, seed: int) -> list[nn.Module]:
-    """One ``GPTStage`` per cut, built in forward order under ``seed`` so that the weights do not depend on the cut."""
+def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: int, seed: int,
+           recompute: Collection[str]) -> list[nn.Module]:
+    """One ``GPTStage`` per cut, built in forward order under ``seed`` so that the weights do not depend on the cut;
+    block ``blocks.i`` is the i-th block in forward order, checkpointed when ``recompute`` names it."""
     if hidden < 1 or heads < 1 or hidden % heads:
         raise InputError(f"hidden = {hidden} must be a positive multiple of heads = {heads}")
     if vocab < 2 or seq_len < 1:
         raise InputError(f"vocab = {vocab} must be >= 2 and seq_len = {seq_len} >= 1")
+    firsts = [sum(c.blocks for c in cuts[:s]) for s in range(len(cuts) + 1)]
+    blocks = [f"blocks.{i}" for i in range(firsts[-1])]
+    for name in recompute:
+        if name not in blocks:
+            raise InputError(f"recompute names layer {name!r}, which is not one of the GPT's {len(blocks)} blocks "
+                             "(blocks.0, blocks.1, ...); only blocks recompute")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return [GPTStage(c.blocks, embed=c.embed, norm=c.norm, head=c.head, hidden=hidden, heads=heads, vocab=vocab,
-                         seq_len=seq_len) for c in cuts]
+                         seq_len=seq_len, recompute={i for i in range(c.blocks) if blocks[a + i] in recompute})
+                for c, a in zip(cuts, firsts)]
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -179,6 +193,9 @@ class ModelSpec:
     partition: tuple[tuple[str, ...], ...] | None = None
     """The GPT's layer names per stage (a schedule document's partition, see ``build_partitioned``); None: blocks
     spread evenly over the stages. A user's model ignores it."""
+    recompute: tuple[str, ...] = ()
+    """The GPT's blocks (``blocks.i``, a schedule document's ``partition.recompute`` by name) that run under
+    ``zbsolve.runtime.recompute.checkpoint`` (recomputed once, by their first backward); a user's model takes none."""
     hidden: int = 32
     """GPT hidden size."""
     heads: int = 2
@@ -195,11 +212,16 @@ def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
     """The model of ``spec`` cut into ``num_stages`` stages, with its loss and batch maker.
 
     "gpt" is the small GPT of ``build_stages`` (``build_partitioned`` with ``spec.partition``) on random token
-    batches. A user's ``module:function`` is called
+    batches, the blocks ``spec.recompute`` names checkpointed. A user's ``module:function`` is called
     with ``num_stages`` and returns that many modules; the module must also define
     ``make_batch(batch_size, seed) -> (inputs, target)`` and ``loss_fn(output, target)``.
     """
-    return _gpt(spec, num_stages) if spec.name == "gpt" else _user(spec.name, num_stages)
+    if spec.name == "gpt":
+        return _gpt(spec, num_stages)
+    if spec.recompute:
+        raise InputError(f"model = {spec.name!r}: recompute = {', '.join(spec.recompute)}, but only the built-in "
+                         "gpt's blocks can be checkpointed")
+    return _user(spec.name, num_stages)
 
 
 @dataclass(frozen=True)
@@ -251,7 +273,7 @@ def load_layers(spec: ModelSpec) -> LayeredModel:
 
 def _gpt(spec: ModelSpec, num_stages: int) -> StagedModel:
     sizes = {"hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab, "seq_len": spec.seq_len,
-             "seed": spec.seed}
+             "seed": spec.seed, "recompute": spec.recompute}
     if spec.partition is None:
         stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, **sizes)
     elif len(spec.partition) != num_stages:

@@ -41,11 +41,18 @@ def run(
 ) -> None:
     """Run a schedule on torch.distributed (one process per device, or under torchrun) and print the
     measured compute times, bubble and memory beside the simulator's prediction. A document with a "partition"
-    section (solved from a model) cuts the GPT into the stages it names.
+    section (solved from a model) cuts the GPT into the stages it names and checkpoints the blocks it recomputes.
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, oversubscription, report_table, run_schedule
+    from zbsolve.runtime.executor import (
+        REPORT_COLUMNS,
+        RunOptions,
+        oversubscription,
+        report_note,
+        report_table,
+        run_schedule,
+    )
     from zbsolve.runtime.launch import torchrun_rank
     from zbsolve.runtime.modules import ModelSpec
 
@@ -65,7 +72,9 @@ def run(
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{escape(str(file))}: measured vs simulated"))
+    note = report_note(rows)
+    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{escape(str(file))}: measured vs simulated",
+                          None if note is None else escape(note)))
 
 
 @app.command()
