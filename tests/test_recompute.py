@@ -70,35 +70,35 @@ def test_uniform_recomputes_the_first_blocks_of_every_stage():
 
 
 def test_a_recomputing_block_keeps_its_input_and_holds_its_forward_inside_b():
-    """F keeps the 4-byte input; B runs F again (1 + 2 s), holds M_B = 64 while it runs and leaves M_W = 32 less
-    the input; W frees M_W."""
+    """F keeps the 4-byte input; B runs F again (1 + 2 s), holds M_B = 64 while it runs (60 above the input it
+    keeps) and leaves M_W = 32 less the input; W frees M_W."""
     assert layer_costs(toy(), 1, True) == {"t_f": 1.0, "t_b": 3.0, "t_w": 1.0, "mem_f": 4, "mem_b": 28,
-                                            "mem_w": -32, "mem_r": 64}
+                                            "mem_w": -32, "mem_r": 60}
     assert layer_costs(toy(), 1, False)["mem_r"] == 0
 
 
 def test_a_stage_holds_most_inside_b_where_its_first_block_recomputes():
-    """Two recomputing blocks: the last block's B holds 64 above the start; then it leaves 28, and the first
-    block's B holds 28 + 64 = 92; the stage's B ends 56 above its start."""
+    """Two recomputing blocks: the last block's B holds 60 above the start; then it leaves 28, and the first
+    block's B holds 28 + 60 = 88; the stage's B ends 56 above its start."""
     stage = stage_costs(toy(), 1, 3, {1, 2})
-    assert stage["mem_f"] == 8 and stage["mem_b"] == 56 and stage["mem_w"] == -64 and stage["mem_r"] == 92
+    assert stage["mem_f"] == 8 and stage["mem_b"] == 56 and stage["mem_w"] == -64 and stage["mem_r"] == 88
     assert stage_costs(toy(), 1, 3, set())["mem_r"] == 0
 
 
 def test_the_memory_rule_counts_the_peak_inside_a_recomputing_b():
     """One stage of the embedding (F keeps 64, B frees 32) and both blocks, one microbatch, F B W: memory 72 from
-    F's start (t=0), 72 + 92 from B's start (t=3), 72 + 56 - 32 from B's end (t=3+8), 0 from W's end (t=14); a
+    F's start (t=0), 72 + 88 from B's start (t=3), 72 + 56 - 32 from B's end (t=3+8), 0 from W's end (t=14); a
     limit one below the peak is refused at B."""
     model = toy()
     profile, _ = model_costs(model, sequential(1), [3], recompute=FULL)
-    assert profile.stage_value("mem_r", 0) == 92
+    assert profile.stage_value("mem_r", 0) == 88
     order = [[Pass.from_str(x) for x in ("0F0", "0B0", "0W0")]]
     timeline = simulate(build("by hand", sequential(1), 1, profile, order))
     # The embedding does not recompute: it keeps 64 from F to B and frees 32 at B's end, 32 at W's end.
-    assert list(timeline.memory[0]) == [(0.0, 0.0), (0.0, 72.0), (3.0, 164.0), (11.0, 96.0), (14.0, 0.0)]
-    assert timeline.peak_memory == (164.0,)
-    with pytest.raises(MemoryLimitError, match="memory 164 exceeds the limit 163"):
-        simulate(build("by hand", sequential(1), 1, profile, order, 163.0))
+    assert list(timeline.memory[0]) == [(0.0, 0.0), (0.0, 72.0), (3.0, 160.0), (11.0, 96.0), (14.0, 0.0)]
+    assert timeline.peak_memory == (160.0,)
+    with pytest.raises(MemoryLimitError, match="memory 160 exceeds the limit 159"):
+        simulate(build("by hand", sequential(1), 1, profile, order, 159.0))
 
 
 def test_baselines_with_every_block_recomputed_are_judged_by_the_simulator():
@@ -125,20 +125,20 @@ def test_check_verifies_a_recomputing_document_and_its_peak(tmp_path):
     profile, costs = model_costs(model, sequential(2), [3, 2], device_memory=10_000, reserve=0, recompute=FULL)
     timeline = simulate(make_schedule("1f1b", profile, 2, 4))
     doc = to_document(timeline, **costs.section())
-    assert doc["partition"]["recompute"] == [1, 2, 3, 4] and doc["profile"]["mem_r"] == [92.0, 92.0]
+    assert doc["partition"]["recompute"] == [1, 2, 3, 4] and doc["profile"]["mem_r"] == [88.0, 88.0]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(doc))
     run = runner.invoke(app, ["check", str(path), "--json"])
     assert run.exit_code == 0, run.output
     assert json.loads(run.stdout)["peak_memory_per_device"] == list(timeline.peak_memory)
-    doc["profile"]["mem_r"] = [0.0, 92.0]
+    doc["profile"]["mem_r"] = [0.0, 88.0]
     path.write_text(json.dumps(doc))
     run = runner.invoke(app, ["check", str(path)])
     assert run.exit_code == 2
-    assert "profile.mem_r[0] = 0, but its layers [0, 3) hold 92" in " ".join(run.output.split())
+    assert "profile.mem_r[0] = 0, but its layers [0, 3) hold 88" in " ".join(run.output.split())
     tight = {**json.loads(json.dumps(doc)), "device_memory": int(max(s + a for s, a in zip(
         costs.static_bytes, timeline.peak_memory))) - 1}
-    tight["profile"]["mem_r"] = [92.0, 92.0]
+    tight["profile"]["mem_r"] = [88.0, 88.0]
     path.write_text(json.dumps(tight))
     assert runner.invoke(app, ["check", str(path)]).exit_code == 1
 

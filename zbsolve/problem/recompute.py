@@ -4,7 +4,8 @@
 A block that recomputes keeps only its input from its F to its B (the previous layer's output). Its B first runs
 the forward again, so B takes F's time too and holds the forward's activations (M_B) while it runs; what W reads
 (M_W) stays from B's end to W's end, as without recomputation. So F allocates the input, B allocates M_W less
-the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B."""
+the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B less the
+input it already keeps (the recomputed forward saves that same tensor, not a copy)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def layer_costs(model: Model, index: int, recomputes: bool) -> dict[str, float]:
         return own
     kept = model.layers[index - 1].out_bytes if index else 0
     read_by_w = -layer.mem_w
-    return {**own, "t_b": layer.t_b + layer.t_f, "mem_f": kept, "mem_b": read_by_w - kept, "mem_r": layer.mem_f}
+    return {**own, "t_b": layer.t_b + layer.t_f, "mem_f": kept, "mem_b": read_by_w - kept,
+            "mem_r": max(0.0, layer.mem_f - kept)}
 
 
 def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int]) -> dict[str, float]:
