@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from zbsolve.base.checks import TOLERANCE
+from zbsolve.base.units import GIB
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
@@ -23,6 +24,7 @@ from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import B, BW, F, W, Pass, Schedule, build
 from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.problem.model import Layer, Model
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: every path in the tests is built from it."""
@@ -180,3 +182,21 @@ def brute_force(form) -> tuple[int, list[list[int]]]:
             best = (value, [list(o) for o in combo])
     assert best is not None, "no order fits the memory limit"
     return best
+
+
+def act_heavy() -> Model:
+    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
+    return Model(name="act", layers=[
+        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
+              static_bytes=GIB // 8, out_bytes=GIB // 64)
+        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
+
+
+def export_toy() -> Model:
+    """An embedding, six blocks ``layers.0``..., a final norm and the head ``output``, as zbsolve estimates them."""
+    def layer(name: str, block: bool) -> Layer:
+        return Layer(name=name, block=block, t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1,
+                     static_bytes=10, out_bytes=1)
+
+    return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}", True) for i in range(6)),
+                                     layer("norm", False), layer("output", False)])

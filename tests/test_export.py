@@ -25,9 +25,9 @@ from zbsolve.io.configs import (
     torchtitan_config,
     torchtitan_schedule_name,
 )
+from conftest import export_toy
 from zbsolve.schedulers.families import FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
-from zbsolve.problem.model import Layer, Model
 from zbsolve.core.placement import Placement, bidirectional, interleaved, sequential, vshape
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, build, passes_of
@@ -251,20 +251,12 @@ MEGATRON_LAYOUT = re.compile(rf"{MEGATRON_STAGE}(?:\|{MEGATRON_STAGE})*")
 ``t`` blocks (``t*n`` for n), an optional ``L``."""
 
 
-def _toy_model() -> Model:
-    """An embedding, six blocks ``layers.0``..., a final norm and the head ``output``, as zbsolve estimates them."""
-    def layer(name: str, block: bool) -> Layer:
-        return Layer(name=name, block=block, t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1,
-                     static_bytes=10, out_bytes=1)
-
-    return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}", True) for i in range(6)),
-                                     layer("norm", False), layer("output", False)])
 
 
 def _plan_document(tmp_path: Path, placement: str) -> Path:
     """A solved plan of the toy model on 2 devices, 4 microbatches, with its "partition" section."""
     path = tmp_path / f"{placement}.json"
-    solve(_toy_model(), num_devices=2, num_microbatches=4, placement=placement, solver="heuristic").to_json(path)
+    solve(export_toy(), num_devices=2, num_microbatches=4, placement=placement, solver="heuristic").to_json(path)
     return path
 
 
@@ -473,7 +465,7 @@ def test_megatron_refuses_vshape_and_two_routes(tmp_path: Path) -> None:
     assert result.stderr.strip() == ("error: placement routes = [[0, 1, 1, 0]] is a V-shape: Megatron's "
                                      "--pipeline-model-parallel-layout places stage i on pipeline rank i % 2 only "
                                      "(sequential and interleaved placements)")
-    plan = Plan(make_schedule("dualpipe", UNIT, 2, 4), _toy_model(), ((0, 4), (4, 9)))
+    plan = Plan(make_schedule("dualpipe", UNIT, 2, 4), export_toy(), ((0, 4), (4, 9)))
     with pytest.raises(InputError, match=r"^placement routes = \[\[0, 1\], \[1, 0\]\] is not looped"):
         megatron_export(plan)
 

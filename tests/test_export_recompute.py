@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import export_toy
+
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.io.configs import export_document, read_plan
 from zbsolve.io.document import read_document
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.optimize.solve import solve
-from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import COSTS
 
@@ -27,20 +28,12 @@ runner = CliRunner()
 MEGATRON_RECOMPUTE = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")
 
 
-def _toy_model() -> Model:
-    """An embedding, six blocks ``layers.0``..., a final norm and the head ``output``."""
-    def layer(name: str, block: bool) -> Layer:
-        return Layer(name=name, block=block, t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1,
-                     static_bytes=10, out_bytes=1)
-
-    return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}", True) for i in range(6)),
-                                     layer("norm", False), layer("output", False)])
 
 
 def _document(tmp_path: Path, placement: str, recompute: str, partition: str | list[int] = "uniform") -> Path:
     """A plan of the toy model on 2 devices, 4 microbatches, solved with ``recompute``."""
     path = tmp_path / f"{placement}-{recompute.replace(':', '')}.json"
-    solve(_toy_model(), num_devices=2, num_microbatches=4, placement=placement, solver="heuristic",
+    solve(export_toy(), num_devices=2, num_microbatches=4, placement=placement, solver="heuristic",
           partition=partition, recompute=recompute).to_json(path)
     return path
 

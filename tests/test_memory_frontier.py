@@ -7,25 +7,20 @@ import json
 
 from typer.testing import CliRunner
 
+from conftest import act_heavy
+
 from zbsolve.app.cli import app
 from zbsolve.base.units import GIB
 from zbsolve.core.placement import vshape
 from zbsolve.core.simulator import simulate
 from zbsolve.planning.memory_frontier import building_blocks, parse_memories
 from zbsolve.problem.costs import model_costs
-from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.recompute import FULL
 from zbsolve.schedulers.families import make_schedule
 
 runner = CliRunner()
 
 
-def act_heavy() -> Model:
-    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
-    return Model(name="act", layers=[
-        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
-              static_bytes=GIB // 8, out_bytes=GIB // 64)
-        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
 
 
 def test_memories_are_read_sorted_and_bad_ones_named():

@@ -8,6 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from conftest import act_heavy
+
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError, MemoryLimitError
 from zbsolve.base.units import GIB
@@ -143,12 +145,6 @@ def test_check_verifies_a_recomputing_document_and_its_peak(tmp_path):
     assert runner.invoke(app, ["check", str(path)]).exit_code == 1
 
 
-def act_heavy() -> Model:
-    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
-    return Model(name="act", layers=[
-        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
-              static_bytes=GIB // 8, out_bytes=GIB // 64)
-        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
 
 
 def test_solve_with_recomputation_returns_a_checked_schedule_that_fits():

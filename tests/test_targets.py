@@ -7,6 +7,8 @@ import concurrent.futures as cf
 import pytest
 from typer.testing import CliRunner
 
+from conftest import act_heavy
+
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
@@ -14,18 +16,11 @@ from zbsolve.core.simulator import simulate
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.recompute import parse_recompute
 
 runner = CliRunner()
 
 
-def act_heavy() -> Model:
-    """Eight blocks whose activations (1 GiB a microbatch, all of it read by W) dwarf their weights."""
-    return Model(name="act", layers=[
-        Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=0, mem_w=-GIB,
-              static_bytes=GIB // 8, out_bytes=GIB // 64)
-        for n in ("tok_embeddings", *(f"layers.{i}" for i in range(8)), "output")])
 
 
 def test_each_target_runs_only_its_recomputation_choices():
