@@ -282,3 +282,23 @@ def test_interleaved_with_any_chunks_runs_without_torch(monkeypatch: pytest.Monk
     assert schedule.name == "Interleaved1F1B" and schedule.devices == interleaved_1f1b(profile, 3, 6, 5).devices
     with pytest.raises(InputError, match=r"^schedule = 'ZBVZeroBubble' with 4 stages per device needs torch"):
         builtin_schedule("ZBVZeroBubble", UNIT, 3, 6, 4)
+
+
+def test_megatron_uneven_split_is_a_baseline_when_its_ends_are_given():
+    from conftest import export_toy
+
+    from zbsolve.core.simulator import simulate as sim
+    from zbsolve.planning.baselines import baseline_plan, baselines as rows_of
+
+    # 6 blocks on 2 ranks, 4 on the first and 2 on the last: with the embedding and the norm and head, 5 and 4
+    # layers; with two virtual stages per rank, 2 + 1 blocks per stage in rank order (stage s on rank s % 2).
+    rows = [b for b in rows_of(export_toy(), 2, 4, 10**6, 0, megatron_ends=(4, 2)) if b.split == "megatron-uneven"]
+    by_chunks = {b.chunks: b for b in rows if b.recompute == "none"}
+    assert by_chunks[1].counts == (5, 4) and by_chunks[2].counts == (3, 1, 2, 3)
+    for b in rows:
+        if b.fits:
+            timeline, costs, _ = baseline_plan(export_toy(), 2, 4, 10**6, 0, b)
+            assert sim(timeline.schedule).makespan == timeline.makespan == b.step_time
+    bad = [b for b in rows_of(export_toy(), 2, 4, 10**6, 0, megatron_ends=(3, 2)) if b.split == "megatron-uneven"]
+    notes = {b.chunks: b.note for b in bad if not b.fits and b.step_time is None}
+    assert "leaves 1 blocks" in notes[1] and "3 is not a multiple of chunks = 2" in notes[2]

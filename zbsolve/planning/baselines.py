@@ -19,7 +19,7 @@ from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
-from zbsolve.problem.splits import megatron_split, torchtitan_split
+from zbsolve.problem.splits import megatron_split, megatron_uneven_split, torchtitan_split
 from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
 
 SPLITS = ("uniform", "torchtitan", "megatron")
@@ -64,12 +64,15 @@ def megatron_refusal(num_devices: int, chunks: int, num_microbatches: int) -> st
 
 
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
-              reserve: int = DEFAULT_RESERVE, layout: str | None = None) -> list[Baseline]:
+              reserve: int = DEFAULT_RESERVE, layout: str | None = None,
+              megatron_ends: tuple[int | None, int | None] = (None, None)) -> list[Baseline]:
     """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says;
     then Megatron's schedule on ``layout`` (a ``--pipeline-model-parallel-layout``; an ``InputError`` where it does
     not suit the model and devices, ``layout_counts``) without recomputation, and on Megatron's split
     (``MEGATRON_CHUNKS``) and the layout with the best ``--recompute-num-layers`` (``best_recompute``); simulated on
-    the model's costs."""
+    the model's costs. ``megatron_ends``, Megatron's ``num_layers_in_first_pipeline_stage`` and
+    ``num_layers_in_last_pipeline_stage`` when either is given, adds Megatron's uneven split ("megatron-uneven")
+    beside its even one."""
     p, m = num_devices, num_microbatches
     given = layout_counts(model, layout, p) if layout is not None else None
     rows = []
@@ -89,6 +92,16 @@ def baselines(model: Model, num_devices: int, num_microbatches: int, device_memo
             megatron.append(("megatron", chunks, _counts(megatron_split(model, chunks * p))))
         except InputError:
             continue  # the rows without recomputation say why
+    if megatron_ends != (None, None):
+        for chunks in MEGATRON_CHUNKS:
+            try:
+                counts = _counts(megatron_uneven_split(model, p, *megatron_ends, chunks))
+            except InputError as exc:
+                rows.append(Baseline("megatron-uneven", megatron_schedule(chunks), None, None, None, None, False,
+                                     str(exc), "none", chunks=chunks, recomputed=None))
+                continue
+            megatron.append(("megatron-uneven", chunks, counts))
+            rows.append(_megatron(model, "megatron-uneven", chunks, counts, p, m, device_memory, reserve, NONE))
     if given is not None:
         megatron.append(("layout", given.chunks, given.counts))
         rows.append(_megatron(model, "layout", given.chunks, given.counts, p, m, device_memory, reserve, NONE))

@@ -101,7 +101,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
          device_memory: int | str | None = None, placement: PlanPlacement = "auto", chunks: int | str | None = None,
          time_limit: float = PLAN_TIME_LIMIT, reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None,
          executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None,
-         recompute: str = "none", target: str = "zbsolve", baseline_layout: str | None = None) -> PlanResult:
+         recompute: str = "none", target: str = "zbsolve", baseline_layout: str | None = None,
+         megatron_ends: tuple[int | None, int | None] = (None, None)) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
@@ -111,7 +112,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), or "auto": each
     candidate timed with each of ``targets.AUTO[target]``. ``target`` (zbsolve, torchtitan, megatron) keeps the
     search to the recomputation and placements that runtime can run (``zbsolve.planning.targets``);
-    ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines.
+    ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines, and
+    ``megatron_ends`` (Megatron's layers of the first and the last pipeline rank) Megatron's uneven split.
 
     What runs in parallel: the split bounds of the placements and the timing of candidate partitions, ``jobs`` at a
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
@@ -156,7 +158,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    rows = baselines(model, p, m, memory, spare, baseline_layout)
+    rows = baselines(model, p, m, memory, spare, baseline_layout, megatron_ends)
     # A baseline can be the plan when it fits, and its placement and recomputation are ones searched.
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
                and may_take(target, recompute, b.recompute)]

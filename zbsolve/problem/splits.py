@@ -163,6 +163,15 @@ def megatron_uneven_blocks_per_stage(num_devices: int, num_blocks: int,
     return [shares[s % p] // v for s in range(p * v)]
 
 
+def megatron_uneven_split(model: Model, num_devices: int, first: int | None, last: int | None,
+                          chunks: int = 1) -> list[tuple[int, int]]:
+    """Megatron-core's split of ``model`` with ``num_layers_in_first_pipeline_stage`` = ``first`` and
+    ``num_layers_in_last_pipeline_stage`` = ``last`` (``megatron_uneven_blocks_per_stage``), as half-open layer
+    ranges: the embedding on the first stage, the final norm and the head on the last."""
+    counts = megatron_uneven_blocks_per_stage(num_devices, _num_blocks(model), first, last, chunks)
+    return _ranges(model, counts, "Megatron's uneven split")
+
+
 def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: int) -> str:
     """The ``--pipeline-model-parallel-layout`` string of ``ranges`` placed looped, stage s on device
     s % ``num_devices`` (``--pipeline-model-parallel-size`` = num_devices; the virtual stages per device follow

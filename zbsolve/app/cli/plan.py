@@ -54,6 +54,12 @@ def plan(
                                                   help="A Megatron --pipeline-model-parallel-layout string, e.g. "
                                                        "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with "
                                                        "Megatron's schedule and the best --recompute-num-layers."),
+    first_layers: Optional[int] = typer.Option(None, "--num-layers-in-first-pipeline-stage", min=1,
+                                               show_default=False, help="Megatron's blocks on the first pipeline "
+                                               "rank: adds Megatron's uneven split to the baselines."),
+    last_layers: Optional[int] = typer.Option(None, "--num-layers-in-last-pipeline-stage", min=1,
+                                              show_default=False, help="Megatron's blocks on the last pipeline "
+                                              "rank: adds Megatron's uneven split to the baselines."),
     frontier: Optional[str] = typer.Option(None, "--frontier", show_default=False,
                                            help="Device memories, e.g. 40GiB,48GiB,64GiB,80GiB: the plan at each "
                                                 "(the time limit shared) beside the baselines and V-Half/V-Min; "
@@ -74,7 +80,7 @@ def plan(
         _frontier(model, parse_memories(frontier), chart, quiet, as_json, num_devices=devices,
                   num_microbatches=microbatches, time_limit=time_limit, placement=placement, chunks=_chunks(chunks),
                   reserve=reserve, jobs=jobs, executor=executor, recompute=recompute, target=target,
-                  baseline_layout=baseline_layout)
+                  baseline_layout=baseline_layout, megatron_ends=(first_layers, last_layers))
         return
     if output:
         check_output(output, "--output", [model])
@@ -86,7 +92,8 @@ def plan(
             result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
                               device_memory=device_memory, placement=placement, chunks=_chunks(chunks),
                               time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update,
-                              recompute=recompute, target=target, baseline_layout=baseline_layout)
+                              recompute=recompute, target=target, baseline_layout=baseline_layout,
+                              megatron_ends=(first_layers, last_layers))
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
