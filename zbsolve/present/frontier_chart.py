@@ -47,9 +47,7 @@ def plot_frontier(frontier: Frontier, title: str = "memory-bubble frontier") -> 
 def save_frontier_chart(frontier: Frontier, path: str | Path, title: str = "memory-bubble frontier") -> Path:
     """Write ``plot_frontier`` (.png, .svg or .pdf), whole or not at all; return the path."""
     path = check_chart(path)
-    figure = plot_frontier(frontier, title)
-    write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
-    return path
+    return _write(plot_frontier(frontier, title), path)
 
 
 def plot_memory_frontier(points: Sequence[MemoryPoint], blocks: Sequence[BlockPoint],
@@ -81,6 +79,10 @@ def save_memory_frontier_chart(points: Sequence[MemoryPoint], blocks: Sequence[B
                                title: str = "step time against device memory") -> Path:
     """Write ``plot_memory_frontier`` (.png, .svg or .pdf), whole or not at all; return the path."""
     path = check_chart(path)
-    figure = plot_memory_frontier(points, blocks, title)
+    return _write(plot_memory_frontier(points, blocks, title), path)
+
+
+def _write(figure: Figure, path: Path) -> Path:
+    """Write ``figure`` to ``path`` in the format its suffix names, whole or not at all."""
     write_with(path, lambda tmp: figure.savefig(tmp, format=path.suffix.lower()[1:]))
     return path
