@@ -12,24 +12,25 @@ the simulator judges the result."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import ZbsolveError
 from zbsolve.core.placement import CHUNKS, Placement
-from zbsolve.core.schedule import Schedule, passes_of
+from zbsolve.core.memory import levels
+from zbsolve.core.schedule import Schedule
 from zbsolve.core.spec import Spec
 from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.model import Model
-from zbsolve.problem.recompute import Recompute, stage_costs
+from zbsolve.problem.partition import stage_profile
+from zbsolve.problem.recompute import Recompute
 from zbsolve.problem.request import Request, resolve
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 
 REFERENCE_FACTORS = (1.0, 2.0)
 """The memory limits of the reference orders, as multiples of 1F1B's peak (1: ZB-H1's, 2: ZB-H2's)."""
-DELTAS = {"F": ("mem_f",), "B": ("mem_b",), "W": ("mem_w",), "BW": ("mem_b", "mem_w")}
-"""The memory deltas a pass of each kind adds to its device's level."""
 
 
 def fit_recompute(model: Model, request: Request, step: Callable[[Request], float]) -> Recompute:
@@ -68,36 +69,23 @@ def _references(spec: Spec, peak: float) -> list[Schedule]:
 def _fit(model: Model, ranges: Sequence[tuple[int, int]], placement: Placement, order: Schedule,
          budgets: Sequence[float]) -> tuple[int, ...]:
     """Per stage, the blocks that recompute so that ``order`` fits ``budgets`` (every block of a device that
-    cannot fit)."""
+    cannot fit), each device's peak by the one memory rule (``core.memory.levels``)."""
     blocks = [[i for i in range(a, b) if model.layers[i].block] for a, b in ranges]
     chosen = [0] * len(ranges)
-    cache: dict[tuple[int, int], dict[str, float]] = {}
 
-    def costs(s: int, n: int) -> dict[str, float]:
-        if (s, n) not in cache:
-            cache[s, n] = stage_costs(model, *ranges[s], blocks[s][:n])
-        return cache[s, n]
+    def peak_with(d: int, s: int, n: int) -> float:
+        counts = [n if stage == s else k for stage, k in enumerate(chosen)]
+        profile = stage_profile(model, ranges, [i for stage, k in enumerate(counts) for i in blocks[stage][:k]])
+        return max(0.0, *(level for *_, level, _ in levels(replace(order, profile=profile), d)))
 
     for d, budget in enumerate(budgets):
-        sequence = [(p[0], p[2]) for op in order.devices[d] for p in passes_of(op)]
-
-        def peak_with(s: int, n: int) -> float:
-            level, top = 0.0, 0.0
-            for kind, stage in sequence:
-                c = costs(stage, n if stage == s else chosen[stage])
-                if kind in ("B", "BW"):
-                    top = max(top, level + c["mem_r"])
-                level += sum(c[name] for name in DELTAS[kind])
-                top = max(top, level)
-            return top
-
         mine = [s for r, s in placement.stages_of(d) if r == 0]
-        peak = peak_with(-1, 0)
+        peak = peak_with(d, -1, 0)
         while exceeds(peak, budget):
             room = [s for s in mine if chosen[s] < len(blocks[s])]
             if not room:
                 break
-            trials = {s: peak_with(s, chosen[s] + 1) for s in room}
+            trials = {s: peak_with(d, s, chosen[s] + 1) for s in room}
             s = max(room, key=lambda s: ((peak - trials[s]) / model.layers[blocks[s][chosen[s]]].t_f,
                                          -model.layers[blocks[s][chosen[s]]].t_f))
             chosen[s] += 1
