@@ -150,3 +150,25 @@ def test_recompute_names_blocks_of_the_gpt_only(tmp_path: Path, monkeypatch: pyt
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError, match=r"recompute = blocks\.0, but only the built-in gpt's blocks can be "):
         load_model(ModelSpec("zbsolve_test_recompute_user:stages", recompute=("blocks.0",)), 2)
+
+
+def test_selective_plan_runs_checked_and_drops_norm_and_gelu_outputs(gpt: Model, tmp_path: Path) -> None:
+    """recompute selective: every block keeps all but its norms' and GELU's outputs (``mem_sel``: 2·h + 4·h fp32
+    elements a token), and the runtime drops exactly those, as the plan says, with the reference's gradients."""
+    tokens, hidden = SIZES["seq_len"], SIZES["hidden"]
+    described = gpt.model_copy(update={"layers": [
+        layer.model_copy(update={"t_sel": layer.t_f / 10, "mem_sel": 6 * hidden * tokens * 4} if layer.block else {})
+        for layer in gpt.layers]})
+    with_sel, without = _plans(described, "selective", tmp_path)
+    loaded, plain = load_document(with_sel), load_document(without)
+    assert loaded.costs.selective and not loaded.costs.recomputed
+    rows, base = _run(with_sel), _run(without)
+    for row, ref in zip(rows, base):
+        assert row["grad_check"] == ref["grad_check"] == "passed"
+        held = [i for s in row["stages"] for i in range(*loaded.costs.ranges[s])]
+        assert row["selective"] == [gpt.layers[i].name for i in held if gpt.layers[i].block]
+        for s in row["stages"]:
+            saved = ref["stage_mem"][str(s)][F] - row["stage_mem"][str(s)][F]
+            plan_saved = (plain.schedule.profile.stage_value("mem_f", s)
+                          - loaded.schedule.profile.stage_value("mem_f", s))
+            assert saved == plan_saved > 0

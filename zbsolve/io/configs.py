@@ -77,6 +77,16 @@ class Plan:
     """Half-open layer ranges per stage, in stage order."""
     recomputed: frozenset[int] = frozenset()
     """The layers that run their forward again inside their B (the document's "partition.recompute")."""
+    selective: frozenset[int] = frozenset()
+    """The blocks whose norms and MLP activation function run again inside their B ("partition.selective")."""
+
+    def refuse_selective(self, runtime: str, why: str) -> None:
+        """An ``InputError`` naming the selectively recomputed blocks, which ``runtime`` cannot run (``why``)."""
+        if self.selective:
+            names = [self.model.layers[i].name for i in sorted(self.selective)]
+            raise InputError(f"partition.selective = {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: "
+                             f"{runtime} cannot recompute just a block's norms and MLP activation function ({why}); "
+                             "plan with --target " + runtime.split()[0].lower())
 
     def stage_recompute(self) -> list[tuple[list[int], list[int]]]:
         """Per stage, its blocks and its recomputed layers (layer indices, in order)."""
@@ -105,7 +115,7 @@ def read_plan(path: str | Path, fmt: str) -> Plan:
     layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})
               for layer, record in zip(costs.model.layers, records)]
     return Plan(loaded.schedule, Model(name=costs.model.name, layers=layers), costs.ranges,
-                frozenset(costs.recomputed))
+                frozenset(costs.recomputed), frozenset(costs.selective))
 
 
 # -- torchtitan ------------------------------------------------------------------------------------------------
@@ -136,7 +146,9 @@ def torchtitan_checkpointing(plan: Plan) -> str:
     recomputes (``FullAC``: each block of every model part recomputed whole), "none" when none does (torchtitan's
     default is per-op selective checkpointing, which zbsolve's cost model does not describe). torchtitan applies
     one policy to every block of every model part, so any other choice is an ``InputError`` naming the stages'
-    counts."""
+    counts, and so are selectively recomputed blocks (its op-level policy keeps other tensors)."""
+    plan.refuse_selective(f"torchtitan {TORCHTITAN_VERSION}", "its op-level selective policy saves matmul outputs "
+                          "and recomputes others, a different choice")
     if not plan.recomputed:
         return "none"
     stages = plan.stage_recompute()
@@ -259,7 +271,9 @@ def megatron_recompute(plan: Plan) -> list[str]:
     model. ``uniform`` with N > 1 keeps only each group's input and holds the whole group's recomputed activations
     at once, which the cost model does not describe, so it is never written. Megatron takes one N for every stage:
     recomputed blocks that are not the first of their stage, or a different N per stage, are an ``InputError``
-    naming the stages' counts."""
+    naming the stages' counts, and so are selectively recomputed blocks."""
+    plan.refuse_selective(f"Megatron (megatron-core {MEGATRON_CORE_VERSION})", "--recompute-modules has layernorm "
+                          "and the whole dense mlp, no MLP activation function alone")
     if not plan.recomputed:
         return []
     stages = plan.stage_recompute()

@@ -1,7 +1,7 @@
 """Per-stage recomputation chosen for one partition: for each of a few orders that hold little memory (the
 placement's handcrafted families, and the heuristic's under ``REFERENCE_FACTORS`` x 1F1B's peak, all without
-recomputation), the fewest recomputed blocks per
-stage that let that order fit every device's memory (a device's blocks added one at a time where they lower its
+whole-block recomputation, every block selective where asked), the fewest blocks per stage recomputed whole that
+let that order fit every device's memory (a device's blocks added one at a time where they lower its
 peak most per second of recomputed forward); of these, the choice whose step under the real limits is shortest
 (timed as the caller says: ``solve`` times each by its warm starts).
 
@@ -24,7 +24,7 @@ from zbsolve.core.spec import Spec
 from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import stage_profile
-from zbsolve.problem.recompute import Recompute
+from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.request import Request, resolve
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
@@ -34,20 +34,23 @@ REFERENCE_FACTORS = (1.0, 2.0)
 
 
 def fit_recompute(model: Model, request: Request, step: Callable[[Request], float]) -> Recompute:
-    """The per-stage recomputation (the first N_s blocks of each stage s) of ``request``'s partition whose step,
-    timed by ``step``, is shortest among the fits of the reference orders; none where no device memory is given."""
-    plain = request.model_copy(update={"recompute": "none"})
+    """The per-stage recomputation (the first N_s blocks of each stage s, the others selective where ``request``
+    says "selective+per-stage") of ``request``'s partition whose step, timed by ``step``, is shortest among the
+    fits of the reference orders and no recomputation; none where no device memory is given."""
+    selective = parse_recompute(request.recompute).selective
+    plain = request.model_copy(update={"recompute": "selective" if selective else "none"})
     spec, costs = resolve(model, plain)
     placement, m = spec.placement, spec.num_microbatches
-    zero = Recompute("per-stage", per_stage=(0,) * placement.num_stages)
+    zero = Recompute("per-stage", per_stage=(0,) * placement.num_stages, selective=selective)
     if costs.device_memory is None:
         return zero
     budgets = costs.limits()
     peak = reference_peak(spec.profile, placement.num_devices, m, spec.chunks)
-    fits = [Recompute("per-stage", per_stage=_fit(model, costs.ranges, placement, order, budgets))
+    fits = [Recompute("per-stage", per_stage=_fit(model, costs.ranges, placement, order, budgets, selective),
+                      selective=selective)
             for order in _references(spec, peak)]
     timed = {choice: step(request.model_copy(update={"recompute": str(choice)}))
-             for choice in dict.fromkeys([zero, *fits])}
+             for choice in dict.fromkeys([zero._replace(selective=False), zero, *fits])}
     return min(timed, key=lambda choice: (timed[choice], sum(choice.per_stage)))
 
 
@@ -67,15 +70,18 @@ def _references(spec: Spec, peak: float) -> list[Schedule]:
 
 
 def _fit(model: Model, ranges: Sequence[tuple[int, int]], placement: Placement, order: Schedule,
-         budgets: Sequence[float]) -> tuple[int, ...]:
-    """Per stage, the blocks that recompute so that ``order`` fits ``budgets`` (every block of a device that
-    cannot fit), each device's peak by the one memory rule (``core.memory.levels``)."""
+         budgets: Sequence[float], selective: bool) -> tuple[int, ...]:
+    """Per stage, the blocks that recompute whole so that ``order`` fits ``budgets`` (every block of a device that
+    cannot fit; the others selective where ``selective``), each device's peak by the one memory rule
+    (``core.memory.levels``)."""
     blocks = [[i for i in range(a, b) if model.layers[i].block] for a, b in ranges]
     chosen = [0] * len(ranges)
 
     def peak_with(d: int, s: int, n: int) -> float:
         counts = [n if stage == s else k for stage, k in enumerate(chosen)]
-        profile = stage_profile(model, ranges, [i for stage, k in enumerate(counts) for i in blocks[stage][:k]])
+        whole = {i for stage, k in enumerate(counts) for i in blocks[stage][:k]}
+        rest = {i for stage in blocks for i in stage} - whole if selective else ()
+        profile = stage_profile(model, ranges, whole, rest)
         return max(0.0, *(level for *_, level, _ in levels(replace(order, profile=profile), d)))
 
     for d, budget in enumerate(budgets):

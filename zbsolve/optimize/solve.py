@@ -41,7 +41,7 @@ from zbsolve.optimize.warm_start import Best, floor, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
-from zbsolve.problem.recompute import PER_STAGE, parse_recompute
+from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
 
@@ -155,8 +155,9 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     ``chunks`` stages per device: a one-stage-per-device (or scalar) profile is split into chunks, a profile of
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full, uniform:N,
-    per-stage:N,N,..., or per-stage: the counts chosen by ``optimize.recompute_fit``) says which of a model's blocks
-    run their forward again inside their B (``zbsolve.problem.recompute``). The
+    per-stage:N,N,..., or per-stage: the counts chosen by ``optimize.recompute_fit``; selective, or "selective+"
+    before uniform or per-stage) says which of a model's blocks run their forward, or its norms and MLP activation
+    function, again inside their B (``zbsolve.problem.recompute``). The
     arguments are checked once, as one ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
     families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
@@ -178,7 +179,7 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     """``solve`` on a checked request; ``began`` (``time.monotonic()``) when the time limit started, by default
     now."""
     began = time.monotonic() if began is None else began
-    if isinstance(profile, Model) and parse_recompute(request.recompute) == PER_STAGE:
+    if isinstance(profile, Model) and parse_recompute(request.recompute).undecided:
         chosen = fit_recompute(profile, request, lambda r: _warm_step(profile, r, began))
         request = request.model_copy(update={"recompute": str(chosen)})
     spec, costs = resolve(profile, request)

@@ -39,7 +39,7 @@ from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory,
 from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import untimed
-from zbsolve.problem.recompute import FULL, PER_STAGE, described, parse_recompute
+from zbsolve.problem.recompute import FULL, described, parse_recompute
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
@@ -109,7 +109,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
     interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
     ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
-    "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), or "auto": each
+    "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), selective forms
+    (``problem.recompute.RECOMPUTE_FORMS``: norms and MLP activation function), or "auto": each
     candidate timed with each of ``targets.AUTO[target]``. ``target`` (zbsolve, torchtitan, megatron) keeps the
     search to the recomputation and placements that runtime can run (``zbsolve.planning.targets``);
     ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines, and
@@ -178,7 +179,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
-                      described(model, costs.ranges, costs.recomputed))
+                      described(model, costs.ranges, costs.recomputed, costs.selective))
 
 
 def _gpu_memory(model: Model) -> int:
@@ -199,7 +200,7 @@ def _closest(search: Search) -> str:
         layout = make_placement(pl, r.num_devices, c)
         choice = parse_recompute(rc)  # per-stage counts not chosen yet: its least memory is every block's
         profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve,
-                                     FULL if choice == PER_STAGE else choice)
+                                     FULL if choice.undecided else choice)
         uses = [{"static": static, "one microbatch's activations": need}
                 for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
         d = max(range(search.request.num_devices), key=lambda d: costs.over(uses[d]))

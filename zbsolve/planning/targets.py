@@ -8,13 +8,17 @@ from zbsolve.problem.recompute import parse_recompute
 
 TARGETS = ("zbsolve", "torchtitan", "megatron")
 """zbsolve's own executor runs any plan; torchtitan and Megatron as their exports say."""
-AUTO = {"zbsolve": ("none", "full", "per-stage"), "torchtitan": ("none", "full"),
+AUTO = {"zbsolve": ("none", "full", "per-stage", "selective", "selective+per-stage"), "torchtitan": ("none", "full"),
         "megatron": ("none", "full", "uniform:1", "uniform:2")}
 """The recomputation choices ``recompute="auto"`` times every candidate with, per target."""
 MODES = {"zbsolve": ("none", "full", "uniform", "per-stage"), "torchtitan": ("none", "full"),
          "megatron": ("none", "full", "uniform")}
 """The recomputation modes a target can run: torchtitan applies one activation_checkpoint policy (none or full)
-to every block of every model part; Megatron one --recompute-num-layers N for every (virtual) stage."""
+to every block of every model part; Megatron one --recompute-num-layers N for every (virtual) stage. Selective
+recomputation (norms and MLP activation function) only zbsolve's runtime runs: torchtitan's op-level policy
+keeps other tensors, and Megatron's recompute modules have no dense MLP's activation function alone."""
+SELECTIVE = ("zbsolve",)
+"""The targets that run selective recomputation."""
 PLACEMENTS = {"zbsolve": ("sequential", "interleaved", "vshape"), "torchtitan": ("sequential", "interleaved", "vshape"),
               "megatron": ("sequential", "interleaved")}
 """The placements a target can run: Megatron's layout puts stage i on rank i % p (no V-shape)."""
@@ -32,10 +36,13 @@ def recompute_choices(target: str, recompute: str) -> tuple[str, ...]:
     else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming why otherwise."""
     if recompute == "auto":
         return AUTO[check_target(target)]
-    mode = parse_recompute(recompute).mode
-    if mode not in MODES[check_target(target)]:
+    choice = parse_recompute(recompute)
+    if choice.mode not in MODES[check_target(target)]:
         raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(MODES[target])} (one setting "
                          f"for every stage); use --target zbsolve for per-stage choices")
+    if choice.selective and target not in SELECTIVE:
+        raise InputError(f"recompute = {recompute!r}: {target} cannot run zbsolve's selective recomputation (the "
+                         "norms and MLP activation function of a block); use --target zbsolve")
     return (recompute,)
 
 
@@ -51,6 +58,7 @@ def runnable(target: str, placements: list[tuple[str, int]], placement: str) -> 
 def may_take(target: str, recompute: str, chosen: str) -> bool:
     """Whether a plan asked for ``recompute`` may take a baseline that recomputes as ``chosen``: the same choice, or
     any ``target`` can run when the plan decides ("auto", "per-stage")."""
-    if recompute in ("auto", "per-stage"):
-        return parse_recompute(chosen).mode in MODES[target]
+    if recompute in ("auto", "per-stage", "selective+per-stage"):
+        choice = parse_recompute(chosen)
+        return choice.mode in MODES[target] and (target in SELECTIVE or not choice.selective)
     return chosen == str(parse_recompute(recompute))

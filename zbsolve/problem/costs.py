@@ -45,6 +45,8 @@ class Costs:
     """The device of each stage in ``ranges``."""
     recomputed: tuple[int, ...] = ()
     """The layers that run their forward again inside their B (``problem.recompute``), in order."""
+    selective: tuple[int, ...] = ()
+    """The blocks whose norms and MLP activation function run again inside their B, in order."""
 
     @property
     def in_bytes(self) -> bool:
@@ -109,7 +111,8 @@ class Costs:
             doc["partition"] = {"model": self.model.name,
                                 "layers": [layer_record(layer) for layer in self.model.layers],
                                 "stages": [list(r) for r in self.ranges],
-                                **({"recompute": list(self.recomputed)} if self.recomputed else {})}
+                                **({"recompute": list(self.recomputed)} if self.recomputed else {}),
+                                **({"selective": list(self.selective)} if self.selective else {})}
         if self.device_memory is not None:
             doc["device_memory"] = self.device_memory
             doc["reserve"] = self.reserve
@@ -118,11 +121,13 @@ class Costs:
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
 """The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
+SELECTIVE_KEYS = ("t_sel", "mem_sel")
+"""The keys a layer's record has too where it has selective recomputation figures."""
 
 
 def layer_record(layer: Layer) -> dict[str, object]:
     """A layer as the schedule document records it."""
-    return {key: getattr(layer, key) for key in LAYER_KEYS}
+    return {key: getattr(layer, key) for key in LAYER_KEYS + SELECTIVE_KEYS if getattr(layer, key) is not None}
 
 
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
@@ -134,9 +139,10 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
     ``reserve`` in bytes (``Request`` reads them)."""
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
-    recomputed = recompute.layers(model, ranges)
-    return stage_profile(model, ranges, recomputed), Costs(model, tuple(ranges), device_memory, reserve, static,
-                                                           placement.routes[0], tuple(sorted(recomputed)))
+    recomputed, selective = recompute.layers(model, ranges), recompute.selected(model, ranges)
+    return (stage_profile(model, ranges, recomputed, selective),
+            Costs(model, tuple(ranges), device_memory, reserve, static, placement.routes[0], tuple(sorted(recomputed)),
+                  tuple(sorted(selective))))
 
 
 def profile_costs(num_devices: int, device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> Costs:
@@ -156,8 +162,9 @@ def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]]
 
 
 def check_partition(section: object, profile: Profile, num_stages: int,
-                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int]]:
-    """The layers, stage ranges and recomputed layers of a schedule document's "partition" section, checked: every
+                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int], frozenset[int]]:
+    """The layers, stage ranges, recomputed and selective layers of a schedule document's "partition" section,
+    checked (a block in both is an ``InputError``): every
     stage's profile figures are the sums over its layers (``recompute.stage_costs``). An ``InputError`` naming the
     stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
@@ -174,14 +181,18 @@ def check_partition(section: object, profile: Profile, num_stages: int,
     if len(ranges) != num_stages:
         raise InputError(f"{where}: partition.stages has {len(ranges)} stages, the schedule {num_stages}")
     recomputed = check_recomputed(model, section.get("recompute", []), where)
+    selective = check_recomputed(model, section.get("selective", []), where, "selective")
+    if recomputed & selective:
+        raise InputError(f"{where}: partition.selective names layer {min(recomputed & selective)}, which "
+                         "partition.recompute recomputes whole")
     for s, (a, b) in enumerate(ranges):
-        stage = stage_costs(model, a, b, recomputed)
+        stage = stage_costs(model, a, b, recomputed, selective)
         for name in COSTS:
             total, value = stage[name], profile.stage_value(name, s)
             if abs(total - value) > SUM_TOLERANCE * max(abs(total), abs(value), 1e-300):
                 raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
                                  f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
-    return model.layers, ranges, recomputed
+    return model.layers, ranges, recomputed, selective
 
 
 def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
@@ -190,9 +201,12 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     section, device_memory = data.get("partition"), data.get("device_memory")
     if section is None and device_memory is None:
         return None
-    model, ranges, static, recomputed = None, (), (0,) * schedule.num_devices, frozenset()
+    model, ranges, static = None, (), (0,) * schedule.num_devices
+    recomputed: frozenset[int] = frozenset()
+    selective: frozenset[int] = frozenset()
     if section is not None:
-        layers, stage_ranges, recomputed = check_partition(section, schedule.profile, schedule.num_stages, where)
+        layers, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
+                                                                      where)
         model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
         static = device_static_bytes(layers, stage_ranges, schedule.placement)
     memory = None
@@ -204,7 +218,7 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
         raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
     return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
-                 tuple(sorted(recomputed)))
+                 tuple(sorted(recomputed)), tuple(sorted(selective)))
 
 
 def check_fits(costs: Costs, timeline: Timeline) -> None:

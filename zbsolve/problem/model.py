@@ -67,11 +67,21 @@ class Layer(InputModel):
     """FLOPs of B, where known."""
     flops_w: Optional[Flops] = None
     """FLOPs of W, where known."""
+    t_sel: Optional[Seconds] = None
+    """Seconds a block's selective recomputation adds to its B (its norms and MLP activation function run again),
+    where known (estimates)."""
+    mem_sel: Optional[Bytes] = Field(None, ge=0)
+    """Activation bytes F keeps no more when the block recomputes selectively (the outputs of its norms and MLP
+    activation function), where known."""
     shares: Optional[str] = None
     """The layer whose weights this one uses (tied embeddings): a stage holding both holds them once."""
 
     @model_validator(mode="after")
     def _balanced(self) -> "Layer":
+        if self.mem_sel is not None and self.mem_sel > self.mem_f:
+            raise ValueError(f"mem_sel = {self.mem_sel} must be at most mem_f = {self.mem_f}")
+        if (self.t_sel is None) != (self.mem_sel is None):
+            raise ValueError("give both t_sel and mem_sel, or neither")
         if self.mem_f + self.mem_b + self.mem_w:
             raise ValueError(f"mem_f + mem_b + mem_w = {self.mem_f} + {self.mem_b} + {self.mem_w} = "
                              f"{self.mem_f + self.mem_b + self.mem_w}, must be 0")

@@ -94,19 +94,20 @@ def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[in
     return out
 
 
-def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int] = ()) -> Profile:
+def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int] = (),
+                  selective: Collection[int] = ()) -> Profile:
     """The per-stage profile of ``model`` cut at ``ranges``: each stage's times (seconds) and memory deltas
     (bytes) are the sums of its layers' (``recompute.stage_costs``: the layers in ``recomputed`` run their forward
-    again inside their B), and t_comm is the model's, or the link's time for the largest activation crossing a
-    stage boundary."""
+    again inside their B, those in ``selective`` their norms and MLP activation function), and t_comm is the
+    model's, or the link's time for the largest activation crossing a stage boundary."""
     ranges = check_ranges(model, ranges)
     for s, (a, b) in enumerate(ranges):
         missing = untimed(model.layers[a:b])
         if missing:
             raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
-    stages = [stage_costs(model, a, b, recomputed) for a, b in ranges]
-    sums = {name: [stage[name] for stage in stages] for name in COSTS if name != "mem_r" or recomputed}
+    stages = [stage_costs(model, a, b, recomputed, selective) for a, b in ranges]
+    sums = {name: [stage[name] for stage in stages] for name in COSTS if name != "mem_r" or recomputed or selective}
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
 

@@ -5,7 +5,9 @@ A block that recomputes keeps only its input from its F to its B (the previous l
 the forward again, so B takes F's time too and holds the forward's activations (M_B) while it runs; what W reads
 (M_W) stays from B's end to W's end, as without recomputation. So F allocates the input, B allocates M_W less
 the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B less the
-input it already keeps (the recomputed forward saves that same tensor, not a copy)."""
+input it already keeps (the recomputed forward saves that same tensor, not a copy). A block that recomputes
+selectively keeps all but the outputs of its norms and MLP activation function (``Layer.mem_sel``), which its B
+makes again first (``Layer.t_sel``), by the same rule."""
 
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r")
 
 
 class Recompute(NamedTuple):
-    """Which blocks recompute: none, every block ("full", torchtitan's activation checkpointing), the first N blocks
-    of every stage ("uniform:N", Megatron's ``recompute_method=block``: all of a stage's blocks where it has fewer), or the first N_s blocks of each stage s
-    ("per-stage:N_0,N_1,...", or "per-stage" alone: the counts still to be chosen, ``problem.recompute_fit``)."""
+    """Which blocks recompute whole: none, every block ("full", torchtitan's activation checkpointing), the first N
+    blocks of every stage ("uniform:N", Megatron's ``recompute_method=block``: all of a stage's blocks where it has
+    fewer), or the first N_s blocks of each stage s ("per-stage:N_0,N_1,...", or "per-stage" alone: the counts still
+    to be chosen, ``optimize.recompute_fit``); and whether the others recompute selectively ("selective", or
+    "selective+" before uniform or per-stage: their norms and MLP activation function run again in B)."""
 
     mode: str
     """none, full, uniform or per-stage."""
@@ -31,17 +35,25 @@ class Recompute(NamedTuple):
     """N of uniform:N."""
     per_stage: tuple[int, ...] = ()
     """N_s of per-stage, one per stage in stage order (empty: not chosen yet)."""
+    selective: bool = False
+    """The blocks not recomputed whole recompute selectively."""
 
     def __str__(self) -> str:
-        if self.mode == "uniform":
-            return f"uniform:{self.blocks}"
-        if self.mode == "per-stage" and self.per_stage:
-            return "per-stage:" + ",".join(map(str, self.per_stage))
-        return self.mode
+        whole = (f"uniform:{self.blocks}" if self.mode == "uniform" else
+                 "per-stage:" + ",".join(map(str, self.per_stage)) if self.mode == "per-stage" and self.per_stage
+                 else self.mode)
+        if not self.selective:
+            return whole
+        return "selective" if whole == "none" else f"selective+{whole}"
+
+    @property
+    def undecided(self) -> bool:
+        """Whether the per-stage counts are still to be chosen ("per-stage", "selective+per-stage")."""
+        return self.mode == "per-stage" and not self.per_stage
 
     def layers(self, model: Model, ranges: Sequence[Sequence[int]]) -> frozenset[int]:
-        """The indices of the layers that recompute when ``model`` is cut at ``ranges``; an ``InputError`` when
-        per-stage counts do not match the stages."""
+        """The indices of the layers that recompute whole when ``model`` is cut at ``ranges``; an ``InputError``
+        when per-stage counts do not match the stages."""
         if self.mode == "none":
             return frozenset()
         if self.mode == "per-stage" and len(self.per_stage) != len(ranges):
@@ -55,12 +67,26 @@ class Recompute(NamedTuple):
             chosen.update(blocks[:n])
         return frozenset(chosen)
 
+    def selected(self, model: Model, ranges: Sequence[Sequence[int]]) -> frozenset[int]:
+        """The indices of the blocks that recompute selectively; an ``InputError`` naming a block without the
+        figures for it (``Layer.t_sel``, ``mem_sel``: estimates have them)."""
+        if not self.selective:
+            return frozenset()
+        whole = self.layers(model, ranges)
+        chosen = frozenset(i for a, b in ranges for i in range(a, b) if model.layers[i].block and i not in whole)
+        for i in sorted(chosen)[:1]:
+            if model.layers[i].mem_sel is None:
+                raise InputError(f"recompute = '{self}': layer {model.layers[i].name} has no t_sel and mem_sel "
+                                 "(zbsolve estimate writes them)")
+        return chosen
+
 
 NONE = Recompute("none")
 FULL = Recompute("full")
 PER_STAGE = Recompute("per-stage")
 """Per-stage counts, to be chosen."""
-RECOMPUTE_FORMS = ("none", "full", "uniform:N", "per-stage", "per-stage:N,N,...")
+RECOMPUTE_FORMS = ("none", "full", "uniform:N", "per-stage", "per-stage:N,N,...", "selective",
+                   "selective+uniform:N", "selective+per-stage", "selective+per-stage:N,N,...")
 """How a recomputation choice is written."""
 
 
@@ -68,19 +94,35 @@ def parse_recompute(text: str | Recompute) -> Recompute:
     """A recomputation choice from its text (``RECOMPUTE_FORMS``); anything else is an ``InputError``."""
     if isinstance(text, Recompute):
         return text
-    match = re.fullmatch(r"\s*(none|full|uniform:(\d+)|per-stage(?::(\d+(?:,\d+)*))?)\s*", str(text))
-    if match is None or match[2] is not None and int(match[2]) < 1:
+    match = re.fullmatch(r"\s*(none|full|selective|(selective\+)?(uniform:(\d+)|per-stage(?::(\d+(?:,\d+)*))?))\s*",
+                         str(text))
+    if match is None or match[4] is not None and int(match[4]) < 1:
         raise InputError(f"recompute = {text!r}: should be one of {', '.join(RECOMPUTE_FORMS)} (N >= 1 in uniform:N)")
-    if match[2]:
-        return Recompute("uniform", int(match[2]))
-    if match[1].startswith("per-stage"):
-        return Recompute("per-stage", per_stage=tuple(int(x) for x in match[3].split(",")) if match[3] else ())
-    return Recompute(match[1])
+    selective = match[1] == "selective" or match[2] is not None
+    if match[4]:
+        return Recompute("uniform", int(match[4]), selective=selective)
+    if match[3] and match[3].startswith("per-stage"):
+        return Recompute("per-stage", per_stage=tuple(int(x) for x in match[5].split(",")) if match[5] else (),
+                         selective=selective)
+    return Recompute("none" if selective else match[1], selective=selective)
 
 
-def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int]) -> str:
-    """The shortest text (none, full, uniform:N, per-stage:...) that chooses ``recomputed`` at ``ranges``, or
-    "layers" when the recomputed blocks of some stage are not its first ones."""
+def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int],
+              selective: Collection[int] = ()) -> str:
+    """The shortest text (``RECOMPUTE_FORMS``) that chooses ``recomputed`` and ``selective`` at ``ranges``, or
+    "layers" when the recomputed blocks of some stage are not its first ones, or only some of the others recompute
+    selectively."""
+    blocks = [i for a, b in ranges for i in range(a, b) if model.layers[i].block]
+    if not selective:
+        return _whole(model, ranges, recomputed)
+    if set(selective) != set(blocks) - set(recomputed):
+        return "layers"
+    whole = _whole(model, ranges, recomputed)
+    return whole if whole == "layers" else str(parse_recompute(whole)._replace(selective=True))
+
+
+def _whole(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int]) -> str:
+    """``described`` for blocks that recompute whole."""
     counts = []
     for a, b in ranges:
         blocks = [i for i in range(a, b) if model.layers[i].block]
@@ -98,24 +140,30 @@ def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collect
     return str(Recompute("per-stage", per_stage=tuple(n for n, _ in counts)))
 
 
-def layer_costs(model: Model, index: int, recomputes: bool) -> dict[str, float]:
-    """``COSTS`` of layer ``index``: its own, or with its forward recomputed inside its B."""
+def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = False) -> dict[str, float]:
+    """``COSTS`` of layer ``index``: its own, with its forward recomputed inside its B (``recomputes``), or with its
+    norms and MLP activation function recomputed there (``selective``: ``Layer.t_sel`` more in B, ``mem_sel`` less
+    kept by F)."""
     layer = model.layers[index]
     own = {"t_f": layer.t_f, "t_b": layer.t_b, "t_w": layer.t_w, "mem_f": layer.mem_f, "mem_b": layer.mem_b,
            "mem_w": layer.mem_w, "mem_r": 0}
-    if not recomputes:
+    if recomputes:
+        kept, again = (model.layers[index - 1].out_bytes if index else 0), layer.t_f
+    elif selective and layer.mem_sel is not None and layer.t_sel is not None:
+        kept, again = layer.mem_f - layer.mem_sel, layer.t_sel
+    else:
         return own
-    kept = model.layers[index - 1].out_bytes if index else 0
     read_by_w = -layer.mem_w
-    return {**own, "t_b": layer.t_b + layer.t_f, "mem_f": kept, "mem_b": read_by_w - kept,
+    return {**own, "t_b": layer.t_b + again, "mem_f": kept, "mem_b": read_by_w - kept,
             "mem_r": max(0.0, layer.mem_f - kept)}
 
 
-def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int]) -> dict[str, float]:
+def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int],
+                selective: Collection[int] = ()) -> dict[str, float]:
     """``COSTS`` of a stage of layers [first, end): sums of its layers', and ``mem_r`` the most its B holds above
     the level it starts from (its layers' B run last to first, each layer's ``mem_b`` counted from its end), where
     that is more than the level before and after it."""
-    costs = [layer_costs(model, i, i in recomputed) for i in range(first, end)]
+    costs = [layer_costs(model, i, i in recomputed, i in selective) for i in range(first, end)]
     stage = {name: sum(c[name] for c in costs) for name in COSTS if name != "mem_r"}
     above, top = 0.0, 0.0
     for c in reversed(costs):
@@ -125,11 +173,14 @@ def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int])
     return stage
 
 
-def check_recomputed(model: Model, indices: object, where: str) -> frozenset[int]:
-    """A document's list of recomputed layers, checked: distinct indices of blocks of ``model``."""
+def check_recomputed(model: Model, indices: object, where: str, key: str = "recompute") -> frozenset[int]:
+    """A document's list of recomputed layers (``partition.recompute``, or ``partition.selective``: blocks with
+    selective figures), checked: distinct indices of blocks of ``model``."""
     if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
-        raise InputError(f"{where}: partition.recompute = {indices!r} must be a list of layer indices")
+        raise InputError(f"{where}: partition.{key} = {indices!r} must be a list of layer indices")
     for i in indices:
         if not 0 <= i < len(model.layers) or not model.layers[i].block:
-            raise InputError(f"{where}: partition.recompute names layer {i}, which is not a block of the model")
+            raise InputError(f"{where}: partition.{key} names layer {i}, which is not a block of the model")
+        if key == "selective" and model.layers[i].mem_sel is None:
+            raise InputError(f"{where}: partition.selective names layer {i}, which has no t_sel and mem_sel")
     return frozenset(indices)

@@ -8,12 +8,11 @@ there are more. ``check`` compares every gradient with a single-process run of t
 checkpointed) on the same batch.
 
 The blocks the document's ``partition.recompute`` names run under ``zbsolve.runtime.recompute.checkpoint``: F keeps
-each one's input; the first backward that reads it (B; W on the first stage, whose B computes nothing in torch) runs
-its forward again and keeps what that saves until W ends, so W recomputes nothing, as the cost model says. Every pass
-runs under the saved-tensor hooks, so the accounting counts those tensors while they are held. The plan's peak lies
-a little above (a recomputing B's ``Profile.mem_r`` counts the block's input again); on the first stage it can lie
-far above, as the plan holds what W reads from B's end while torch recomputes and frees it within W, and the measured
-peak there can lie above the replay of the measured passes, which sees only each pass's net change.
+each one's input; the first backward that reads it (B; W on the first stage, whose B computes nothing in torch)
+runs its forward again and keeps what that saves until W ends, as the cost model says; those ``partition.selective``
+names recompute their norms' and GELU's outputs so (``recompute_output``). The saved-tensor hooks count all of it.
+The plan's peak lies a little above (a recomputing B's ``mem_r`` counts the block's input again); on the first
+stage far above, as the plan holds what W reads from B's end while torch recomputes and frees it within W.
 """
 
 from __future__ import annotations
@@ -223,7 +222,7 @@ def _run_rank(rank: int, schedule: Schedule, job: _RankJob, device: torch.device
     own = sorted(s for _, s in schedule.placement.stages_of(rank))
     stages = [torch_compat.pipeline_stage(model.stages[s].to(device), s, S, device) for s in own]
     runtime = torch_compat.pipeline_runtime(stages, m, model.loss_fn, job.csv_text)
-    plain = dataclasses.replace(options.model, recompute=())
+    plain = dataclasses.replace(options.model, recompute=(), selective=())
     reference = [module.to(device) for module in load_model(plain, S).stages] if options.check else []
     probe = _Probe(stages, device)
     losses: list = []
@@ -335,6 +334,7 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     if costs is not None and costs.model is not None:
         layers = costs.model.layers
         model = dataclasses.replace(options.model, recompute=tuple(layers[i].name for i in costs.recomputed),
+                                    selective=tuple(layers[i].name for i in costs.selective),
                                     partition=tuple(tuple(x.name for x in layers[a:b]) for a, b in costs.ranges))
         options = dataclasses.replace(options, model=model)
     timeline = simulate(schedule)
@@ -362,7 +362,8 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     crowded = oversubscription(p, options.device) is not None
     names = options.model.partition or ((),) * S
     return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded,
-             "recomputed": [n for s in row["stages"] for n in names[s] if n in options.model.recompute]}
+             "recomputed": [n for s in row["stages"] for n in names[s] if n in options.model.recompute],
+             "selective": [n for s in row["stages"] for n in names[s] if n in options.model.selective]}
             for row in _with_predictions(schedule, rows, costs)]
 
 
@@ -376,9 +377,10 @@ def report_note(rows: list[dict]) -> str | None:
     """The line under ``report_table`` when blocks recompute: which, and what the measured and the plan's peaks
     count; None when none does."""
     names = [name for row in rows for name in row["recomputed"]]
-    if not names:
+    selective = [name for row in rows for name in row.get("selective", ())]
+    if not names and not selective:
         return None
-    return (f"recomputed: {', '.join(names)}. peak MiB counts their inputs from F and their recomputed activations "
+    return (f"recomputed: {', '.join(names) or '-'}; selective: {', '.join(selective) or '-'}. peak MiB counts their inputs from F and their recomputed activations "
             "from the backward that recomputes them (B; W on the first stage) to W's end; sim peak is the plan's, "
             "which holds those from B's end on every stage and counts a recomputing B's input twice (mem_r)")
 

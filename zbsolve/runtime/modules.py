@@ -11,15 +11,18 @@ import torch
 from torch import nn
 from torch.nn import functional
 from zbsolve.base.errors import InputError
-from zbsolve.runtime.recompute import checkpoint
+from zbsolve.runtime.recompute import checkpoint, recompute_output
 
 
 class Block(nn.Module):
-    """One pre-norm transformer block: causal self-attention then an MLP."""
+    """One pre-norm transformer block: causal self-attention then an MLP. ``selective``: the outputs of its norms and
+    of the MLP's GELU are not kept for backward but recomputed once by the first backward that reads them
+    (``zbsolve.runtime.recompute.recompute_output``)."""
 
-    def __init__(self, hidden: int, heads: int) -> None:
+    def __init__(self, hidden: int, heads: int, selective: bool = False) -> None:
         super().__init__()
         self.heads = heads
+        self.selective = selective
         self.ln1 = nn.LayerNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
@@ -28,27 +31,37 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, t, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(n, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = self._then(self.ln1, x, self.qkv).view(n, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         a = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(n, t, h))
-        return x + self.mlp(self.ln2(x))
+        fc, act, out = self.mlp
+        return x + self._then(act, self._then(self.ln2, x, fc), out)
+
+    def _then(self, fn: nn.Module, x: torch.Tensor, consumer: nn.Module) -> torch.Tensor:
+        """``consumer(fn(x))``, with ``fn(x)`` recomputed for backward if the block is selective."""
+        return recompute_output(fn, x, consumer) if self.selective else consumer(fn(x))
 
 
 class GPTStage(nn.Module):
     """A run of consecutive blocks: the first stage embeds token ids before them, the last ends with the final norm
     and the LM head (the norm may end the stage before it instead). The blocks at the positions ``recompute`` names
     run under ``zbsolve.runtime.recompute.checkpoint``: their forward keeps only its input, runs again once when the
-    backward first needs what it saved, and what that saves stays until the graph is freed (W reuses it)."""
+    backward first needs what it saved, and what that saves stays until the graph is freed (W reuses it). Those at
+    the positions ``selective`` names recompute only their norms' and GELU's outputs the same way (``Block``)."""
 
     def __init__(self, blocks: int, *, embed: bool, norm: bool, head: bool, hidden: int, heads: int, vocab: int,
-                 seq_len: int, recompute: Collection[int] = ()) -> None:
+                 seq_len: int, recompute: Collection[int] = (), selective: Collection[int] = ()) -> None:
         super().__init__()
+        both = sorted(set(recompute) & set(selective))
+        if both:
+            raise InputError(f"blocks at positions {both} are both recomputed and selective; a block is at most one")
         self.embed = nn.Embedding(vocab, hidden) if embed else None
         self.pos = nn.Parameter(0.02 * torch.randn(seq_len, hidden)) if embed else None
-        self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(blocks))
+        self.blocks = nn.ModuleList(Block(hidden, heads, selective=i in selective) for i in range(blocks))
         self.norm = nn.LayerNorm(hidden) if norm else None
         self.head = nn.Linear(hidden, vocab, bias=False) if head else None
         self.recompute = tuple(i in recompute for i in range(blocks))
+        self.selective = tuple(i in selective for i in range(blocks))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
@@ -90,9 +103,9 @@ class _Cut:
 
 
 def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
-                 seed: int, recompute: Collection[str] = ()) -> list[nn.Module]:
+                 seed: int, recompute: Collection[str] = (), selective: Collection[str] = ()) -> list[nn.Module]:
     """A GPT of ``layers`` blocks cut into ``num_stages`` stages, the same weights for the same ``seed``; the blocks
-    ``recompute`` names (``blocks.i``) checkpointed.
+    ``recompute`` names (``blocks.i``) checkpointed, those ``selective`` names selectively recomputed (``Block``).
 
     Stage 0 takes token ids (batch, seq_len); the last stage returns logits (batch, seq_len, vocab).
     """
@@ -101,14 +114,16 @@ def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab
     counts = [layers // num_stages + (1 if s < layers % num_stages else 0) for s in range(num_stages)]
     last = num_stages - 1
     return _build([_Cut(s == 0, c, s == last, s == last) for s, c in enumerate(counts)], hidden=hidden, heads=heads,
-                  vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute)
+                  vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute, selective=selective)
 
 
 def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None, hidden: int, heads: int, vocab: int,
-                      seq_len: int, seed: int, recompute: Collection[str] = ()) -> list[nn.Module]:
+                      seq_len: int, seed: int, recompute: Collection[str] = (),
+                      selective: Collection[str] = ()) -> list[nn.Module]:
     """The GPT cut as ``partition`` names each stage's layers (a schedule document's partition: ``embed``,
     ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is cut; the
-    blocks ``recompute`` names (the document's ``partition.recompute``, by name) checkpointed.
+    blocks ``recompute`` names (the document's ``partition.recompute``, by name) checkpointed, those ``selective``
+    names selectively recomputed (``Block``).
 
     ``layers`` (None: the partition's) must be the number of blocks the partition names. An ``InputError`` line
     names the stage or layer at fault otherwise.
@@ -134,27 +149,35 @@ def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None,
                          f"{blocks}")
     cuts = [_Cut("embed" in stage, sum(1 for name in stage if name.startswith("blocks.")), "norm" in stage,
                  "head" in stage) for stage in partition]
-    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute)
+    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute,
+                  selective=selective)
 
 
 def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: int, seed: int,
-           recompute: Collection[str]) -> list[nn.Module]:
+           recompute: Collection[str], selective: Collection[str]) -> list[nn.Module]:
     """One ``GPTStage`` per cut, built in forward order under ``seed`` so that the weights do not depend on the cut;
-    block ``blocks.i`` is the i-th block in forward order, checkpointed when ``recompute`` names it."""
+    block ``blocks.i`` is the i-th block in forward order, checkpointed when ``recompute`` names it, selectively
+    recomputed when ``selective`` does (never both)."""
     if hidden < 1 or heads < 1 or hidden % heads:
         raise InputError(f"hidden = {hidden} must be a positive multiple of heads = {heads}")
     if vocab < 2 or seq_len < 1:
         raise InputError(f"vocab = {vocab} must be >= 2 and seq_len = {seq_len} >= 1")
     firsts = [sum(c.blocks for c in cuts[:s]) for s in range(len(cuts) + 1)]
     blocks = [f"blocks.{i}" for i in range(firsts[-1])]
-    for name in recompute:
-        if name not in blocks:
-            raise InputError(f"recompute names layer {name!r}, which is not one of the GPT's {len(blocks)} blocks "
-                             "(blocks.0, blocks.1, ...); only blocks recompute")
+    for what, names in (("recompute", recompute), ("selective", selective)):
+        for name in names:
+            if name not in blocks:
+                raise InputError(f"{what} names layer {name!r}, which is not one of the GPT's {len(blocks)} blocks "
+                                 "(blocks.0, blocks.1, ...); only blocks recompute")
+    both = [name for name in blocks if name in recompute and name in selective]
+    if both:
+        raise InputError(f"{', '.join(both)} named by both recompute and selective; a block recomputes either whole "
+                         "or selectively")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return [GPTStage(c.blocks, embed=c.embed, norm=c.norm, head=c.head, hidden=hidden, heads=heads, vocab=vocab,
-                         seq_len=seq_len, recompute={i for i in range(c.blocks) if blocks[a + i] in recompute})
+                         seq_len=seq_len, recompute={i for i in range(c.blocks) if blocks[a + i] in recompute},
+                         selective={i for i in range(c.blocks) if blocks[a + i] in selective})
                 for c, a in zip(cuts, firsts)]
 
 
@@ -196,6 +219,9 @@ class ModelSpec:
     recompute: tuple[str, ...] = ()
     """The GPT's blocks (``blocks.i``, a schedule document's ``partition.recompute`` by name) that run under
     ``zbsolve.runtime.recompute.checkpoint`` (recomputed once, by their first backward); a user's model takes none."""
+    selective: tuple[str, ...] = ()
+    """The GPT's blocks (``blocks.i``) whose norms' and GELU's outputs are recomputed (``Block``), none of
+    ``recompute``; a user's model takes none."""
     hidden: int = 32
     """GPT hidden size."""
     heads: int = 2
@@ -212,8 +238,8 @@ def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
     """The model of ``spec`` cut into ``num_stages`` stages, with its loss and batch maker.
 
     "gpt" is the small GPT of ``build_stages`` (``build_partitioned`` with ``spec.partition``) on random token
-    batches, the blocks ``spec.recompute`` names checkpointed. A user's ``module:function`` is called
-    with ``num_stages`` and returns that many modules; the module must also define
+    batches, the blocks ``spec.recompute`` names checkpointed, those ``spec.selective`` names selective. A user's
+    ``module:function`` is called with ``num_stages`` and returns that many modules; the module must also define
     ``make_batch(batch_size, seed) -> (inputs, target)`` and ``loss_fn(output, target)``.
     """
     if spec.name == "gpt":
@@ -221,6 +247,9 @@ def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
     if spec.recompute:
         raise InputError(f"model = {spec.name!r}: recompute = {', '.join(spec.recompute)}, but only the built-in "
                          "gpt's blocks can be checkpointed")
+    if spec.selective:
+        raise InputError(f"model = {spec.name!r}: selective = {', '.join(spec.selective)}, but only the built-in "
+                         "gpt's blocks can be selectively recomputed")
     return _user(spec.name, num_stages)
 
 
@@ -273,7 +302,7 @@ def load_layers(spec: ModelSpec) -> LayeredModel:
 
 def _gpt(spec: ModelSpec, num_stages: int) -> StagedModel:
     sizes = {"hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab, "seq_len": spec.seq_len,
-             "seed": spec.seed, "recompute": spec.recompute}
+             "seed": spec.seed, "recompute": spec.recompute, "selective": spec.selective}
     if spec.partition is None:
         stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, **sizes)
     elif len(spec.partition) != num_stages:

@@ -8,6 +8,11 @@ call. The input and the recomputed tensors are held as saved tensors of their ow
 hooks in force when they are kept (those around F, those around the recomputing backward), so a counter there such
 as ``zbsolve.runtime.memory.SavedBytes`` sees them. ``fn`` must draw no random numbers (the GPT's blocks have no
 dropout): the RNG state is not replayed.
+
+``recompute_output(fn, x, consumer)`` is the selective kind: ``consumer(fn(x))`` where what ``consumer`` saves of
+``fn(x)`` (a norm's output, read by the next Linear) is not kept: the first backward that reads it runs ``fn`` once
+more on the kept ``x`` and keeps the output, packed by the hooks in force then, until the graph is freed. What ``fn``
+and ``consumer`` save otherwise is saved as usual, under the hooks in force at F.
 """
 
 from __future__ import annotations
@@ -85,3 +90,63 @@ def checkpoint(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> t
     frame = _Frame(fn, x)
     with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack):
         return fn(x)
+
+
+class _Output:
+    """One ``recompute_output`` call: ``consumer`` saves ``y = fn(x)`` (or a view of it) as a layout to rebuild
+    from ``fn`` run again, its other saved tensors as indices into the ``_Keep`` node that holds ``x`` first and
+    then them; both are packed by the hooks in force at F. The graph's saved tensors hold the call (through their
+    unpack hook), so it lives until autograd frees them."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], y: torch.Tensor) -> None:
+        self.fn = fn
+        self.storage = y.untyped_storage()._cdata
+        self.layout = (y.shape, y.stride(), y.storage_offset())
+        self.others: list[torch.Tensor] = []
+        """The consumer's saved tensors not on ``y``'s storage, until ``keep``."""
+        self.kept: Any = None
+        """The ``_Keep`` node of ``x`` and the consumer's other saved tensors, once ``keep`` ran."""
+        self.recomputed: Any = None
+        """The ``_Keep`` node of ``fn(x)`` recomputed, once recomputed."""
+
+    def pack(self, tensor: torch.Tensor) -> int | tuple[torch.Size, tuple[int, ...], int]:
+        """What F keeps of a tensor ``consumer`` saves: the layout of a view of ``y``, else an index."""
+        if tensor.untyped_storage()._cdata == self.storage:
+            return tensor.shape, tensor.stride(), tensor.storage_offset()
+        self.others.append(tensor)
+        return len(self.others)
+
+    def keep(self, x: torch.Tensor) -> None:
+        """Keep ``x`` and the consumer's other saved tensors, under the hooks in force now (outside ``pack``'s)."""
+        self.kept = _kept([x, *self.others])
+        self.others = []
+
+    def unpack(self, packed: int | tuple[torch.Size, tuple[int, ...], int]) -> torch.Tensor:
+        """The saved tensor ``packed`` stands for; the first view of ``y`` unpacked recomputes ``y``."""
+        if isinstance(packed, int):
+            return self.kept.saved_tensors[packed]
+        if self.recomputed is None:
+            self._recompute()
+        return self.recomputed.saved_tensors[0].as_strided(*packed)
+
+    def _recompute(self) -> None:
+        """Run ``fn`` again on the kept input, and keep its output under the hooks in force now."""
+        with torch.no_grad():
+            y = self.fn(self.kept.saved_tensors[0])
+        if (y.shape, y.stride(), y.storage_offset()) != self.layout:
+            raise RuntimeError(f"recompute_output: the recomputed output has layout {y.shape}, {y.stride()}, "
+                               f"{y.storage_offset()}, the forward's {self.layout}; fn must compute it the same way")
+        self.recomputed = _kept([y])
+
+
+def recompute_output(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                     consumer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``consumer(fn(x))``, keeping ``x`` instead of what ``consumer`` saves of ``fn(x)``: its first backward that
+    reads it recomputes ``fn(x)`` once and keeps it until the graph is freed. ``fn``'s own saved tensors and the rest
+    of ``consumer``'s are saved as usual (``fn(x)`` is freed only if ``fn`` does not save it itself)."""
+    y = fn(x)
+    output = _Output(fn, y)
+    with torch.autograd.graph.saved_tensors_hooks(output.pack, output.unpack):
+        z = consumer(y)
+    output.keep(x)
+    return z

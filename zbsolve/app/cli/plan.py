@@ -45,8 +45,10 @@ def plan(
                                                                "step times (.png or .svg)."),
     recompute: str = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: "
                                   "none, full, uniform:N (the first N of every stage), per-stage:N,N,... (the first "
-                                  "N_s of stage s), per-stage (the counts chosen for each candidate), or auto (each "
-                                  "candidate timed with none, full and per-stage)."),
+                                  "N_s of stage s), per-stage (the counts chosen for each candidate), selective (every "
+                                  "block's norms and MLP activation; 'selective+' before uniform or per-stage: the "
+                                  "blocks not recomputed whole), or auto (each candidate timed with what the target "
+                                  "runs)."),
     target: str = typer.Option("zbsolve", "--target", help="The runtime the plan is for: zbsolve (any plan), "
                                "torchtitan (recompute none or full) or megatron (none, full or uniform:N; no "
                                "V-shape); the search keeps to what it can run."),

@@ -55,8 +55,9 @@ def solve(
     chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
     recompute: str = typer.Option("none", "--recompute", help="A model's blocks that run their forward again inside "
                                   "their B: none, full (every block), uniform:N (the first N of every stage), "
-                                  "per-stage:N,N,... (the first N_s of stage s) or per-stage (the counts chosen for the "
-                                  "shortest step)."),
+                                  "per-stage:N,N,... (the first N_s of stage s), per-stage (the counts chosen for the "
+                                  "shortest step), selective (every block's norms and MLP activation function; "
+                                  "'selective+' before uniform or per-stage: the blocks not recomputed whole)."),
 ) -> None:
     """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
 

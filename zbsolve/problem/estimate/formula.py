@@ -82,6 +82,7 @@ class _Costs:
     m_w: int
     params: int
     out_bytes: int
+    selective: tuple[int, int] | None = None
 
 
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
@@ -146,6 +147,9 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                     static_bytes=c.params * (WEIGHT_BYTES + GRAD_BYTES)
                     + math.ceil(c.params * OPTIMIZER_BYTES / optimizer_shards),
                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
+                    **({} if c.selective is None else
+                       {"t_sel": c.selective[0] / (device.hbm_bytes_per_s * efficiency),
+                        "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
                     shares="tok_embeddings" if n == "output" and arch.tied else None)
               for n, c in costs]
     gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
@@ -195,7 +199,8 @@ def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
 def _block(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool, scores: int) -> _Costs:
     """Matmuls: 2·tokens·weights FLOPs each for F, B and W; attention core (QK^T, AV) 4·scores·a·d in F and twice
     that in B, none in W (``scores``: the microbatch's attended_pairs, b·s² without a window); four collectives in F
-    and B and two in W under tensor parallelism."""
+    and B and two in W under tensor parallelism. Selective recomputation drops the outputs of the two norms and
+    of the MLP's activation function (the gated product) and runs those memory-bound kernels again in B."""
     n, h, t, f = shard.tokens, arch.hidden, shard.tp, arch.ffn
     qd, kd = arch.q_width, arch.kv_width
     matmul = 2 * n * arch.matmul_params // t
@@ -210,9 +215,10 @@ def _block(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attent
             saved += arch.heads * seq_len + e * arch.heads * seq_len
     for_w = e * ((h + qd + 2 * kd) + (qd + h) + (h + (mlp_out - 1) * f) + (f + h))
     params = -(-(arch.block_params - 2 * arch.norm_params) // t) + 2 * arch.norm_params
+    recomputed = shard.bytes(e * (4 * h + mlp_out * f)), shard.bytes(e * (2 * h + f))
     return _Costs(flops=(matmul + attention, matmul + 2 * attention, matmul), traffic=(0, 0, 0),
                   collectives=(4, 4, 2) if t > 1 else (0, 0, 0), m_b=shard.bytes(saved), m_w=shard.bytes(for_w),
-                  params=params, out_bytes=shard.bytes(h * e))
+                  params=params, out_bytes=shard.bytes(h * e), selective=recomputed)
 
 
 def _norm(arch: Architecture, shard: _Shard, e: int) -> _Costs:
