@@ -39,7 +39,7 @@ from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory,
 from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import untimed
-from zbsolve.problem.recompute import FULL, described, parse_recompute
+from zbsolve.problem.recompute import FULL, described, parse_recompute, selective_known
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
@@ -134,7 +134,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
                       **({} if chunks in (None, "auto") else {"chunks": chunks}),
                       **({} if recompute == "auto" else {"recompute": recompute}))
-    choices = recompute_choices(target, recompute)
+    choices = tuple(c for c in recompute_choices(target, recompute)  # auto tries selective where the model says how
+                    if recompute != "auto" or selective_known(model) or not parse_recompute(c).selective)
     if baseline_layout is not None:
         layout_counts(model, baseline_layout, p)  # refused before the search when it does not suit the model
     if jobs is not None:

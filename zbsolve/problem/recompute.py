@@ -81,6 +81,11 @@ class Recompute(NamedTuple):
         return chosen
 
 
+def selective_known(model: Model) -> bool:
+    """Whether every block of ``model`` has the figures of selective recomputation (``Layer.t_sel``, ``mem_sel``)."""
+    return all(layer.mem_sel is not None for layer in model.layers if layer.block)
+
+
 NONE = Recompute("none")
 FULL = Recompute("full")
 PER_STAGE = Recompute("per-stage")
