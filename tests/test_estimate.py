@@ -328,7 +328,7 @@ def test_count_without_transformers(tmp_path, monkeypatch):
 
 # -- bad input -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config, options, message", [
-    ({**TINY, "model_type": "mixtral"}, {}, "config: model_type = 'mixtral': should be one of llama"),
+    ({**TINY, "model_type": "gemma"}, {}, "config: model_type = 'gemma': should be one of llama"),
     ({**MISTRAL_7B, "num_local_experts": 8, "num_experts_per_tok": 2}, {},
      "config: num_local_experts = 8: mixture-of-experts layers are not estimated (dense decoders only)"),
     ({**TINY, "n_routed_experts": 64}, {}, "config: n_routed_experts = 64: mixture-of-experts layers are not"),

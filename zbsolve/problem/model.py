@@ -75,9 +75,17 @@ class Layer(InputModel):
     activation function), where known."""
     shares: Optional[str] = None
     """The layer whose weights this one uses (tied embeddings): a stage holding both holds them once."""
+    comm_f: Optional[Seconds] = None
+    """Seconds of t_f that are expert-parallel all-to-all (dispatch and combine), which an overlapped F&B pair can
+    hide; where known."""
+    comm_b: Optional[Seconds] = None
+    """Seconds of t_b that are expert-parallel all-to-all, likewise; where known."""
 
     @model_validator(mode="after")
     def _balanced(self) -> "Layer":
+        for comm, t in (("comm_f", "t_f"), ("comm_b", "t_b")):
+            if getattr(self, comm) is not None and getattr(self, comm) > getattr(self, t):
+                raise ValueError(f"{comm} = {getattr(self, comm)} must be at most {t} = {getattr(self, t)}")
         if self.mem_sel is not None and self.mem_sel > self.mem_f:
             raise ValueError(f"mem_sel = {self.mem_sel} must be at most mem_f = {self.mem_f}")
         if (self.t_sel is None) != (self.mem_sel is None):
@@ -120,6 +128,8 @@ class Setting(InputModel):
     """Tensor-parallel degree: every figure is per device of the tensor-parallel group."""
     dp: PositiveInt = 1
     """Data-parallel degree."""
+    ep: Optional[PositiveInt] = None
+    """Expert-parallel degree of a model with experts (None for a dense model)."""
     zero: Literal[0, 1] = 0
     """ZeRO stage: 1 shards the optimizer states over the dp replicas."""
     dtype: str = "bf16"

@@ -2,17 +2,16 @@
 
 Each rank builds torch pipeline stages for its stages (ascending; the GPT cut as the document's partition says when
 it has one), loads the exported CSV into torch's pipeline runtime (``zbsolve.core.torch_compat``) and runs ``steps``
-training steps (forward and backward, no optimizer). Every F, B (torch's I), W and BW is timed (CUDA events on GPU)
-and its activation memory counted through saved-tensor hooks; the first step is a warm-up and is not timed when
-there are more. ``check`` compares every gradient with a single-process run of the whole model (no block
-checkpointed) on the same batch.
+training steps (no optimizer). Every F, B (torch's I), W and BW is timed (CUDA events on GPU) and its activation
+memory counted through saved-tensor hooks; the first step is a warm-up, untimed when there are more. ``check``
+compares every gradient with a single-process run of the whole model (nothing recomputed) on the same batch.
 
 The blocks the document's ``partition.recompute`` names run under ``zbsolve.runtime.recompute.checkpoint``: F keeps
 each one's input; the first backward that reads it (B; W on the first stage, whose B computes nothing in torch)
 runs its forward again and keeps what that saves until W ends, as the cost model says; those ``partition.selective``
-names recompute their norms' and GELU's outputs so (``recompute_output``). The saved-tensor hooks count all of it.
-The plan's peak lies a little above (a recomputing B's ``mem_r`` counts the block's input again); on the first
-stage far above, as the plan holds what W reads from B's end while torch recomputes and frees it within W.
+names recompute their norms' and GELU's outputs so (``recompute_output``); the hooks count all of it. The plan's
+peak lies a little above (a recomputing B's ``mem_r`` counts its input again); on the first stage far above, as
+the plan holds what W reads from B's end while torch recomputes and frees it within W.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -58,7 +56,7 @@ class PeerTimeoutError(ZbsolveError):
     """A peer rank did not answer within the process-group timeout."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How ``run_schedule`` runs a schedule."""
 
@@ -89,7 +87,7 @@ class RunOptions:
             raise InputError(f"timeout = {self.timeout_s} must be > 0 seconds and finite")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _RankJob:
     """Everything a rank needs; pickled to every spawned rank."""
 
@@ -360,10 +358,10 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
     else:
         rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
     crowded = oversubscription(p, options.device) is not None
-    names = options.model.partition or ((),) * S
+    names, spec = options.model.partition or ((),) * S, options.model
     return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded,
-             "recomputed": [n for s in row["stages"] for n in names[s] if n in options.model.recompute],
-             "selective": [n for s in row["stages"] for n in names[s] if n in options.model.selective]}
+             **{key: [n for s in row["stages"] for n in names[s] if n in chosen]
+                for key, chosen in (("recomputed", spec.recompute), ("selective", spec.selective))}}
             for row in _with_predictions(schedule, rows, costs)]
 
 
@@ -376,13 +374,13 @@ REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "
 def report_note(rows: list[dict]) -> str | None:
     """The line under ``report_table`` when blocks recompute: which, and what the measured and the plan's peaks
     count; None when none does."""
-    names = [name for row in rows for name in row["recomputed"]]
-    selective = [name for row in rows for name in row.get("selective", ())]
+    names, selective = ([name for row in rows for name in row.get(key, ())] for key in ("recomputed", "selective"))
     if not names and not selective:
         return None
-    return (f"recomputed: {', '.join(names) or '-'}; selective: {', '.join(selective) or '-'}. peak MiB counts their inputs from F and their recomputed activations "
-            "from the backward that recomputes them (B; W on the first stage) to W's end; sim peak is the plan's, "
-            "which holds those from B's end on every stage and counts a recomputing B's input twice (mem_r)")
+    return (f"recomputed: {', '.join(names) or '-'}; selective: {', '.join(selective) or '-'}. peak MiB counts their "
+            "inputs from F and their recomputed activations from the backward that recomputes them (B; W on the first "
+            "stage) to W's end; sim peak is the plan's, which holds those from B's end on every stage and counts a "
+            "recomputing B's input twice (mem_r)")
 
 
 def report_table(rows: list[dict]) -> list[list[str]]:

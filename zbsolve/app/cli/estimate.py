@@ -18,7 +18,8 @@ from zbsolve.present.tables import text_table
 @cli_errors
 def estimate(
     config: Path = typer.Argument(..., help="Hugging Face config.json of a dense decoder (Llama, Mistral, Qwen2, "
-                                            "GPT-2, GPT-NeoX)."),
+                                            "GPT-2, GPT-NeoX) or a mixture of experts (Mixtral, Qwen2-MoE, "
+                                            "Qwen3-MoE, DeepSeek-V2/V3)."),
     gpu: str = typer.Option("h100", "--gpu", help="GPU preset: h100, h200, a100 or b200."),
     seq_len: int = typer.Option(..., "--seq-len", min=1, help="Tokens per sequence."),
     microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", min=1, help="Sequences per microbatch."),
@@ -30,6 +31,11 @@ def estimate(
     flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
                                          help="Flash attention keeps no s x s attention probabilities."),
     link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree: the devices that share out the routed "
+                                                  "experts (whole, not split by --tp)."),
+    a2a_link: Optional[str] = typer.Option(None, "--a2a-link", help="Link of the experts' all-to-all: nvlink or "
+                                                                    "network (default: nvlink while --ep fits a "
+                                                                    "node of the GPU, else network)."),
     method: str = typer.Option("formula", "--method", help="FLOPs and activation bytes from the closed form "
                                                            "(formula: fused kernels), or counted by torch on "
                                                            "transformers' eager modules (count: an upper bound)."),
@@ -44,16 +50,20 @@ def estimate(
     """
     from zbsolve.problem.estimate.formula import estimate as estimate_model
     from zbsolve.problem.estimate.formula import flops_note, method_note
+    from zbsolve.problem.estimate.gpus import get_gpu
+    from zbsolve.problem.estimate.hf_config import architecture
     from zbsolve.present.layers import LAYER_COLUMNS, layer_rows
 
     check_output(output, "--output", [config])
+    experts = architecture(config).experts is not None
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
                f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
-               f"--{'' if flash_attention else 'no-'}flash-attention --link {link} --method {method}"
-               + (f" --name {name}" if name else "") + f" -o {output}")
+               f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
+               + (f" --ep {ep}" if experts else "") + (f" --a2a-link {a2a_link}" if experts and a2a_link else "")
+               + f" --method {method}" + (f" --name {name}" if name else "") + f" -o {output}")
     model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
                            zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
-                           name=name, source=command, method=method)
+                           name=name, source=command, method=method, ep=ep, a2a_link=a2a_link)
     model.save(output)
     note = flops_note(model, config, flash_attention)
     if quiet:
@@ -64,10 +74,15 @@ def estimate(
         return
     s = model.setting
     title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
-             f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
+             + (f"ep {ep}, " if experts else "")
+             + f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
     block = next(layer for layer in model.layers if layer.block)
     comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({block.out_bytes / 2**20:.1f} "
             f"MiB over {model.link.name})")
+    exchange = next((layer.comm_f for layer in model.layers if layer.comm_f is not None), None)
+    if exchange is not None:
+        comm += (f"; all-to-all of a block with experts: {1e3 * exchange:.3f} ms in F and in B (2 of ep {ep} over "
+                 f"{a2a_link or get_gpu(gpu).expert_link(ep)}, in t_f and t_b)")
     wide.print(text_table(LAYER_COLUMNS, layer_rows(model), title), highlight=False)
     for line in (method_note(method), comm, note, f"wrote {output}"):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -8,8 +8,9 @@ their storage's size.
 The parts are the embedding (everything before the first decoder layer), one decoder layer of each kind (standing
 for all of its kind: with or without a sliding window), the final norm, and the head with the loss. Every figure
 is for one microbatch on one device without tensor parallelism. Needs transformers; ``available()`` tells
-whether it is installed. Mixture-of-experts layers are not counted right: their routing depends on values, which
-meta tensors lack.
+whether it is installed. Mixture-of-experts layers are not counted right on the meta device: their routing depends
+on values, which meta tensors lack. ``count_layers`` counts every decoder layer of a model built by the caller, on
+a device with values (the tests count small mixture-of-experts models so, on CPU with random weights).
 """
 
 from __future__ import annotations
@@ -135,6 +136,33 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
         final, z = _count(norm, [counted[-1][1]], norm.parameters(), held)
         output, _ = _count(loss, [z], head.parameters(), held)
     return CountedModel(embedding=embedding, blocks=tuple(c for c, _ in counted), norm=final, output=output)
+
+
+def count_layers(model: Any, input_ids: Any) -> list[Counts]:
+    """Each decoder layer of the transformers ``model`` (built by the caller, in training mode), counted as
+    ``count`` counts one, on the arguments a forward of ``input_ids`` passes it. Its routing needs values: a model
+    with experts is built on a device that has them, with ``experts_implementation="eager"`` (each token through
+    its top-k experts' matmuls: torch's counter has no formula for grouped matmuls)."""
+    import torch
+
+    _, layers, _ = _decoder_parts(model.base_model, type(model).__name__)
+    calls: list[tuple[tuple, dict]] = []
+    hooks = [layer.register_forward_pre_hook(lambda _, args, kwargs: calls.append((args, kwargs)), with_kwargs=True)
+             for layer in layers]
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    held = [*model.parameters(), *model.buffers()]
+    counted = []
+    for layer, (args, kwargs) in zip(layers, calls):
+        x, rest = args[0], args[1:]
+        shared = held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values()))
+                         if isinstance(t, torch.Tensor)]
+        counted.append(_count(lambda x: _first(layer(x, *rest, **kwargs)), [x], layer.parameters(), shared)[0])
+    return counted
 
 
 class _Stop(Exception):

@@ -1,7 +1,9 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
-GPT-2, GPT-NeoX) and the closed-form cost model of ``docs/cost-model.md``: FLOPs per pass over a GPU preset's
-peak throughput times an efficiency, activation bytes after Korthikanti et al. 2022, static bytes of
-mixed-precision Adam after the ZeRO paper. Every figure is per device of the tensor-parallel group. With
+GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, whose block parts
+come from ``zbsolve.problem.estimate.moe``) and the closed-form cost model of ``docs/cost-model.md``: FLOPs per
+pass over a GPU preset's peak throughput times an efficiency, activation bytes after Korthikanti et al. 2022,
+static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel all-to-alls over NVLink or the network.
+Every figure is per device of the tensor-parallel group. With
 ``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
 (``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by ``zbsolve.problem.estimate.hf_config``.
 """
@@ -13,7 +15,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbsolve.problem.estimate import counting
+from zbsolve.problem.estimate import counting, moe
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
@@ -52,21 +54,33 @@ def saving_windows(arch: Architecture, seq_len: int, flash_attention: bool) -> l
     return [w if flash_attention and w is not None and w < seq_len else None for w in arch.windows]
 
 
-def count_parameters(config: Architecture | dict | str | Path) -> int:
-    """Parameters of the whole model (tied embedding weights counted once)."""
+def count_parameters(config: Architecture | dict | str | Path, active: bool = False) -> int:
+    """Parameters of the whole model (tied embedding weights counted once; a multi-token prediction layer's own,
+    its embedding and head being the model's), or with ``active`` those a token uses (top_k of the routed
+    experts)."""
     arch = config if isinstance(config, Architecture) else architecture(config)
     head = 0 if arch.tied else arch.vocab * arch.hidden
-    return arch.embedding_params + arch.layers * arch.block_params + arch.norm_params + head
+    if arch.experts is None:
+        return arch.embedding_params + arch.layers * arch.block_params + arch.norm_params + head
+    parts = [moe.block(arch, 1, i) for i in range(arch.layers)] + [moe.projection(arch, 1) + moe.block(
+        arch, 1, arch.layers) for _ in range(arch.mtp)]
+    blocks = sum(moe.active(part, arch) if active else part.params for part in parts)
+    return arch.embedding_params + blocks + (1 + arch.mtp) * arch.norm_params + head
 
 
 def reference_flops_per_token(config: Architecture | dict | str | Path, seq_len: int,
                               flash_attention: bool = True) -> float:
     """Training FLOPs per token by the usual rule, 6·N + 12·L·a·d·s (N parameters; PaLM, Chowdhery et al. 2022,
     appendix B), to compare an estimate's total with; a block whose sliding window saves work counts
-    ``attended_pairs / s`` keys a query for s."""
+    ``attended_pairs / s`` keys a query for s. With experts N is the active parameters (and a multi-token
+    prediction layer's use of the head), and attention 3·(F's core FLOPs a pair)·s a block."""
     arch = config if isinstance(config, Architecture) else architecture(config)
     pairs = sum(attended_pairs(seq_len, w) for w in saving_windows(arch, seq_len, flash_attention))
-    return 6 * count_parameters(arch) + 12 * arch.q_width * pairs / seq_len
+    if arch.experts is None:
+        return 6 * count_parameters(arch) + 12 * arch.q_width * pairs / seq_len
+    pairs += arch.mtp * seq_len * seq_len
+    head = arch.mtp * arch.vocab * arch.hidden
+    return 6 * (count_parameters(arch, active=True) + head) + 3 * moe.core_flops(arch) * pairs / seq_len
 
 
 @dataclass(frozen=True)
@@ -83,12 +97,15 @@ class _Costs:
     params: int
     out_bytes: int
     selective: tuple[int, int] | None = None
+    expert_params: int = 0
+    all_to_all: tuple[int, int, int] | None = None
 
 
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
              dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float = EFFICIENCY,
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
-             source: str | None = None, method: str = "formula") -> Model:
+             source: str | None = None, method: str = "formula", ep: int = 1,
+             a2a_link: str | None = None) -> Model:
     """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
@@ -97,15 +114,22 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     ``norm``, ``output``. A block whose sliding window is shorter than ``seq_len`` counts the attention scores of
     ``attended_pairs`` under flash attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and
     activation bytes from ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
+
+    A mixture-of-experts config (``moe``) spreads its routed experts over ``ep`` devices, whole (not split by
+    ``tp``), and runs two all-to-alls in F and two in B of each block with experts over ``a2a_link`` (default:
+    NVLink where ``ep`` fits the GPU's node, else the network), their seconds in t_f and t_b and recorded as the
+    layer's comm_f and comm_b; DeepSeek-V3's multi-token prediction layers follow the blocks as ``mtp.0``, ...
     """
     if method not in METHODS:
         raise InputError(f"method = {method!r}: should be one of {', '.join(METHODS)}")
     arch = architecture(config)
     device = gpu if isinstance(gpu, Gpu) else get_gpu(gpu)
-    for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp)):
+    for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp),
+                        ("ep", ep)):
         check_count(what, value)
     if zero not in (0, 1) or isinstance(zero, bool):
         raise InputError(f"zero = {zero!r}: should be 0 or 1")
+    moe.check(arch, method, tp * dp if zero else 0, ep, a2a_link)
     if dtype not in DTYPE_BYTES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
     if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
@@ -114,13 +138,57 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
         raise InputError(f"link = {link!r}: should be one of {', '.join(LINKS)}")
     if arch.positions and seq_len > arch.positions:
         raise InputError(f"seq_len = {seq_len}: the config has {arch.positions} learned positions")
-    for what, value in (("num_attention_heads", arch.heads), ("num_key_value_heads", arch.kv_heads),
-                        ("intermediate_size", arch.ffn)):
+    for what, value in moe.split_by_tp(arch):
         if value % tp:
             raise InputError(f"tp = {tp}: {what} = {value} is not a multiple of it")
 
     tokens, e = seq_len * microbatch_size, DTYPE_BYTES[dtype]
-    shard = _Shard(tokens, tp)
+    shard = _Shard(tokens, tp, ep)
+    costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
+             if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
+    collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
+    exchange = (moe.all_to_all_bytes(-(-tokens // tp), arch, e, ep) / device.link(a2a_link or device.expert_link(ep))
+                + P2P_LATENCY if ep > 1 else 0.0)
+
+    def seconds(c: _Costs, p: int) -> float:
+        return (c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency)
+                + c.collectives[p] * collective + (c.all_to_all[p] * exchange if c.all_to_all else 0.0))
+
+    def static(params: int, optimizer_shards: int) -> int:
+        return params * (WEIGHT_BYTES + GRAD_BYTES) + math.ceil(params * OPTIMIZER_BYTES / optimizer_shards)
+
+    layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
+                    **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
+                    static_bytes=static(c.params, dp if zero else 1)
+                    + (static(c.expert_params, tp * dp // ep if zero else 1) if c.expert_params else 0),
+                    out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
+                    **({} if c.selective is None else
+                       {"t_sel": c.selective[0] / (device.hbm_bytes_per_s * efficiency),
+                        "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
+                    shares="tok_embeddings" if n == "output" and arch.tied else None,
+                    **({} if c.all_to_all is None else
+                       {"comm_f": c.all_to_all[0] * exchange, "comm_b": c.all_to_all[1] * exchange}))
+              for n, c in costs]
+    gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
+    where = read_config(config)[1]
+    return Model(name=name or (Path(where).stem if where != "config" else "model"),
+                 source=source or f"zbsolve.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
+                                  f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
+                                  f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
+                                  f"link={link!r}, method={method!r}"
+                                  + (f", ep={ep}, a2a_link={a2a_link!r}" if arch.experts else "")
+                                  + "); cost model: docs/cost-model.md",
+                 link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
+                 setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
+                                 ep=ep if arch.experts else None, zero=zero, dtype=dtype, gpu=gpu_name,
+                                 efficiency=efficiency),
+                 layers=layers)
+
+
+def _dense_layers(config: dict | str | Path, arch: Architecture, shard: _Shard, e: int, seq_len: int,
+                  microbatch_size: int, flash_attention: bool, method: str, dtype: str) -> list[tuple[str, _Costs]]:
+    """A dense decoder's layers by name: one set of block costs for each distinct sliding window, counted by
+    torch with ``method`` "count"."""
     windows = saving_windows(arch, seq_len, flash_attention)
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
     ends = [_embedding(arch, shard, e), _norm(arch, shard, e), _output(arch, shard, e)]
@@ -129,48 +197,75 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     if method == "count":
         counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
                                  flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
-        ends = [_counted(part, counts, tp) for part, counts in
+        ends = [_counted(part, counts, shard.tp) for part, counts in
                 zip(ends, (counted.embedding, counted.norm, counted.output))]
-        blocks = [_counted(part, counts, tp) for part, counts in zip(blocks, counted.blocks)]
+        blocks = [_counted(part, counts, shard.tp) for part, counts in zip(blocks, counted.blocks)]
     block_of = dict(zip(kinds, blocks))
-    costs = ([("tok_embeddings", ends[0])] + [(f"layers.{i}", block_of[w]) for i, w in enumerate(windows)]
-             + [("norm", ends[1]), ("output", ends[2])])
-    collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
+    return ([("tok_embeddings", ends[0])] + [(f"layers.{i}", block_of[w]) for i, w in enumerate(windows)]
+            + [("norm", ends[1]), ("output", ends[2])])
 
-    def seconds(c: _Costs, p: int) -> float:
-        return (c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency)
-                + c.collectives[p] * collective)
 
-    optimizer_shards = dp if zero else 1
-    layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
-                    **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
-                    static_bytes=c.params * (WEIGHT_BYTES + GRAD_BYTES)
-                    + math.ceil(c.params * OPTIMIZER_BYTES / optimizer_shards),
-                    out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
-                    **({} if c.selective is None else
-                       {"t_sel": c.selective[0] / (device.hbm_bytes_per_s * efficiency),
-                        "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
-                    shares="tok_embeddings" if n == "output" and arch.tied else None)
-              for n, c in costs]
-    gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
-    where = read_config(config)[1]
-    return Model(name=name or (Path(where).stem if where != "config" else "model"),
-                 source=source or f"zbsolve.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
-                                  f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
-                                  f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
-                                  f"link={link!r}, method={method!r}); cost model: docs/cost-model.md",
-                 link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
-                 setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp, zero=zero,
-                                 dtype=dtype, gpu=gpu_name, efficiency=efficiency),
-                 layers=layers)
+def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
+                   microbatch_size: int) -> list[tuple[str, _Costs]]:
+    """A mixture-of-experts decoder's layers by name: the embedding, its blocks (with experts or a dense MLP),
+    its multi-token prediction layers ``mtp.j``, the final norm and the head."""
+    def block(index: int, window: int | None) -> _Costs:
+        scores = microbatch_size * attended_pairs(seq_len, window)
+        return _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores)
+
+    windows = saving_windows(arch, seq_len, flash_attention)
+    blocks = [(f"layers.{i}", block(i, w)) for i, w in enumerate(windows)]
+    last = block(arch.layers, None)
+    mtp = [(f"mtp.{j}", _mtp(arch, shard, e, last, first=j == 0)) for j in range(arch.mtp)]
+    return ([("tok_embeddings", _embedding(arch, shard, e))] + blocks + mtp
+            + [("norm", _norm(arch, shard, e)), ("output", _output(arch, shard, e))])
+
+
+def _from_part(part: moe.Part, arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
+               scores: int) -> _Costs:
+    """A block's costs per device from its per-token ``part``: FLOPs and bytes of the device's 1/tp of the
+    tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs as ``_block``
+    counts it, the routed experts' parameters over ``ep``."""
+    n, t = shard.tokens, shard.tp
+    core = moe.core_flops(arch) * scores // t
+    f, b, w = (n * flops // t for flops in part.flops)
+    return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
+                  collectives=part.collectives if t > 1 else (0, 0, 0),
+                  m_b=shard.bytes(part.saved + _probabilities(arch, e, seq_len, flash_attention)),
+                  m_w=shard.bytes(part.for_w), params=-(-part.split // t) + part.whole,
+                  out_bytes=shard.bytes(arch.hidden * e), selective=tuple(map(shard.bytes, part.recomputed)),
+                  expert_params=part.experts // shard.ep,
+                  all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None)
+
+
+def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) -> _Costs:
+    """A multi-token prediction layer (DeepSeek-V3, after the blocks and before the final norm, where
+    Megatron-LM's pipeline layout puts it): the next tokens' embedding (the first holds a copy of the
+    embedding's weights, as Megatron-LM's last stage does), its projection, a block of the last block's kind, its
+    own norm and the loss through the head of ``output`` (whose weights it shares); it passes the blocks' hidden
+    state on to ``norm``."""
+    entry = _from_part(moe.projection(arch, e), arch, shard, e, 0, True, 0)
+    embedding, head = _embedding(arch, shard, e), _output(arch, shard, e)
+    parts = [embedding if first else dataclasses.replace(embedding, params=0), entry, block, _norm(arch, shard, e),
+             dataclasses.replace(head, params=0)]
+
+    def total(field: str) -> tuple[int, int, int]:
+        return tuple(map(sum, zip(*(getattr(part, field) for part in parts))))  # type: ignore[return-value]
+
+    return _Costs(flops=total("flops"), traffic=total("traffic"), collectives=total("collectives"),
+                  m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
+                  params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
+                  expert_params=block.expert_params, all_to_all=block.all_to_all)
 
 
 @dataclass(frozen=True)
 class _Shard:
-    """A microbatch of ``tokens`` tokens on one device of ``tp``: what a per-token size comes to."""
+    """A microbatch of ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the experts): what a
+    per-token size comes to."""
 
     tokens: int
     tp: int
+    ep: int = 1
 
     def bytes(self, per_token: int) -> int:
         """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
@@ -206,19 +301,24 @@ def _block(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attent
     matmul = 2 * n * arch.matmul_params // t
     attention = 4 * scores * qd // t
     mlp_out = 3 if arch.gated else 2
-    saved = e * (2 * h + 2 * qd + 2 * kd) + e * (2 * h + mlp_out * f)
+    saved = e * (2 * h + 2 * qd + 2 * kd) + e * (2 * h + mlp_out * f) + _probabilities(arch, e, seq_len,
+                                                                                        flash_attention)
     if arch.hidden_dropout:
         saved += 2 * h
-    if not flash_attention:
-        saved += e * arch.heads * seq_len
-        if arch.attention_dropout:
-            saved += arch.heads * seq_len + e * arch.heads * seq_len
     for_w = e * ((h + qd + 2 * kd) + (qd + h) + (h + (mlp_out - 1) * f) + (f + h))
     params = -(-(arch.block_params - 2 * arch.norm_params) // t) + 2 * arch.norm_params
     recomputed = shard.bytes(e * (4 * h + mlp_out * f)), shard.bytes(e * (2 * h + f))
     return _Costs(flops=(matmul + attention, matmul + 2 * attention, matmul), traffic=(0, 0, 0),
                   collectives=(4, 4, 2) if t > 1 else (0, 0, 0), m_b=shard.bytes(saved), m_w=shard.bytes(for_w),
                   params=params, out_bytes=shard.bytes(h * e), selective=recomputed)
+
+
+def _probabilities(arch: Architecture, e: int, seq_len: int, flash_attention: bool) -> int:
+    """Bytes a token attention keeps without flash attention: its softmax probabilities over all s keys (and with
+    attention dropout also its mask and output); none with flash attention."""
+    if flash_attention:
+        return 0
+    return e * arch.heads * seq_len + (arch.heads * seq_len + e * arch.heads * seq_len) * arch.attention_dropout
 
 
 def _norm(arch: Architecture, shard: _Shard, e: int) -> _Costs:
@@ -248,18 +348,32 @@ def flops_note(model: Model, config: dict | str | Path, flash_attention: bool = 
     arch = architecture(config)
     if model.setting is None:
         raise InputError(f"model {model.name} has no setting: its tokens per microbatch are unknown")
-    params = count_parameters(arch)
+    params, matmuls = _weights_a_token(arch)
     reference = reference_flops_per_token(arch, model.setting.seq_len, flash_attention)
     attention = reference - 6 * params
     windows = set(saving_windows(arch, model.setting.seq_len, flash_attention)) - {None}
     ours = model.flops_per_token()
-    no_matmul = params - arch.layers * arch.matmul_params - arch.vocab * arch.hidden
+    no_matmul = params - matmuls
     counted = ours - reference + 6 * no_matmul
     return (f"FLOPs per token: estimate {ours / 1e9:.2f} G (F + B + W of every layer) vs 6·N + 12·L·a·d·s = "
-            f"{reference / 1e9:.2f} G (N = {params / 1e9:.3f}e9 parameters: 6·N = {6 * params / 1e9:.2f} G, "
+            f"{reference / 1e9:.2f} G (N = {params / 1e9:.3f}e9 {'active ' * bool(arch.experts)}parameters: "
+            f"6·N = {6 * params / 1e9:.2f} G, "
             f"attention {attention / 1e9:.2f} G"
             + (f" over the pairs of a sliding window of {', '.join(map(str, sorted(windows)))}" if windows else "")
             + f"), ratio {ours / reference:.3f}; 6·N also counts the "
             f"{no_matmul / 1e6:.1f}e6 weights that are no matmul here (input embedding, norms, biases)"
             + (f"; the estimate counts {counted / 1e9:.2f} G more (counted by torch: flash attention's recomputation "
                "of QK^T in B)" if abs(counted) >= 5e6 else ""))
+
+
+def _weights_a_token(arch: Architecture) -> tuple[int, int]:
+    """The N of 6·N (the parameters; with experts those a token uses, and the head once more for each
+    multi-token prediction layer) and how many of them are matmul weights."""
+    head = arch.vocab * arch.hidden
+    if arch.experts is None:
+        params = count_parameters(arch)
+        return params, arch.layers * arch.matmul_params + head
+    parts = [moe.block(arch, 1, i) for i in range(arch.layers + arch.mtp)]
+    parts += [moe.projection(arch, 1)] * arch.mtp
+    return (count_parameters(arch, active=True) + arch.mtp * head,
+            sum(part.flops[0] // 2 for part in parts) + (1 + arch.mtp) * head)

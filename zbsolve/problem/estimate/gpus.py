@@ -34,12 +34,18 @@ class Gpu:
     """Inter-node bandwidth per GPU and direction, bytes/s (one NIC per GPU, as in NVIDIA's DGX systems)."""
     source: str
     """Where the figures come from."""
+    gpus_per_node: int = 8
+    """GPUs an NVLink domain joins (a DGX/HGX node's 8)."""
 
     def link(self, kind: str) -> float:
         """Bandwidth per direction of ``kind`` ("nvlink" or "network"), bytes/s."""
         if kind not in LINKS:
             raise InputError(f"link = {kind!r}: should be one of {', '.join(LINKS)}")
         return self.nvlink_bytes_per_s if kind == "nvlink" else self.network_bytes_per_s
+
+    def expert_link(self, ep: int) -> str:
+        """The link an all-to-all over ``ep`` devices takes: NVLink while they fit one node, else the network."""
+        return "nvlink" if ep <= self.gpus_per_node else "network"
 
 
 LINKS = ("nvlink", "network")

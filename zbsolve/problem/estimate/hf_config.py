@@ -1,7 +1,9 @@
 """What the cost model reads of a Hugging Face ``config.json``: the ``Architecture`` of a dense decoder (Llama,
-Mistral, Qwen2, GPT-2, GPT-NeoX), with each block's sliding window as transformers builds the model. A config with
-layers of another kind (mixture-of-experts, latent attention, other ``layer_types``) or relabelled with another
-``model_type`` is refused with one line naming the field and its value, never estimated as a dense decoder.
+Mistral, Qwen2, GPT-2, GPT-NeoX), with each block's sliding window as transformers builds the model, or of a
+mixture-of-experts decoder (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3, whose attention is latent), with
+which blocks have experts. A config with layers of another kind (experts or latent attention in a dense
+``model_type``, an expert key the estimate does not read, other ``layer_types``) or relabelled with another
+``model_type`` is refused with one line naming the field and its value, never estimated as something else.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import load_mapping
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
-"""The ``model_type`` values of config.json that ``estimate`` takes."""
-CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gpt2": "GPT2", "gpt_neox": "GPTNeoX"}
+"""The dense decoders' ``model_type`` values of config.json that ``estimate`` takes."""
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+"""The mixture-of-experts ``model_type`` values ``estimate`` takes."""
+CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gpt2": "GPT2", "gpt_neox": "GPTNeoX",
+           "mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe", "deepseek_v2": "DeepseekV2",
+           "deepseek_v3": "DeepseekV3"}
 """The name transformers' classes of each model_type start with (``LlamaForCausalLM``, ``GPT2LMHeadModel``)."""
 HEADS = ("ForCausalLM", "LMHeadModel", "DoubleHeadsModel", "Model", "ForSequenceClassification",
          "ForTokenClassification", "ForQuestionAnswering")
@@ -28,15 +34,71 @@ EXPERTS = re.compile(r"expert|(^|_)moe(_|$)")
 ``moe_intermediate_size``, ...)."""
 LATENT_ATTENTION = ("kv_lora_rank", "q_lora_rank")
 """Keys of multi-head latent attention (DeepSeek, MiniCPM3), whose keys and values are no heads of size d."""
-WINDOW = {"mistral": 4096, "qwen2": 4096}
+_DEEPSEEK_KEYS = {"n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "moe_layer_freq"}
+"""The expert keys of DeepSeek-V2 and V3 configs."""
+EXPERT_KEYS = {"mixtral": {"num_local_experts", "num_experts_per_tok"},
+               "qwen2_moe": {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                             "shared_expert_intermediate_size"},
+               "qwen3_moe": {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size"},
+               "deepseek_v2": _DEEPSEEK_KEYS, "deepseek_v3": _DEEPSEEK_KEYS}
+"""The keys of ``EXPERTS`` the estimate reads of each mixture-of-experts model_type; any other with a value is
+refused."""
+ROUTING = {"deepseek_v2": {"scoring_func": ("softmax",), "topk_method": ("greedy", "group_limited_greedy")},
+           "deepseek_v3": {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",)}}
+"""The routing transformers' DeepSeek models run, by key: a config asking for another is refused."""
+LATENT_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                   "v_head_dim": 128}
+"""transformers' defaults of DeepSeek's latent attention sizes (V2 and V3 alike)."""
+DEEPSEEK_DEFAULTS = {"deepseek_v2": {"n_shared_experts": 2, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
+                     "deepseek_v3": {"n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1}}
+"""transformers' defaults of the DeepSeek keys a config may leave out (V3's ``num_mtp_layers`` is
+``num_nextn_predict_layers``)."""
+WINDOW = {"mistral": 4096, "qwen2": 4096, "mixtral": None}
 """transformers' default ``sliding_window`` of the model types that have one."""
 QWEN2_MAX_WINDOW_LAYERS = 28
 """transformers' default ``max_window_layers`` of Qwen2: the blocks from there on have the window."""
 
 
 @dataclass(frozen=True)
+class Experts:
+    """What the cost model needs of a mixture-of-experts config's expert layers (gated SwiGLU experts)."""
+
+    key: str
+    """config.json's key of the number of routed experts (named in errors)."""
+    routed: int
+    """Routed experts E."""
+    top_k: int
+    """Experts each token is routed to, k."""
+    ffn: int
+    """Inner size f_e of one routed expert."""
+    shared_ffn: int
+    """Inner size of the shared experts together, which every token runs through (0: none)."""
+    shared_gate: bool
+    """A sigmoid gate, an h x 1 matmul, scales the shared experts' output (Qwen2-MoE)."""
+    layers: tuple[bool, ...]
+    """Which blocks have experts; the others have a dense MLP of inner size ``Architecture.ffn``."""
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention (DeepSeek-V2, V3): queries, keys and values up-projected from low-rank latents."""
+
+    q_rank: int
+    """q_lora_rank, 0 where the queries are projected from h directly (q_lora_rank null)."""
+    kv_rank: int
+    """kv_lora_rank: the latent of keys and values."""
+    nope: int
+    """qk_nope_head_dim: a query or key head's part without rotary embedding."""
+    rope: int
+    """qk_rope_head_dim: its rotary part (one key head of it, shared by all heads)."""
+    v: int
+    """v_head_dim: a value head's size."""
+
+
+@dataclass(frozen=True)
 class Architecture:
-    """What the cost model needs of a dense decoder's config."""
+    """What the cost model needs of a decoder's config (a mixture of experts' adds its ``experts``)."""
 
     model_type: str
     """config.json's model_type."""
@@ -72,6 +134,14 @@ class Architecture:
     """Dropout after the attention and after the MLP."""
     windows: tuple[int | None, ...]
     """Each block's sliding window (the keys a query attends, itself included), None for full attention."""
+    experts: Experts | None = None
+    """The expert layers of a mixture-of-experts model, None for a dense decoder."""
+    latent: Latent | None = None
+    """Latent attention's sizes (DeepSeek), None for heads of size d."""
+    qk_norm: bool = False
+    """An RMSNorm on every query and key head (Qwen3-MoE)."""
+    mtp: int = 0
+    """Multi-token prediction layers after the blocks (DeepSeek-V3's num_nextn_predict_layers)."""
 
     @property
     def q_width(self) -> int:
@@ -107,9 +177,9 @@ def architecture(config: dict | str | Path) -> Architecture:
     """The architecture of a Hugging Face config (a mapping, or the path of a config.json)."""
     data, where = read_config(config)
     kind = data.get("model_type")
-    if kind not in MODEL_TYPES:
+    if kind not in MODEL_TYPES + MOE_TYPES:
         raise InputError(f"{where}: model_type = {kind!r}: should be one of {', '.join(MODEL_TYPES)} (dense "
-                         "decoders)")
+                         f"decoders) or {', '.join(MOE_TYPES)} (mixture of experts)")
     _check_layers(data, kind, where)
     if kind == "gpt2":
         h = _int(data, "n_embd", where)
@@ -139,7 +209,63 @@ def architecture(config: dict | str | Path) -> Architecture:
     arch["windows"] = _windows(data, kind, arch["layers"], where)
     if heads % arch["kv_heads"]:
         raise InputError(f"{where}: num_key_value_heads = {arch['kv_heads']} must divide the {heads} attention heads")
+    if kind in MOE_TYPES:
+        arch.update(_mixture(data, kind, arch, where))
     return Architecture(model_type=kind, **arch)
+
+
+def _mixture(data: dict, kind: str, arch: dict[str, Any], where: str) -> dict[str, Any]:
+    """What a mixture-of-experts config adds to a decoder's fields, as transformers builds the model: its experts,
+    DeepSeek's latent attention and multi-token prediction layers, Qwen2-MoE's q/k/v biases, Qwen3-MoE's q/k
+    norms."""
+    for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
+        if _bool(data, key, False, where):
+            raise InputError(f"{where}: {key} = True: not estimated for {kind} (biases, sliding windows)")
+    top_k, layers = _int(data, "num_experts_per_tok", where), arch["layers"]
+    shared, gate, extra = 0, False, {}
+    if kind == "mixtral":
+        key, ffn, moe = "num_local_experts", _int(data, "intermediate_size", where), [True] * layers
+    elif kind.startswith("qwen"):
+        key = "num_experts" if kind == "qwen2_moe" or "num_local_experts" not in data else "num_local_experts"
+        ffn = _int(data, "moe_intermediate_size", where)
+        if kind == "qwen2_moe":
+            shared, gate = _int(data, "shared_expert_intermediate_size", where, minimum=0), True
+        step, only = _int(data, "decoder_sparse_step", where, 1), data.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise InputError(f"{where}: mlp_only_layers = {only!r}: should be a list of block indices")
+        moe = [i not in only and (i + 1) % step == 0 for i in range(layers)]
+        extra = {"qkv_bias": kind == "qwen2_moe" and _bool(data, "qkv_bias", True, where),
+                 "qk_norm": kind == "qwen3_moe"}
+    else:
+        key, ffn = "n_routed_experts", _int(data, "moe_intermediate_size", where)
+        extra = {**_deepseek(data, kind, where), "kv_heads": arch["heads"]}
+        shared = ffn * _int(data, "n_shared_experts", where, DEEPSEEK_DEFAULTS[kind]["n_shared_experts"], minimum=0)
+        first = _int(data, "first_k_dense_replace", where, DEEPSEEK_DEFAULTS[kind]["first_k_dense_replace"], minimum=0)
+        moe = [i >= first for i in range(layers)]
+    routed = _int(data, key, where)
+    if top_k > routed:
+        raise InputError(f"{where}: num_experts_per_tok = {top_k}: should be at most {key} = {routed}")
+    return {**extra, "experts": Experts(key=key, routed=routed, top_k=top_k, ffn=ffn, shared_ffn=shared,
+                                        shared_gate=gate, layers=tuple(moe))}
+
+
+def _deepseek(data: dict, kind: str, where: str) -> dict[str, Any]:
+    """DeepSeek's latent attention (its heads: queries and keys of nope + rope, values of v) and multi-token
+    prediction layers; a routing or expert placement transformers does not build is refused."""
+    for key, ways in ROUTING[kind].items():
+        if data.get(key) is not None and data[key] not in ways:
+            raise InputError(f"{where}: {key} = {data[key]!r}: transformers' {kind} routes by {', '.join(ways)}; "
+                             "another routing is not estimated")
+    if data.get("moe_layer_freq", 1) != 1:
+        raise InputError(f"{where}: moe_layer_freq = {data['moe_layer_freq']!r}: only 1 is estimated (experts in "
+                         "every block from first_k_dense_replace on, as transformers builds it)")
+    sizes = {key: _int(data, key, where, default) for key, default in LATENT_DEFAULTS.items()}
+    if "q_lora_rank" in data and data["q_lora_rank"] is None:
+        sizes["q_lora_rank"] = 0
+    latent = Latent(*sizes.values())
+    return {"latent": latent, "head_dim": latent.nope + latent.rope,
+            "mtp": _int(data, "num_nextn_predict_layers", where,
+                        DEEPSEEK_DEFAULTS[kind]["num_nextn_predict_layers"], minimum=0)}
 
 
 def read_config(config: dict | str | Path) -> tuple[dict, str]:
@@ -197,10 +323,13 @@ def _check_layers(data: dict, kind: str, where: str) -> None:
     for key, value in data.items():
         if value in (None, 0, False, "", [], {}):
             continue
-        if EXPERTS.search(key):
+        if EXPERTS.search(key) and kind not in MOE_TYPES:
             raise InputError(f"{where}: {key} = {value!r}: mixture-of-experts layers are not estimated (dense "
                              "decoders only)")
-        if key in LATENT_ATTENTION:
+        if EXPERTS.search(key) and key not in EXPERT_KEYS[kind]:
+            raise InputError(f"{where}: {key} = {value!r}: not read by the estimate of {kind} (it reads "
+                             f"{', '.join(sorted(EXPERT_KEYS[kind]))})")
+        if key in LATENT_ATTENTION and not kind.startswith("deepseek"):
             raise InputError(f"{where}: {key} = {value!r}: multi-head latent attention is not estimated (dense "
                              "decoders only)")
     names, prefix = data.get("architectures"), CLASSES[kind]
@@ -218,14 +347,14 @@ def _check_layers(data: dict, kind: str, where: str) -> None:
 
 
 def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None, ...]:
-    """Each block's sliding window as transformers builds the model (None: full attention): Mistral's
-    ``sliding_window`` on every block; Qwen2's only with ``use_sliding_window``, on the blocks ``layer_types`` names
-    (by default those from ``max_window_layers`` on); the other model types have none."""
+    """Each block's sliding window as transformers builds the model (None: full attention): Mistral's and
+    Mixtral's ``sliding_window`` on every block; Qwen2's only with ``use_sliding_window``, on the blocks
+    ``layer_types`` names (by default those from ``max_window_layers`` on); the other model types have none."""
     if (kind not in WINDOW or kind == "qwen2" and not _bool(data, "use_sliding_window", False, where)
             or data.get("sliding_window", WINDOW[kind]) is None):
         return (None,) * layers
     window = _int(data, "sliding_window", where, WINDOW[kind])
-    if kind == "mistral":
+    if kind in ("mistral", "mixtral"):
         return (window,) * layers
     types = data.get("layer_types")
     if types is None:
