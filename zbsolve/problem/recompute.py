@@ -74,10 +74,10 @@ class Recompute(NamedTuple):
             return frozenset()
         whole = self.layers(model, ranges)
         chosen = frozenset(i for a, b in ranges for i in range(a, b) if model.layers[i].block and i not in whole)
-        for i in sorted(chosen)[:1]:
-            if model.layers[i].mem_sel is None:
-                raise InputError(f"recompute = '{self}': layer {model.layers[i].name} has no t_sel and mem_sel "
-                                 "(zbsolve estimate writes them)")
+        missing = [model.layers[i].name for i in sorted(chosen) if model.layers[i].mem_sel is None]
+        if missing:
+            raise InputError(f"recompute = '{self}': layer {missing[0]} has no t_sel and mem_sel (zbsolve estimate "
+                             "writes them)")
         return chosen
 
 
@@ -154,7 +154,9 @@ def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = Fa
            "mem_w": layer.mem_w, "mem_r": 0}
     if recomputes:
         kept, again = (model.layers[index - 1].out_bytes if index else 0), layer.t_f
-    elif selective and layer.mem_sel is not None and layer.t_sel is not None:
+    elif selective:
+        if layer.mem_sel is None or layer.t_sel is None:
+            raise InputError(f"layer {layer.name}: selective recomputation needs its t_sel and mem_sel")
         kept, again = layer.mem_f - layer.mem_sel, layer.t_sel
     else:
         return own
