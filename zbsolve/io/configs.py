@@ -80,13 +80,14 @@ class Plan:
     selective: frozenset[int] = frozenset()
     """The blocks whose norms and MLP activation function run again inside their B ("partition.selective")."""
 
-    def refuse_selective(self, runtime: str, why: str) -> None:
-        """An ``InputError`` naming the selectively recomputed blocks, which ``runtime`` cannot run (``why``)."""
+    def refuse_selective(self, target: str, runtime: str, why: str) -> None:
+        """An ``InputError`` naming the selectively recomputed blocks, which ``runtime`` (``plan --target
+        target``) cannot run (``why``)."""
         if self.selective:
             names = [self.model.layers[i].name for i in sorted(self.selective)]
             raise InputError(f"partition.selective = {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: "
                              f"{runtime} cannot recompute just a block's norms and MLP activation function ({why}); "
-                             "plan with --target " + runtime.split()[0].lower())
+                             f"plan with --target {target}")
 
     def stage_recompute(self) -> list[tuple[list[int], list[int]]]:
         """Per stage, its blocks and its recomputed layers (layer indices, in order)."""
@@ -147,8 +148,8 @@ def torchtitan_checkpointing(plan: Plan) -> str:
     default is per-op selective checkpointing, which zbsolve's cost model does not describe). torchtitan applies
     one policy to every block of every model part, so any other choice is an ``InputError`` naming the stages'
     counts, and so are selectively recomputed blocks (its op-level policy keeps other tensors)."""
-    plan.refuse_selective(f"torchtitan {TORCHTITAN_VERSION}", "its op-level selective policy saves matmul outputs "
-                          "and recomputes others, a different choice")
+    plan.refuse_selective("torchtitan", f"torchtitan {TORCHTITAN_VERSION}", "its op-level selective policy saves "
+                          "matmul outputs and recomputes others, a different choice")
     if not plan.recomputed:
         return "none"
     stages = plan.stage_recompute()
@@ -272,8 +273,8 @@ def megatron_recompute(plan: Plan) -> list[str]:
     at once, which the cost model does not describe, so it is never written. Megatron takes one N for every stage:
     recomputed blocks that are not the first of their stage, or a different N per stage, are an ``InputError``
     naming the stages' counts, and so are selectively recomputed blocks."""
-    plan.refuse_selective(f"Megatron (megatron-core {MEGATRON_CORE_VERSION})", "--recompute-modules has layernorm "
-                          "and the whole dense mlp, no MLP activation function alone")
+    plan.refuse_selective("megatron", f"Megatron (megatron-core {MEGATRON_CORE_VERSION})", "--recompute-modules has "
+                          "layernorm and the whole dense mlp, no MLP activation function alone")
     if not plan.recomputed:
         return []
     stages = plan.stage_recompute()

@@ -57,8 +57,8 @@ def runnable(target: str, placements: list[tuple[str, int]], placement: str) -> 
 
 def may_take(target: str, recompute: str, chosen: str) -> bool:
     """Whether a plan asked for ``recompute`` may take a baseline that recomputes as ``chosen``: the same choice, or
-    any ``target`` can run when the plan decides ("auto", "per-stage")."""
-    if recompute in ("auto", "per-stage", "selective+per-stage"):
+    any ``target`` can run when the plan decides ("auto", or per-stage counts not given)."""
+    if recompute == "auto" or parse_recompute(recompute).undecided:
         choice = parse_recompute(chosen)
         return choice.mode in MODES[target] and (target in SELECTIVE or not choice.selective)
     return chosen == str(parse_recompute(recompute))
