@@ -75,7 +75,8 @@ def test_a_recomputing_block_keeps_its_input_and_holds_its_forward_inside_b():
     """F keeps the 4-byte input; B runs F again (1 + 2 s), holds M_B = 64 while it runs (60 above the input it
     keeps) and leaves M_W = 32 less the input; W frees M_W."""
     assert layer_costs(toy(), 1, True) == {"t_f": 1.0, "t_b": 3.0, "t_w": 1.0, "mem_f": 4, "mem_b": 28,
-                                            "mem_w": -32, "mem_r": 60}
+                                            "mem_w": -32, "mem_r": 60, "comm_f": 0.0,
+                                            "comm_b": 0.0}
     assert layer_costs(toy(), 1, False)["mem_r"] == 0
 
 

@@ -21,13 +21,19 @@ from pydantic import (
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
+from zbsolve.core.overlap import pair_time
 
 TIME_FIELDS = ("t_f", "t_b", "t_w")
 MEM_FIELDS = ("mem_f", "mem_b", "mem_w")
 STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
 """The figures a profiler measures per stage."""
-PER_STAGE = STAGE_FIELDS + ("mem_r",)
-"""Every field with one value per stage (``mem_r`` only where a stage recomputes)."""
+COMM_FIELDS = ("comm_f", "comm_b")
+"""The communication parts of F's and B's times (all-to-all), which an overlapped pair hides."""
+PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS
+"""Every field with one value per stage (``mem_r`` only where a stage recomputes, the communication parts only where
+a stage communicates)."""
+OVERLAP_SLOWDOWN = 0.15
+"""Default computation time lost per second of communication beside it (``core.overlap``)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -81,8 +87,14 @@ class Profile(InputModel):
     mem_r: PerStage = 0.0
     """Memory a B holds while it runs, on top of the running level: the activations a recomputing stage's forward
     makes again before its backward (0 where nothing recomputes)."""
+    comm_f: PerStage = 0.0
+    """Seconds of ``t_f`` that are communication (expert all-to-all): paid by F alone, hidden in an overlapped pair."""
+    comm_b: PerStage = 0.0
+    """Seconds of ``t_b`` that are communication, likewise (W communicates nothing)."""
     overlap_saving: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
-    """DualPipe's F&B overlap: a pair lasts (1 - overlap_saving) * (F + backward)."""
+    """Share of an overlapped pair's computation saved by running its two chunks together (``core.overlap``)."""
+    overlap_slowdown: float = Field(OVERLAP_SLOWDOWN, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Computation time an overlapped pair loses per second of communication beside it (``core.overlap``)."""
 
     @model_validator(mode="after")
     def _check(self) -> "Profile":
@@ -98,8 +110,10 @@ class Profile(InputModel):
                     raise ValueError(f"{at} = {x} must be a positive finite duration")
                 if not math.isfinite(x):
                     raise ValueError(f"{at} = {x} must be finite")
-                if name == "mem_r" and x < 0:
+                if name in ("mem_r",) + COMM_FIELDS and x < 0:
                     raise ValueError(f"{at} = {x} must be >= 0")
+                if name in COMM_FIELDS and x > (t := self.stage_value(f"t_{name[-1]}", s)):
+                    raise ValueError(f"{at} = {x} must be at most t_{name[-1]} = {t}: it is a part of that time")
         for s in range(n):
             f, b, w = self.memories(s)
             if abs(f + b + w) > 1e-9 * max(1.0, abs(f), abs(b), abs(w)):
@@ -212,6 +226,17 @@ class Profile(InputModel):
         """(mem_f, mem_b, mem_w) of ``stage``."""
         return tuple(self.stage_value(n, stage) for n in MEM_FIELDS)  # type: ignore[return-value]
 
+    def comm(self, kind: str, stage: int) -> float:
+        """Seconds of a pass of ``kind``'s time on ``stage`` that are communication (``comm_b`` for BW; W none)."""
+        return self.stage_value(f"comm_{kind[0].lower()}", stage) if kind[0] in "FB" else 0.0
+
+    def pair_time(self, f_stage: int, back_kind: str, b_stage: int) -> float:
+        """Duration of an overlapped pair: F of ``f_stage`` beside a ``back_kind`` (B or BW) of ``b_stage``, by the
+        overlap rule (``core.overlap``)."""
+        comm = self.comm("F", f_stage) + self.comm(back_kind, b_stage)
+        compute = self.time("F", f_stage) + self.time(back_kind, b_stage) - comm
+        return pair_time(compute, comm, self.overlap_saving, self.overlap_slowdown)
+
     def held_in(self, kind: str, stage: int) -> float:
         """Memory a pass of ``kind`` holds while it runs, above the level before it: ``mem_r`` for a B or BW
         (a recomputed forward's activations), else 0."""
@@ -227,8 +252,14 @@ class Profile(InputModel):
         return any(self.raises_in_b(s) for s in range(self.num_stages or 1))
 
     def _stage_fields(self) -> tuple[str, ...]:
-        """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes)."""
-        return PER_STAGE if self.recomputes() else STAGE_FIELDS
+        """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes, the
+        communication parts only where some stage communicates)."""
+        return (STAGE_FIELDS + (("mem_r",) if self.recomputes() else ())
+                + (COMM_FIELDS if self.communicates() else ()))
+
+    def communicates(self) -> bool:
+        """Whether any stage's F or B has a communication part."""
+        return any(self.stage_value(name, s) for name in COMM_FIELDS for s in range(self.num_stages or 1))
 
     def recomputes(self) -> bool:
         """Whether any stage holds memory inside its B (``mem_r``)."""
@@ -236,11 +267,17 @@ class Profile(InputModel):
 
     @model_serializer(mode="wrap")
     def _dumped(self, handler: SerializerFunctionWrapHandler) -> dict:
-        """Plain values, ``mem_r`` left out where nothing recomputes: documents, profile files and grid keys stay
-        as they were before it existed."""
+        """Plain values, ``mem_r`` left out where nothing recomputes and the communication parts (with the slowdown,
+        at its default) where nothing communicates: documents, profile files and grid keys stay as they were before
+        these existed."""
         data = handler(self)
         if not self.recomputes():
             data.pop("mem_r", None)
+        if not self.communicates():
+            for name in COMM_FIELDS:
+                data.pop(name, None)
+            if self.overlap_slowdown == OVERLAP_SLOWDOWN:
+                data.pop("overlap_slowdown", None)
         return data
 
 

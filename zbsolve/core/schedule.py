@@ -140,9 +140,9 @@ class Schedule:
         return self.mem_limit[device]
 
     def duration(self, op: Op) -> float:
-        """Duration of an op; an F&B pair is shortened by ``overlap_saving``."""
+        """Duration of an op; an F&B pair's by the overlap rule (``core.overlap``)."""
         if isinstance(op, Pair):
-            return (1.0 - self.profile.overlap_saving) * (self.duration(op.f) + self.duration(op.b))
+            return self.profile.pair_time(op.f.stage, op.b.kind, op.b.stage)
         return self.profile.time(op.kind, op.stage)
 
     def memory_delta(self, p: Pass) -> float:

@@ -43,10 +43,14 @@ from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
+from zbsolve.core.schedule import Pair
 from zbsolve.schedulers.one_at_a_time import check_feasible
+from zbsolve.schedulers.pairing import overlap_pairs, pairs_possible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
+OVERLAP_SHARE = 0.3
+"""The share of the time left after the floor that the search for overlapped pairs keeps, where pairs may run."""
 FIT_SHARE = 0.1
 """The share of the time left that timing one per-stage recomputation choice may take."""
 
@@ -69,8 +73,31 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
 
 def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: Budget, log: Log,
             best: Best) -> None:
-    """Every phase in turn, each keeping what it finds in ``best``; the warm starts leave time for the formulation,
-    the bound, a search and its re-simulation when these take at most half of what is left."""
+    """Every phase in turn; where F and B may run as overlapped pairs (``schedulers.pairing``), the phases without
+    pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
+    best.overlap = pairs_possible(spec.profile, spec.placement)
+    if not best.overlap:
+        _sequential(spec, solver, objective, workers, seed, budget, log, best)
+        return
+    keep = OVERLAP_SHARE * budget.left()
+    budget.deadline -= keep
+    try:
+        _sequential(spec, solver, objective, workers, seed, budget, log, best)
+    finally:
+        budget.deadline += keep
+    starts = [best.sequential] + ([best.timeline] if best.timeline is not best.sequential else [])
+    for k, start in enumerate(t for t in starts if t is not None):
+        paired = overlap_pairs(start, objective, budget.deadline - (budget.left() / 2 if k == 0 else 0.0))
+        count = sum(op.__class__ is Pair for ops in paired.schedule.devices for op in ops)
+        log.append(f"overlapped pairs from {start.schedule.name}: {count} F&B pairs")
+        best.offer(paired.schedule.name, paired, log)
+
+
+def _sequential(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: Budget, log: Log,
+                best: Best) -> None:
+    """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``; the warm starts
+    leave time for the formulation, the bound, a search and its re-simulation when these take at most half of what
+    is left."""
     families = floor(spec, budget, log, best)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
     warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best)
@@ -94,7 +121,7 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         return
     if solver == "heuristic":
         return
-    warm = best.timeline
+    warm = best.sequential if best.overlap else best.timeline
     order = form.order_of(warm.schedule)
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):
@@ -116,7 +143,10 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
     if result.order is not None and result.order != order:
         candidate = simulate(form.schedule(result.order, solver))
         if candidate.objective(objective) <= warm.objective(objective):
-            best.timeline = candidate
+            if best.overlap:
+                best.offer(solver, candidate, log)
+            else:
+                best.timeline = candidate
             best.status = "feasible"
         else:
             log.append("the solver's schedule is worse than the warm start: keeping the warm start")

@@ -20,8 +20,11 @@ from zbsolve.optimize.budget import Budget
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
+from zbsolve.schedulers.pairing import has_pairs, least_work
 from zbsolve.schedulers.vgreedy import v_greedy
 
+OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}
+"""The families whose F&B pairs a solve tries too where passes communicate (with two chunks)."""
 ONE_AT_A_TIME = "one-at-a-time"
 """The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
 
@@ -39,6 +42,11 @@ class Best:
     """Whether the bound is on the problem itself (not on one with rounded times): only then can it prove optimality."""
     interrupted: bool = False
     """Whether an interrupt stopped the solve."""
+    overlap: bool = False
+    """Whether F and B may run as overlapped pairs: bounds on passes run one at a time then bound nothing
+    (``proven`` ignores them) and the best schedule without pairs is kept too, for the formulation."""
+    sequential: Timeline | None = None
+    """The best schedule without pairs, where ``overlap``."""
 
     @property
     def value(self) -> float:
@@ -50,10 +58,13 @@ class Best:
         log.append(f"{name}: objective {timeline.objective(self.objective):.6g}")
         if timeline.objective(self.objective) < self.value:
             self.timeline = timeline
+        if self.overlap and not has_pairs(timeline.schedule) and (
+                self.sequential is None or timeline.objective(self.objective) < self.sequential.objective(self.objective)):
+            self.sequential = timeline
 
     def proven(self, bound: float, exact: bool) -> None:
-        """Add a proven lower bound."""
-        if bound > self.bound:
+        """Add a proven lower bound on schedules without pairs (ignored where pairs may overlap)."""
+        if not self.overlap and bound > self.bound:
             self.bound, self.exact = bound, exact
 
     def optimal(self) -> bool:
@@ -89,6 +100,8 @@ def floor(spec: Spec, budget: Budget, log: Log, best: Best) -> list[str]:
     if best.timeline is None:
         offer(ONE_AT_A_TIME, _one_at_a_time(spec))
     best.proven(max(best.timeline.work), True)
+    if best.overlap:
+        best.bound, best.exact = least_work(best.timeline.schedule), True
     log.append(f"floor: built in {time.monotonic() - budget.started:.2f}s; {budget.kept():.2f}s kept for the step "
                "times and the document")
     return names
@@ -131,7 +144,8 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
                 best.offer("v-greedy", simulate(greedy), log)
         except BudgetError as exc:
             log.append(f"v-greedy: {exc}")
-    for name in families:
+    paired = OVERLAP_FAMILIES.get(spec.placement_name, ()) if best.overlap and spec.chunks == CHUNKS else ()
+    for name in families + list(paired):
         if best.optimal():
             return
         if not budget.allows("family", log, keep, name):

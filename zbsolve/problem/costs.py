@@ -121,13 +121,13 @@ class Costs:
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
 """The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
-SELECTIVE_KEYS = ("t_sel", "mem_sel")
-"""The keys a layer's record has too where it has selective recomputation figures."""
+OPTIONAL_KEYS = ("t_sel", "mem_sel", "comm_f", "comm_b")
+"""The keys a layer's record has too where it has them: selective recomputation figures, communication parts."""
 
 
 def layer_record(layer: Layer) -> dict[str, object]:
     """A layer as the schedule document records it."""
-    return {key: getattr(layer, key) for key in LAYER_KEYS + SELECTIVE_KEYS if getattr(layer, key) is not None}
+    return {key: getattr(layer, key) for key in LAYER_KEYS + OPTIONAL_KEYS if getattr(layer, key) is not None}
 
 
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",

@@ -18,8 +18,9 @@ from typing import NamedTuple
 from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
 
-COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r")
-"""A layer's or a stage's pass times, memory deltas, and the memory its B holds while it runs."""
+COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r", "comm_f", "comm_b")
+"""A layer's or a stage's pass times, memory deltas, the memory its B holds while it runs, and the communication
+parts of its F and B times."""
 
 
 class Recompute(NamedTuple):
@@ -148,12 +149,13 @@ def _whole(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection
 def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = False) -> dict[str, float]:
     """``COSTS`` of layer ``index``: its own, with its forward recomputed inside its B (``recomputes``), or with its
     norms and MLP activation function recomputed there (``selective``: ``Layer.t_sel`` more in B, ``mem_sel`` less
-    kept by F)."""
+    kept by F; a recomputed forward's communication, ``comm_f``, is B's again)."""
     layer = model.layers[index]
     own = {"t_f": layer.t_f, "t_b": layer.t_b, "t_w": layer.t_w, "mem_f": layer.mem_f, "mem_b": layer.mem_b,
-           "mem_w": layer.mem_w, "mem_r": 0}
+           "mem_w": layer.mem_w, "mem_r": 0, "comm_f": layer.comm_f or 0.0, "comm_b": layer.comm_b or 0.0}
     if recomputes:
         kept, again = (model.layers[index - 1].out_bytes if index else 0), layer.t_f
+        own["comm_b"] += own["comm_f"]
     elif selective:
         if layer.mem_sel is None or layer.t_sel is None:
             raise InputError(f"layer {layer.name}: selective recomputation needs its t_sel and mem_sel")

@@ -1,6 +1,6 @@
 """DeepSeek's DualPipe (bidirectional) and DualPipeV (its V-shape "cut-in-half" variant).
 
-Both interleave overlapped F&B pairs (``Pair(F, BW)``, lasting (1 - overlap_saving)(F + B + W)) with
+Both interleave overlapped F&B pairs (``Pair(F, BW)``, timed by the overlap rule, ``core.overlap``) with
 zero-bubble B/W splits in warm-up and cool-down, in the order of deepseek-ai/DualPipe's ``step``.
 The seeds' closed form (DeepSeek-V3 report) is a bubble of (PP/2 - 1)(F&B + B - 3W) per device,
 B there being the full backward (our B + W), and PP + 1 activations against 1F1B's PP, both counted
