@@ -92,8 +92,8 @@ def model_prints(path: Path) -> dict[str, str]:
                 out[f"p{p} {name} layout"] = _try(megatron_layout, model, ranges, p)
         profile, costs = model_costs(model, sequential(p), device_memory=80 * GIB)
         one = make_schedule("1f1b", profile, p, 2 * p)
-        out[f"p{p} costs"] = _digest(profile.model_dump(), costs.section(), costs.limits(),
-                                     memory_figures(costs, simulate(one)))
+        out[f"p{p} costs"] = _try(lambda: _digest(profile.model_dump(), costs.section(), costs.limits(),
+                                                   memory_figures(costs, simulate(one))))
         bound = split_bound(model, sequential(p), 2 * p, time_limit=30, workers=1)
         out[f"p{p} split bound"] = _digest(bound)
     return out

@@ -130,8 +130,7 @@ def test_layout_counts_reads_back_megatron_layout():
 @pytest.mark.parametrize("model, text, p, message", [
     (llm(80), ISSUE_70B, 3, r"^layout = '.*' has 40 stages, not a multiple of num_devices = 3 \(Megatron places "
                             r"stage i on device i % num_devices\)$"),
-    (llm(61), ISSUE_MTP, 8, r"^layout = '.*': stage 31 has an MTP layer \(m\); multi-token prediction is not "
-                            r"supported for dense models$"),
+    (llm(61), ISSUE_MTP, 8, r"^model llm has no MTP layers \(mtp\.\*\) for the m of layout = 'Et\|\(tt\|\)\*30mL'$"),
     (llm(79), ISSUE_70B, 8, r"^layout = '.*' has 80 t, but model llm has 79 blocks$"),
     (llm(4), "t*4L", 1, r"^layout = 't\*4L': the embedding E must appear once, but appears 0 times$"),
     (llm(4), "EEt*4L", 1, r"the embedding E must appear once, but appears 2 times$"),

@@ -2,7 +2,9 @@
 no schedule can beat, and a partition that reaches it.
 
 A device cannot start before the forward of microbatch 0 has crossed the stages before its first one (its
-head), and then runs all of its passes one at a time, so a step lasts at least head + work on every device. The
+head), and then runs all of its passes one at a time, so a step lasts at least head + work on every device (where a
+device holds two stages and passes communicate, its work less all the communication an overlapped pair could hide,
+``core.overlap``). The
 integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the largest head + work; its
 optimum (or its proven bound, when the time runs out) is a lower bound on the step time of any schedule on any
 partition of this placement, and its partition is where the planner's search starts.
@@ -20,6 +22,7 @@ from ortools.sat.python import cp_model
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import TIMES, comm_time
 from zbsolve.core.placement import Placement
+from zbsolve.core.profile import OVERLAP_SLOWDOWN
 
 RESOLUTION = 10**9
 """The largest head + work is scaled to about this many integer units (times are floored to them)."""
@@ -127,13 +130,17 @@ class Figures:
 
     @classmethod
     def of(cls, model: Model, placement: Placement, num_microbatches: int, heads: bool = True) -> "Figures":
-        """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out."""
-        work, forward = [0.0], [0.0]
-        for layer in model.layers:
-            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w)
-            forward.append(forward[-1] + (layer.t_f if heads else 0.0))
+        """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out. Where a device holds two
+        stages, a layer's work is less the most a pair hides of its communication: (1 - ``OVERLAP_SLOWDOWN``) of it
+        (a pair saves at most that share of its communication, ``core.overlap``)."""
         held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
                 for dev in range(placement.num_devices)]
+        hidden = (1.0 - OVERLAP_SLOWDOWN) if any(len(stages) > 1 for stages in held) else 0.0
+        work, forward = [0.0], [0.0]
+        for layer in model.layers:
+            comm = (layer.comm_f or 0.0) + (layer.comm_b or 0.0)
+            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w - hidden * comm)
+            forward.append(forward[-1] + (layer.t_f if heads else 0.0))
         return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
 
     def largest(self, ends: Sequence[int]) -> float:

@@ -4,12 +4,16 @@ writes one).
 Source read: megatron-core 0.16.1 from PyPI, ``megatron/core/transformer/pipeline_parallel_layer_layout.py``:
 ``PipelineParallelLayerLayout.parse_str_to_list`` (the grammar), ``__init__`` (the stage count a multiple of the
 pipeline size; stage i on pipeline rank i % pp as virtual stage i // pp) and ``validate_layer_layout`` (one E first,
-one L last, as many t as decoder layers).
+one L last, as many t as decoder layers; as many m as ``mtp_num_layers``, none without MTP layers; "decoder layers
+must be placed before MTP layers"; "the MTP should be always in the last virtual pipeline stage of that rank"; "All
+of the MTP layers must be in the same one virtual pipeline stage"; an MTP stage on a rank other than the last is
+"standalone", which it allows).
 
 The grammar: commas are dropped; ``(...)*n`` is unrolled, then ``x*n`` (any one character); the text is cut into
 stages at ``|``; each stage is a run of ``E`` (the embedding), ``t`` (a transformer block), ``m`` (an MTP layer) and
-``L`` (the loss, with the final norm and the head). Over a ``Model``, ``E`` stands for the layers before the first
-block, ``t`` for one block, ``L`` for the layers after the last block.
+``L`` (the loss, with the final norm and the head). Over a ``Model`` (``layer_symbols``), ``E`` stands for the layers
+before the first block, ``t`` for one block, ``m`` for one MTP layer (named ``mtp.*``, as ``zbsolve estimate`` names
+DeepSeek-V3's), ``L`` for the layers after the last block and MTP layer.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from zbsolve.problem.model import Model
 
 SYMBOLS = "EtmL"
 """The layer symbols Megatron knows: embedding, transformer block, MTP layer, loss."""
+MTP_PREFIX = "mtp."
+"""How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
 REPEATS = (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)")
 """Megatron's unrolling, applied in order: a group ``(...)*n``, then one character ``x*n``."""
 MAX_SYMBOLS = 1_000_000
@@ -64,35 +70,58 @@ def parse_layout(text: str) -> list[str]:
     return stages
 
 
+def layer_symbols(model: Model) -> str:
+    """Megatron's symbol of each layer of ``model``, in layer order: ``E`` before the first block, ``t`` a block,
+    ``m`` an MTP layer (its name starts with ``mtp.``), ``L`` after the last block and MTP layer.
+
+    ``InputError`` of one line where the layers are not in Megatron's order (E, then t, then m, then L): a model
+    without blocks, an MTP layer before a block ("decoder layers must be placed before MTP layers"), another
+    non-block layer between blocks or among the MTP layers (it has no symbol)."""
+    mtp = [layer.name.startswith(MTP_PREFIX) for layer in model.layers]
+    blocks = [i for i, layer in enumerate(model.layers) if layer.block and not mtp[i]]
+    if not blocks:
+        raise InputError(f"model {model.name} has no blocks (layers with block = true) for the t of a layout")
+    end = max((i for i, is_mtp in enumerate(mtp) if is_mtp), default=blocks[-1])
+    symbols = "".join("m" if mtp[i] else "E" if i < blocks[0] else "L" if i > end else "t" if layer.block else "?"
+                      for i, layer in enumerate(model.layers))
+    early = symbols.find("m")
+    if 0 <= early < blocks[-1]:
+        raise InputError(f"MTP layer {model.layers[early].name} comes before block {model.layers[blocks[-1]].name}: "
+                         "Megatron places the MTP layers (m) after every decoder layer (t)")
+    if "?" in symbols:
+        i = symbols.index("?")
+        where = "between blocks" if i < blocks[-1] else "between the last block and the last MTP layer"
+        raise InputError(f"layer {model.layers[i].name} (block = false) lies {where}: Megatron's layout has no "
+                         "symbol for it (E, t, m and L only)")
+    return symbols
+
+
 def layout_counts(model: Model, text: str, num_devices: int) -> Layout:
     """The layers per stage and virtual stages per device of layout ``text`` over ``model`` on ``num_devices``
     pipeline ranks.
 
     Megatron's flat list of stages is in layer order, stage i on rank i % pp as virtual stage i // pp: zbsolve's
-    interleaved placement (stage s on device s mod p), so the stages keep their order. ``InputError`` of one line,
-    as Megatron refuses: a stage count that ``num_devices`` does not divide, E not first or L not last or either
-    not once, a t count other than the model's blocks; and what zbsolve cannot take: ``m`` (MTP layers are not
-    supported for dense models), an empty stage, a stage of only E (only L) where the model has no layer before
-    its first block (after its last), a non-block layer between blocks (it has no symbol).
+    interleaved placement (stage s on device s mod p), so the stages keep their order; the MTP layers count in the
+    stage of their m. ``InputError`` of one line, as Megatron refuses: a stage count that ``num_devices`` does not
+    divide, E not first or L not last or either not once, a t count other than the model's blocks, an m count other
+    than its MTP layers, a t after an m, an m outside the last virtual stage of its device, m in more than one
+    stage; and what zbsolve cannot take: an empty stage, a stage of only E (only L) where the model has no layer
+    before its first block (after its last block and MTP layer), layers out of Megatron's order (``layer_symbols``).
     """
     p = check_count("num_devices", num_devices)
     stages = parse_layout(text)
     if len(stages) % p:
         raise InputError(f"layout = {text!r} has {len(stages)} stages, not a multiple of num_devices = {p} (Megatron "
                          "places stage i on device i % num_devices)")
-    _check_symbols(text, stages)
-    blocks = [i for i, layer in enumerate(model.layers) if layer.block]
-    if not blocks:
-        raise InputError(f"model {model.name} has no blocks (layers with block = true) for the t of a layout")
-    if sum(stage.count("t") for stage in stages) != len(blocks):
+    _check_ends(text, stages)
+    symbols = layer_symbols(model)
+    if sum(stage.count("t") for stage in stages) != symbols.count("t"):
         raise InputError(f"layout = {text!r} has {sum(s.count('t') for s in stages)} t, but model {model.name} has "
-                         f"{len(blocks)} blocks")
-    between = next((layer.name for layer in model.layers[blocks[0]:blocks[-1]] if not layer.block), None)
-    if between is not None:
-        raise InputError(f"layer {between} (block = false) lies between blocks: Megatron's layout has no symbol "
-                         "for it (E, t, m and L only)")
-    before, after = blocks[0], len(model.layers) - 1 - blocks[-1]
-    counts = [stage.count("t") + before * stage.count("E") + after * stage.count("L") for stage in stages]
+                         f"{symbols.count('t')} blocks")
+    _check_mtp(model, text, stages, p, symbols.count("m"))
+    before, after = symbols.count("E"), symbols.count("L")
+    counts = [stage.count("t") + stage.count("m") + before * stage.count("E") + after * stage.count("L")
+              for stage in stages]
     empty = next((s for s, count in enumerate(counts) if count == 0), None)
     if empty is not None:
         held = f" holds only {stages[empty]}, for which model {model.name} has no layer" if stages[empty] else ""
@@ -101,16 +130,35 @@ def layout_counts(model: Model, text: str, num_devices: int) -> Layout:
     return Layout(tuple(counts), len(stages) // p)
 
 
-def _check_symbols(text: str, stages: list[str]) -> None:
-    """Megatron's ``validate_layer_layout`` on the symbols: one E first, one L last; no m (dense models only)."""
+def _check_ends(text: str, stages: list[str]) -> None:
+    """Megatron's ``validate_layer_layout`` on the ends: one E, first; one L, last."""
     flat = "".join(stages)
-    if "m" in flat:
-        s = next(s for s, stage in enumerate(stages) if "m" in stage)
-        raise InputError(f"layout = {text!r}: stage {s} has an MTP layer (m); multi-token prediction is not "
-                         "supported for dense models")
     for symbol, what, end, at in (("E", "embedding", "first", 0), ("L", "loss", "last", -1)):
         if flat.count(symbol) != 1:
             raise InputError(f"layout = {text!r}: the {what} {symbol} must appear once, but appears "
                              f"{flat.count(symbol)} times")
         if flat[at] != symbol:
             raise InputError(f"layout = {text!r}: the {what} {symbol} must be the {end} layer, but {flat[at]} is")
+
+
+def _check_mtp(model: Model, text: str, stages: list[str], p: int, mtp: int) -> None:
+    """Megatron's ``validate_layer_layout`` on the m of ``stages`` (on ``p`` devices) over ``mtp`` MTP layers: as
+    many m, after every t, in the last virtual stage of a device (stage i >= stages - p), all in one stage."""
+    flat = "".join(stages)
+    if flat.count("m") != mtp:
+        if not mtp:
+            raise InputError(f"model {model.name} has no MTP layers (mtp.*) for the m of layout = {text!r}")
+        raise InputError(f"layout = {text!r} has {flat.count('m')} m, but model {model.name} has {mtp} MTP layers "
+                         "(mtp.*); Megatron needs one m each")
+    if not mtp:
+        return
+    if "t" in flat[flat.index("m"):]:
+        raise InputError(f"layout = {text!r}: a t follows an m; Megatron places the MTP layers (m) after every "
+                         "decoder layer (t)")
+    held = [s for s, stage in enumerate(stages) if "m" in stage]
+    if held[0] < len(stages) - p:
+        raise InputError(f"layout = {text!r}: stage {held[0]} holds an m but is not the last virtual stage of device "
+                         f"{held[0] % p}; Megatron keeps the MTP layers there")
+    if len(held) > 1:
+        raise InputError(f"layout = {text!r}: the m lie in stages {', '.join(map(str, held))}; Megatron keeps all "
+                         "MTP layers in one virtual stage")
