@@ -78,18 +78,16 @@ def overlap_pairs(timeline: Timeline, objective: str = "makespan", deadline: flo
     """``timeline``'s schedule with F and backward sitting close on a device fused into pairs wherever that does not
     hurt (see the module), simulated; ``timeline`` itself where none is possible. Stops at ``deadline``
     (``time.monotonic()``), keeping every fusion made by then."""
-    best, score = timeline, _score(timeline, objective)
     if not pairs_possible(timeline.schedule.profile, timeline.schedule.placement):
-        return best
+        return timeline
+    best, score = timeline, _score(timeline, objective)
     improved = True
-    while improved:
+    while improved and (deadline is None or time.monotonic() < deadline):
         improved = False
         for d in range(best.schedule.num_devices):
             i = 0
-            while i < len(best.schedule.devices[d]):
+            while i < len(best.schedule.devices[d]) and (deadline is None or time.monotonic() < deadline):
                 for order, strict in _moves(best.schedule.devices[d], i):
-                    if deadline is not None and time.monotonic() > deadline:
-                        return best
                     devices = list(best.schedule.devices)
                     devices[d] = order
                     try:
@@ -100,7 +98,8 @@ def overlap_pairs(timeline: Timeline, objective: str = "makespan", deadline: flo
                         best, score, improved = candidate, new, True
                         break
                 i += 1
-    return best if best is timeline else simulate(replace(best.schedule, name=f"{timeline.schedule.name}+pairs"))
+    return best if best is timeline else replace(best, schedule=replace(best.schedule,
+                                                                        name=f"{timeline.schedule.name}+pairs"))
 
 
 def least_work(schedule: Schedule) -> float:
