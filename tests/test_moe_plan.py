@@ -1,0 +1,59 @@
+"""Plans of models with experts: small DeepSeek-V3- and Qwen3-MoE-shaped models planned end to end, the MTP layer
+placed by the plan and written as Megatron's ``m``, and V-shape plans whose pairs the simulator times."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+import zbsolve
+from zbsolve.core.schedule import Pair
+from zbsolve.core.simulator import simulate
+from zbsolve.io.configs import export_document
+from zbsolve.problem.estimate.formula import estimate
+
+DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 5, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8, "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
+            "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+            "n_group": 2, "topk_group": 1, "num_nextn_predict_layers": 1, "vocab_size": 128,
+            "tie_word_embeddings": False, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
+"""DeepSeek-V3-shaped: five blocks (the first dense), one MTP layer."""
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
+             "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 128, "tie_word_embeddings": False}
+"""Qwen3-MoE-shaped: four blocks of eight experts."""
+
+
+def model(config: dict) -> zbsolve.Model:
+    return estimate(config, seq_len=256, microbatch_size=2, ep=8, a2a_link="network")
+
+
+def test_a_megatron_plan_places_the_mtp_layer_and_exports_it_as_m(tmp_path):
+    """The plan for Megatron puts mtp.0 where its layout can say so, and the export writes it as m before L."""
+    result = zbsolve.plan(model(DEEPSEEK), num_devices=2, num_microbatches=4, device_memory="80GiB",
+                          target="megatron", time_limit=10)
+    names = [layer.name for layer in result.costs.model.layers]
+    last = result.costs.ranges[-1]
+    assert "mtp.0" in names[last[0]:last[1]]
+    assert simulate(result.timeline.schedule).makespan == pytest.approx(result.timeline.makespan)
+    path = tmp_path / "plan.json"
+    result.to_json(path)
+    args = shlex.split(export_document(path, "megatron", None)[1])
+    layout = dict(zip(args[::2], args[1::2]))["--pipeline-model-parallel-layout"]
+    assert layout.endswith("mL") and layout.count("m") == 1 and layout.startswith("E")
+
+
+@pytest.mark.parametrize("config", [DEEPSEEK, QWEN3_MOE], ids=["deepseek_v3", "qwen3_moe"])
+def test_a_vshape_plan_of_experts_is_timed_with_its_pairs_and_beats_no_baseline_that_fits(config):
+    result = zbsolve.plan(model(config), num_devices=2, num_microbatches=6, device_memory="80GiB",
+                          placement="vshape", time_limit=10)
+    timeline = simulate(result.timeline.schedule)
+    assert timeline.makespan == pytest.approx(result.step_time)
+    assert result.timeline.schedule.profile.communicates()
+    fitting = [b.step_time for b in result.baselines if b.fits and b.step_time is not None]
+    assert fitting and result.step_time <= min(fitting) * (1 + 1e-9)
+    assert 0 <= result.lower_bound <= result.step_time
+    pairs = [op for ops in result.timeline.schedule.devices for op in ops if op.__class__ is Pair]
+    assert all(op.f.stage != op.b.stage for op in pairs)
