@@ -34,7 +34,7 @@ def has_pairs(schedule: Schedule) -> bool:
 
 
 def _pair(a: Op, b: Op) -> Pair | None:
-    """The pair of neighbours ``a`` then ``b``, an F and a backward of different stages in either order, or None."""
+    """The pair of ``a`` and ``b`` when they are an F and a backward of different stages, in either order; else None."""
     if a.__class__ is not Pass or b.__class__ is not Pass:
         return None
     f, back = (a, b) if a.kind == F else (b, a)
