@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import math
 import json
 
 import pytest
@@ -61,6 +62,16 @@ def test_split_bound_is_the_least_head_plus_work_over_every_partition(layout):
     assert found.optimal and found.value == pytest.approx(best)
     assert found.bound == pytest.approx(best, rel=1e-6) and found.bound <= best
     assert brute_largest(model, found.counts, layout, 4) == pytest.approx(best)
+
+
+def test_a_placement_without_any_partition_bounds_nothing():
+    """An embedding without B time cannot be a stage of its own: with as many stages as layers no partition exists,
+    so that placement bounds no plan (an infinite bound, not 0), and a plan's bound comes from the others."""
+    model = heavy_head(blocks=2)
+    model = model.model_copy(update={"layers": [model.layers[0].model_copy(update={"t_b": 0.0}), *model.layers[1:]]})
+    none = split_bound(model, sequential(len(model.layers)), 4)
+    assert none.bound == math.inf and none.counts is None
+    assert math.isfinite(split_bound(model, sequential(2), 4).bound)
 
 
 def test_split_bound_is_below_every_schedule_on_every_partition():

@@ -125,7 +125,9 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
     for name, c, layout in layouts:
         tight, even = futures[name, c, True].result(), futures[name, c, False].result()
         bound = min(bound, tight.bound)
-        search.say(f"{name} x{c}: split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})")
+        search.say(f"{name} x{c}: " + (f"split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})"
+                                        if math.isfinite(tight.bound) else "no partition gives every stage F, B and "
+                                        "W time"))
         found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
                  if x.counts is not None]
         for split in SPLITS:

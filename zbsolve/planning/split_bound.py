@@ -33,7 +33,7 @@ class SplitBound:
     """What the split model proves and finds."""
 
     bound: float
-    """Seconds no schedule on any partition of the placement beats."""
+    """Seconds no schedule on any partition of the placement beats (infinite where no partition exists)."""
     counts: tuple[int, ...] | None
     """Layers per stage of the best partition found (None when the time ran out before one was)."""
     value: float
@@ -98,6 +98,8 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
     # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
+    if status == cp_model.INFEASIBLE:  # no partition of this placement exists, so no schedule on it to bound
+        return SplitBound(math.inf, None, math.inf, True)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SplitBound(proven, None, math.inf, False)
     ends = [solver.value(b) for b in bounds]
