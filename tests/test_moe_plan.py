@@ -8,18 +8,14 @@ import shlex
 import pytest
 
 import zbsolve
+from test_moe_estimate import DEEPSEEK as SMALL_DEEPSEEK
 from zbsolve.core.schedule import Pair
 from zbsolve.core.simulator import simulate
 from zbsolve.io.configs import export_document
 from zbsolve.problem.estimate.formula import estimate
 
-DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 5, "num_attention_heads": 4,
-            "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
-            "qk_rope_head_dim": 8, "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
-            "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
-            "n_group": 2, "topk_group": 1, "num_nextn_predict_layers": 1, "vocab_size": 128,
-            "tie_word_embeddings": False, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
-"""DeepSeek-V3-shaped: five blocks (the first dense), one MTP layer."""
+DEEPSEEK = {**SMALL_DEEPSEEK, "num_hidden_layers": 5}
+"""DeepSeek-V3-shaped (tests/test_moe_estimate.py's): five blocks (the first dense), one MTP layer."""
 QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
              "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 128, "tie_word_embeddings": False}
