@@ -17,7 +17,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.io.document import load_document
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.schedulers.pairing import least_work, overlap_pairs
+from zbsolve.schedulers.pairing import least_work, overlap_pairs, pair_count
 
 
 def moe(share: float, slowdown: float = 0.15) -> Profile:
@@ -86,7 +86,7 @@ def test_the_pair_search_finds_a_schedule_between_never_and_always_overlapping()
     dpv = simulate(make_schedule("dualpipev", prof, 4, 8))
     zbv = simulate(with_limit(make_schedule("zb-v", prof, 4, 8), dpv.peak))
     searched = overlap_pairs(zbv)
-    pairs = sum(op.__class__ is Pair for ops in searched.schedule.devices for op in ops)
+    pairs = pair_count(searched.schedule)
     assert searched.makespan < min(zbv.makespan, dpv.makespan) and searched.peak <= dpv.peak
     assert 0 < pairs < 2 * 8 * 4
     assert simulate(searched.schedule).makespan == searched.makespan
@@ -113,7 +113,7 @@ def test_a_vshape_solve_is_at_most_the_better_of_zbv_and_dualpipev(share):
 def test_a_dense_solve_has_no_pairs_and_its_bounds_as_before():
     result = zbsolve.solve(Profile(), 4, num_microbatches=8, num_devices=4, placement="vshape", time_limit=10)
     assert "pairs" not in result.solver_log
-    assert not any(op.__class__ is Pair for ops in result.schedule.devices for op in ops)
+    assert pair_count(result.schedule) == 0
 
 
 # -- a model's experts ------------------------------------------------------------------------------------------

@@ -43,9 +43,8 @@ from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
-from zbsolve.core.schedule import Pair
 from zbsolve.schedulers.one_at_a_time import check_feasible
-from zbsolve.schedulers.pairing import overlap_pairs, pairs_possible
+from zbsolve.schedulers.pairing import overlap_pairs, pair_count, pairs_possible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
@@ -88,8 +87,7 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
     starts = [best.sequential] + ([best.timeline] if best.timeline is not best.sequential else [])
     for k, start in enumerate(t for t in starts if t is not None):
         paired = overlap_pairs(start, objective, budget.deadline - (budget.left() / 2 if k == 0 else 0.0))
-        count = sum(op.__class__ is Pair for ops in paired.schedule.devices for op in ops)
-        log.append(f"overlapped pairs from {start.schedule.name}: {count} F&B pairs")
+        log.append(f"overlapped pairs from {start.schedule.name}: {pair_count(paired.schedule)} F&B pairs")
         best.offer(paired.schedule.name, paired, log)
 
 
@@ -147,7 +145,8 @@ def _sequential(spec: Spec, solver: str, objective: str, workers: int, seed: int
                 best.offer(solver, candidate, log)
             else:
                 best.timeline = candidate
-            best.status = "feasible"
+            if best.timeline is candidate:
+                best.status = "feasible"
         else:
             log.append("the solver's schedule is worse than the warm start: keeping the warm start")
     if result.bound is not None:

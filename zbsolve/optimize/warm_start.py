@@ -20,7 +20,7 @@ from zbsolve.optimize.budget import Budget
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
-from zbsolve.schedulers.pairing import has_pairs, least_work
+from zbsolve.schedulers.pairing import least_work, pair_count
 from zbsolve.schedulers.vgreedy import v_greedy
 
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}
@@ -58,8 +58,9 @@ class Best:
         log.append(f"{name}: objective {timeline.objective(self.objective):.6g}")
         if timeline.objective(self.objective) < self.value:
             self.timeline = timeline
-        if self.overlap and not has_pairs(timeline.schedule) and (
-                self.sequential is None or timeline.objective(self.objective) < self.sequential.objective(self.objective)):
+        if self.overlap and not pair_count(timeline.schedule) and (
+                self.sequential is None
+                or timeline.objective(self.objective) < self.sequential.objective(self.objective)):
             self.sequential = timeline
 
     def proven(self, bound: float, exact: bool) -> None:

@@ -28,9 +28,9 @@ def pairs_possible(profile: Profile, placement: Placement) -> bool:
                                           for d in range(placement.num_devices))
 
 
-def has_pairs(schedule: Schedule) -> bool:
-    """Whether some op of ``schedule`` is an overlapped pair."""
-    return any(op.__class__ is Pair for ops in schedule.devices for op in ops)
+def pair_count(schedule: Schedule) -> int:
+    """How many ops of ``schedule`` are overlapped pairs."""
+    return sum(op.__class__ is Pair for ops in schedule.devices for op in ops)
 
 
 def _pair(a: Op, b: Op) -> Pair | None:
