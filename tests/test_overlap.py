@@ -1,5 +1,5 @@
 """The overlap rule (``core.overlap``), communication in profiles and documents, and the pair search
-(``schedulers.pairing``): DualPipeV against ZB-V on an expert-parallel profile, derived by hand."""
+(``optimize.pairing``): DualPipeV against ZB-V on an expert-parallel profile, derived by hand."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.io.document import load_document
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.schedulers.pairing import least_work, overlap_pairs, pair_count
+from zbsolve.optimize.pairing import least_work, overlap_pairs, pair_count
 
 
 def moe(share: float, slowdown: float = 0.15) -> Profile:

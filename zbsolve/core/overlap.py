@@ -19,8 +19,19 @@ is longer. Without communication it is ``C``, the pair of the unit profile.
 
 from __future__ import annotations
 
+OVERLAP_SAVING = 0.0
+"""Default share of a pair's computation saved by running its two chunks together."""
+OVERLAP_SLOWDOWN = 0.15
+"""Default computation time lost per second of communication beside it."""
+
 
 def pair_time(compute: float, comm: float, saving: float, slowdown: float) -> float:
     """Duration of an overlapped pair whose two passes compute ``compute`` and communicate ``comm`` seconds in all,
     with ``saving`` and ``slowdown`` as the rule above states."""
     return max(comm, (1.0 - saving) * compute + slowdown * comm)
+
+
+def most_saved(compute: float, comm: float, saving: float, slowdown: float) -> float:
+    """The most a pair can save over its passes run alone, as a share of what they compute and communicate:
+    ``saving * compute + (1 - slowdown) * comm`` (a pair lasts at least ``(1 - saving) * C + slowdown * A``)."""
+    return saving * compute + (1.0 - slowdown) * comm

@@ -21,7 +21,7 @@ from pydantic import (
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
-from zbsolve.core.overlap import pair_time
+from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, pair_time
 
 TIME_FIELDS = ("t_f", "t_b", "t_w")
 MEM_FIELDS = ("mem_f", "mem_b", "mem_w")
@@ -32,8 +32,6 @@ COMM_FIELDS = ("comm_f", "comm_b")
 PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS
 """Every field with one value per stage (``mem_r`` only where a stage recomputes, the communication parts only where
 a stage communicates)."""
-OVERLAP_SLOWDOWN = 0.15
-"""Default computation time lost per second of communication beside it (``core.overlap``)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -91,7 +89,7 @@ class Profile(InputModel):
     """Seconds of ``t_f`` that are communication (expert all-to-all): paid by F alone, hidden in an overlapped pair."""
     comm_b: PerStage = 0.0
     """Seconds of ``t_b`` that are communication, likewise (W communicates nothing)."""
-    overlap_saving: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
+    overlap_saving: float = Field(OVERLAP_SAVING, ge=0.0, lt=1.0, allow_inf_nan=False)
     """Share of an overlapped pair's computation saved by running its two chunks together (``core.overlap``)."""
     overlap_slowdown: float = Field(OVERLAP_SLOWDOWN, ge=0.0, le=1.0, allow_inf_nan=False)
     """Computation time an overlapped pair loses per second of communication beside it (``core.overlap``)."""

@@ -23,7 +23,8 @@ from zbsolve.core.measures import bubble, paper_bubble
 from zbsolve.core.memory import levels
 from zbsolve.base.errors import MemoryLimitError, ScheduleError
 from zbsolve.core.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, passes_of
-from zbsolve.core.timing import Preds, asap, device_objective
+from zbsolve.core.objective import device_share, step
+from zbsolve.core.timing import Preds, asap
 
 
 class MemoryTrace(Sequence[tuple[float, float]]):
@@ -80,8 +81,8 @@ class Timeline:
 
     @property
     def makespan(self) -> float:
-        """Time from 0 to the last end on any device."""
-        return max((e[-1] for e in self.end if e), default=0.0)
+        """One step with an optimizer barrier (``core.objective``): time from 0 to the last end on any device."""
+        return self.objective("makespan")
 
     @property
     def work(self) -> tuple[float, ...]:
@@ -95,11 +96,12 @@ class Timeline:
 
     def device_objective(self, objective: str) -> tuple[float, ...]:
         """Per device, its share of ``objective``: its span, or its last end for "makespan"."""
-        return tuple(device_objective(ss[0], es[-1], objective) if ss else 0.0 for ss, es in zip(self.start, self.end))
+        return tuple(device_share(ss[0], es[-1], objective) if ss else 0.0 for ss, es in zip(self.start, self.end))
 
     def objective(self, objective: str) -> float:
-        """The schedule's ``objective``: longest per-device span ("span") or makespan ("makespan")."""
-        return max(self.device_objective(objective))
+        """The schedule's ``objective`` (``core.objective.step``): longest per-device span ("span") or makespan
+        ("makespan")."""
+        return step(self.device_objective(objective))
 
     @property
     def bubble_rate(self) -> float:

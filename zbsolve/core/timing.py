@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 
 @dataclass(frozen=True)
@@ -93,13 +92,3 @@ def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
     end.pop()
     return Timing(start, end, reached)
 
-
-Objective = Literal["makespan", "span"]
-"""What a schedule is judged by: the makespan (one step with an optimizer barrier, the default) or the
-longest per-device span (the paper's, for the post-validated runtime)."""
-OBJECTIVES: tuple[str, ...] = get_args(Objective)
-
-
-def device_objective(first_start: float, last_end: float, objective: str) -> float:
-    """One device's share of the objective: its span (last end - first start) or its last end."""
-    return last_end - first_start if objective == "span" else last_end

@@ -21,7 +21,8 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, F, Pair, Pass, Schedule, W, build
-from zbsolve.core.timing import OBJECTIVES, asap, device_objective
+from zbsolve.core.objective import check_objective, device_share, offset, step
+from zbsolve.core.timing import asap
 from zbsolve.core.transforms import split_bw
 
 _MAX_TIME_SCALE = 10**6
@@ -78,9 +79,7 @@ class Formulation:
     @property
     def offset(self) -> tuple[int, ...]:
         """Per device, what the objective subtracts from its last end (its first start for "span")."""
-        if self.objective == "span":
-            return tuple(self.earliest[i] for i in self.first)
-        return (0,) * self.num_devices
+        return tuple(offset(self.earliest[i], self.objective) for i in self.first)
 
     @property
     def work(self) -> tuple[int, ...]:
@@ -146,11 +145,11 @@ class Formulation:
 
     def value(self, start: Sequence[int]) -> int:
         """Scaled objective of a timing: max over devices of last end minus offset."""
-        return max(self.spans(start))
+        return step(self.spans(start))
 
     def spans(self, start: Sequence[int]) -> list[int]:
         """Per device, scaled last end minus offset."""
-        return [device_objective(self.earliest[first], max(start[i] + self.duration[i] for i in last), self.objective)
+        return [device_share(self.earliest[first], max(start[i] + self.duration[i] for i in last), self.objective)
                 for first, last in zip(self.first, self.last)]
 
     def memory_ok(self, order: Sequence[Sequence[int]]) -> bool:
@@ -248,8 +247,7 @@ def _scaled_limit(limit: float | None, unit: Fraction) -> int | None:
 def formulate(profile: Profile, placement: Placement, num_microbatches: int,
               mem_limit: float | Sequence[float] | None = None, objective: str = "span") -> Formulation:
     """The integer formulation of a problem (one route; F, B, W passes; memory counted from F starts and B, W ends, and inside a recomputing B)."""
-    if objective not in OBJECTIVES:
-        raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+    check_objective(objective)
     if len(placement.routes) != 1:
         raise InputError(f"placement with {len(placement.routes)} routes is not supported by the optimizer")
     m, S, p = check_count("num_microbatches", num_microbatches), placement.num_stages, placement.num_devices

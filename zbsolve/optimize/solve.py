@@ -30,7 +30,7 @@ from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
 from zbsolve.core.spec import Spec
 from zbsolve.core.step_time import step_times
-from zbsolve.core.timing import Objective
+from zbsolve.core.objective import Objective
 from zbsolve.optimize.backends import BACKENDS, BackendResult, Log
 from zbsolve.optimize.bound import lower_bound, warmup_bound
 from zbsolve.optimize.budget import Budget
@@ -44,7 +44,7 @@ from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
-from zbsolve.schedulers.pairing import overlap_pairs, pair_count, pairs_possible
+from zbsolve.optimize.pairing import overlap_pairs, pair_count, pairs_possible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
@@ -72,7 +72,7 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
 
 def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: Budget, log: Log,
             best: Best) -> None:
-    """Every phase in turn; where F and B may run as overlapped pairs (``schedulers.pairing``), the phases without
+    """Every phase in turn; where F and B may run as overlapped pairs (``optimize.pairing``), the phases without
     pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
     best.overlap = pairs_possible(spec.profile, spec.placement)
     if not best.overlap:

@@ -20,7 +20,7 @@ from zbsolve.optimize.budget import Budget
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
-from zbsolve.schedulers.pairing import least_work, pair_count
+from zbsolve.optimize.pairing import least_work, pair_count
 from zbsolve.schedulers.vgreedy import v_greedy
 
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}

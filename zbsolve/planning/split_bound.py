@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import TIMES, comm_time
 from zbsolve.core.placement import Placement
-from zbsolve.core.profile import OVERLAP_SLOWDOWN
+from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved
 
 RESOLUTION = 10**9
 """The largest head + work is scaled to about this many integer units (times are floored to them)."""
@@ -133,15 +133,16 @@ class Figures:
     @classmethod
     def of(cls, model: Model, placement: Placement, num_microbatches: int, heads: bool = True) -> "Figures":
         """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out. Where a device holds two
-        stages, a layer's work is less the most a pair hides of its communication: (1 - ``OVERLAP_SLOWDOWN``) of it
-        (a pair saves at most that share of its communication, ``core.overlap``)."""
+        stages, a layer's work is less the most a pair can save of it (``core.overlap.most_saved``, with the defaults a
+        model's stage profiles carry)."""
         held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
                 for dev in range(placement.num_devices)]
-        hidden = (1.0 - OVERLAP_SLOWDOWN) if any(len(stages) > 1 for stages in held) else 0.0
+        paired = any(len(stages) > 1 for stages in held)
         work, forward = [0.0], [0.0]
         for layer in model.layers:
             comm = (layer.comm_f or 0.0) + (layer.comm_b or 0.0)
-            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w - hidden * comm)
+            saved = most_saved(layer.t_f + layer.t_b - comm, comm, OVERLAP_SAVING, OVERLAP_SLOWDOWN) if paired else 0.0
+            work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w - saved)
             forward.append(forward[-1] + (layer.t_f if heads else 0.0))
         return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
 

@@ -15,7 +15,7 @@ from zbsolve.base.units import gib, parse_bytes
 from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.spec import Spec, make_spec
-from zbsolve.core.timing import OBJECTIVES
+from zbsolve.core.objective import check_objective
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
 from zbsolve.problem.memory_factor import factor_limit
 from zbsolve.problem.model import Model
@@ -121,8 +121,7 @@ def _check_search(given: dict[str, Any]) -> None:
     solver, objective = given.get("solver", "cpsat"), given.get("objective", "makespan")
     if solver not in SOLVERS:
         raise InputError(f"solver = {solver!r} is unknown; choose one of {', '.join(SOLVERS)}")
-    if objective not in OBJECTIVES:
-        raise InputError(f"objective = {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+    check_objective(objective)
     time_limit = given.get("time_limit", TIME_LIMIT)
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
             or not math.isfinite(time_limit):

@@ -15,7 +15,7 @@ from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS
 from zbsolve.core.profile import Profile
-from zbsolve.core.timing import OBJECTIVES
+from zbsolve.core.objective import OBJECTIVES
 from zbsolve.optimize.solve import solve_request
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs

@@ -20,7 +20,7 @@ from zbsolve.core.profile import Profile
 from zbsolve.problem.request import Request, SolverName
 from zbsolve.core.placement import PlacementName, PlanPlacement
 from zbsolve.core.spec import make_spec
-from zbsolve.core.timing import Objective
+from zbsolve.core.objective import Objective
 from zbsolve.base.units import parse_bytes
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
