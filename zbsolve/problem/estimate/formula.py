@@ -1,11 +1,12 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
-GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, whose block parts
-come from ``zbsolve.problem.estimate.moe``) and the closed-form cost model of ``docs/cost-model.md``: FLOPs per
-pass over a GPU preset's peak throughput times an efficiency, activation bytes after Korthikanti et al. 2022,
-static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel all-to-alls over NVLink or the network.
-Every figure is per device of the tensor-parallel group. With
+GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), whose blocks'
+parts come from ``zbsolve.problem.estimate.block`` and ``zbsolve.problem.estimate.moe``, and the closed-form cost
+model of ``docs/cost-model.md``: FLOPs per pass over a GPU preset's peak throughput times an efficiency, activation
+bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel
+all-to-alls over NVLink or the network. Every figure is per device of the tensor-parallel group. With
 ``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
-(``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by ``zbsolve.problem.estimate.hf_config``.
+(``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by
+``zbsolve.problem.estimate.hf_config``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbsolve.problem.estimate import counting, moe
+from zbsolve.problem.estimate.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
@@ -60,8 +62,6 @@ def count_parameters(config: Architecture | dict | str | Path, active: bool = Fa
     experts)."""
     arch = config if isinstance(config, Architecture) else architecture(config)
     head = 0 if arch.tied else arch.vocab * arch.hidden
-    if arch.experts is None:
-        return arch.embedding_params + arch.layers * arch.block_params + arch.norm_params + head
     parts = [moe.block(arch, 1, i) for i in range(arch.layers)] + [moe.projection(arch, 1) + moe.block(
         arch, 1, arch.layers) for _ in range(arch.mtp)]
     blocks = sum(moe.active(part, arch) if active else part.params for part in parts)
@@ -76,11 +76,9 @@ def reference_flops_per_token(config: Architecture | dict | str | Path, seq_len:
     prediction layer's use of the head), and attention 3·(F's core FLOPs a pair)·s a block."""
     arch = config if isinstance(config, Architecture) else architecture(config)
     pairs = sum(attended_pairs(seq_len, w) for w in saving_windows(arch, seq_len, flash_attention))
-    if arch.experts is None:
-        return 6 * count_parameters(arch) + 12 * arch.q_width * pairs / seq_len
     pairs += arch.mtp * seq_len * seq_len
     head = arch.mtp * arch.vocab * arch.hidden
-    return 6 * (count_parameters(arch, active=True) + head) + 3 * moe.core_flops(arch) * pairs / seq_len
+    return 6 * (count_parameters(arch, active=True) + head) + 3 * core_flops(arch) * pairs / seq_len
 
 
 @dataclass(frozen=True)
@@ -192,8 +190,8 @@ def _dense_layers(config: dict | str | Path, arch: Architecture, shard: _Shard, 
     windows = saving_windows(arch, seq_len, flash_attention)
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
     ends = [_embedding(arch, shard, e), _norm(arch, shard, e), _output(arch, shard, e)]
-    blocks = [_block(arch, shard, e, seq_len, flash_attention, microbatch_size * attended_pairs(seq_len, w))
-              for w in kinds]
+    blocks = [_from_part(moe.block(arch, e, 0), arch, shard, e, seq_len, flash_attention,
+                         microbatch_size * attended_pairs(seq_len, w)) for w in kinds]
     if method == "count":
         counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
                                  flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
@@ -221,13 +219,15 @@ def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flas
             + [("norm", _norm(arch, shard, e)), ("output", _output(arch, shard, e))])
 
 
-def _from_part(part: moe.Part, arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
+def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
                scores: int) -> _Costs:
     """A block's costs per device from its per-token ``part``: FLOPs and bytes of the device's 1/tp of the
-    tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs as ``_block``
-    counts it, the routed experts' parameters over ``ep``."""
+    tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs (the microbatch's
+    attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
+    ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
+    those memory-bound kernels again in B."""
     n, t = shard.tokens, shard.tp
-    core = moe.core_flops(arch) * scores // t
+    core = core_flops(arch) * scores // t
     f, b, w = (n * flops // t for flops in part.flops)
     return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
@@ -291,28 +291,6 @@ def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
                   out_bytes=shard.bytes(h * e))
 
 
-def _block(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool, scores: int) -> _Costs:
-    """Matmuls: 2·tokens·weights FLOPs each for F, B and W; attention core (QK^T, AV) 4·scores·a·d in F and twice
-    that in B, none in W (``scores``: the microbatch's attended_pairs, b·s² without a window); four collectives in F
-    and B and two in W under tensor parallelism. Selective recomputation drops the outputs of the two norms and
-    of the MLP's activation function (the gated product) and runs those memory-bound kernels again in B."""
-    n, h, t, f = shard.tokens, arch.hidden, shard.tp, arch.ffn
-    qd, kd = arch.q_width, arch.kv_width
-    matmul = 2 * n * arch.matmul_params // t
-    attention = 4 * scores * qd // t
-    mlp_out = 3 if arch.gated else 2
-    saved = e * (2 * h + 2 * qd + 2 * kd) + e * (2 * h + mlp_out * f) + _probabilities(arch, e, seq_len,
-                                                                                        flash_attention)
-    if arch.hidden_dropout:
-        saved += 2 * h
-    for_w = e * ((h + qd + 2 * kd) + (qd + h) + (h + (mlp_out - 1) * f) + (f + h))
-    params = -(-(arch.block_params - 2 * arch.norm_params) // t) + 2 * arch.norm_params
-    recomputed = shard.bytes(e * (4 * h + mlp_out * f)), shard.bytes(e * (2 * h + f))
-    return _Costs(flops=(matmul + attention, matmul + 2 * attention, matmul), traffic=(0, 0, 0),
-                  collectives=(4, 4, 2) if t > 1 else (0, 0, 0), m_b=shard.bytes(saved), m_w=shard.bytes(for_w),
-                  params=params, out_bytes=shard.bytes(h * e), selective=recomputed)
-
-
 def _probabilities(arch: Architecture, e: int, seq_len: int, flash_attention: bool) -> int:
     """Bytes a token attention keeps without flash attention: its softmax probabilities over all s keys (and with
     attention dropout also its mask and output); none with flash attention."""
@@ -370,9 +348,6 @@ def _weights_a_token(arch: Architecture) -> tuple[int, int]:
     """The N of 6·N (the parameters; with experts those a token uses, and the head once more for each
     multi-token prediction layer) and how many of them are matmul weights."""
     head = arch.vocab * arch.hidden
-    if arch.experts is None:
-        params = count_parameters(arch)
-        return params, arch.layers * arch.matmul_params + head
     parts = [moe.block(arch, 1, i) for i in range(arch.layers + arch.mtp)]
     parts += [moe.projection(arch, 1)] * arch.mtp
     return (count_parameters(arch, active=True) + arch.mtp * head,

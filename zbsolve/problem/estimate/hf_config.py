@@ -154,20 +154,6 @@ class Architecture:
         return self.kv_heads * self.head_dim
 
     @property
-    def matmul_params(self) -> int:
-        """Weights of one block's matmuls: q, k, v, o and the MLP."""
-        h = self.hidden
-        return h * (self.q_width + 2 * self.kv_width) + self.q_width * h + (3 if self.gated else 2) * h * self.ffn
-
-    @property
-    def block_params(self) -> int:
-        """Parameters of one block: matmuls, biases and its two norms."""
-        h = self.hidden
-        biases = (self.q_width + 2 * self.kv_width) * (self.qkv_bias or self.biases)
-        biases += (h + self.ffn + h) * self.biases
-        return self.matmul_params + biases + 2 * self.norm_params
-
-    @property
     def embedding_params(self) -> int:
         """Token (and learned position) embedding parameters."""
         return (self.vocab + self.positions) * self.hidden

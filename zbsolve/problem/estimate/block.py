@@ -1,0 +1,110 @@
+"""The closed form's parts of a decoder block (``docs/cost-model.md``), per token on one device before tensor and
+expert parallelism, written once for every decoder the estimate takes: attention (grouped-query heads, or
+DeepSeek's latent attention) and the dense MLP, each with the norm before it and the hidden dropout after it.
+``zbsolve.problem.estimate.moe`` adds the routed experts and a multi-token prediction layer's entry;
+``zbsolve.problem.estimate.formula`` turns a layer's parts into its costs per device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from zbsolve.problem.estimate.hf_config import Architecture
+
+
+@dataclass(frozen=True)
+class Part:
+    """Per-token figures of one part of a layer on one device without tensor parallelism."""
+
+    flops: tuple[int, int, int]
+    """FLOPs a token of F, B and W: 2 per matmul weight the token passes through, in each."""
+    saved: int
+    """Bytes a token F keeps for the backward (M_B)."""
+    for_w: int
+    """Bytes a token W needs: its matmuls' inputs and output gradients (M_W)."""
+    split: int
+    """Parameters split over the tensor-parallel group (matmul weights and their biases)."""
+    whole: int
+    """Parameters each device of the group holds whole: norms, latent down-projections, the router."""
+    collectives: tuple[int, int, int]
+    """Tensor-parallel collectives (each of an h-wide activation) in F, B and W."""
+    recomputed: tuple[int, int] = (0, 0)
+    """Selective recomputation: bytes a token its norms and activation functions move when run again, and the
+    bytes of their outputs F then keeps no more."""
+    experts: int = 0
+    """Parameters of all the routed experts, which the expert-parallel group shares out."""
+    all_to_all: int = 0
+    """Expert-parallel all-to-alls in F and in B each (dispatch and combine), none in W."""
+
+    def __add__(self, other: Part) -> Part:
+        """Both parts, run one after the other."""
+        return Part(*(tuple(map(sum, zip(a, b))) if isinstance(a, tuple) else a + b
+                      for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
+
+    @property
+    def params(self) -> int:
+        """All its parameters on one device without parallelism."""
+        return self.split + self.whole + self.experts
+
+
+def half(arch: Architecture, e: int, inner: Part) -> Part:
+    """A block's half (its attention or its MLP, ``inner``) with the norm before it, whose input F keeps and whose
+    parameters are whole on every device (selective recomputation runs it again: it reads and writes h, and its
+    output is kept no more), and with hidden dropout the mask of the dropout after it (a byte an element)."""
+    h = arch.hidden
+    return inner + Part(flops=(0, 0, 0), saved=e * h + h * arch.hidden_dropout, for_w=0, split=0,
+                        whole=arch.norm_params, collectives=(0, 0, 0), recomputed=(2 * h * e, h * e))
+
+
+def attention(arch: Architecture, e: int) -> Part:
+    """The attention half of a block, its norm included: grouped-query heads, or latent attention."""
+    return half(arch, e, _latent(arch, e) if arch.latent else _heads(arch, e))
+
+
+def core_flops(arch: Architecture) -> int:
+    """F's FLOPs of the attention core for one (query, key) pair: QKᵀ over the query/key head size, AV over the
+    value head size, every head (4·a·d with heads of size d)."""
+    value = arch.latent.v if arch.latent else arch.head_dim
+    return 2 * arch.heads * (arch.head_dim + value)
+
+
+def _heads(arch: Architecture, e: int) -> Part:
+    """Grouped-query heads: q/k/v's input, Q, K, V and o's input kept (and the inputs of Qwen3-MoE's q and k norms,
+    whose d weights each are whole); biases on q, k, v (``qkv_bias``) and on o (``biases``); two collectives in F
+    and B, one in W."""
+    h, qd, kd = arch.hidden, arch.q_width, arch.kv_width
+    weights = h * (qd + 2 * kd) + qd * h
+    biases = (qd + 2 * kd) * (arch.qkv_bias or arch.biases) + h * arch.biases
+    return Part(flops=(2 * weights,) * 3, saved=e * (h + 2 * qd + 2 * kd + (qd + kd) * arch.qk_norm),
+                for_w=e * (h + qd + 2 * kd + qd + h), split=weights + biases, whole=2 * arch.head_dim * arch.qk_norm,
+                collectives=(2, 2, 1))
+
+
+def _latent(arch: Architecture, e: int) -> Part:
+    """Latent attention: h projected down to the query latent (q_rank) and to the key/value latent with the
+    shared rotary key (kv_rank + rope), each latent normed and projected up to the heads (queries and keys of
+    nope + rope, values of v), then o. The down-projections and the latents' norms are whole on every device, as
+    Megatron-LM keeps them; the up-projections and o are split by heads. Kept: the down-projections' input, each
+    latent before and after its norm, Q, K, V and o's input."""
+    h, a, m = arch.hidden, arch.heads, arch.latent
+    assert m is not None
+    qk = m.nope + m.rope
+    down = h * (m.q_rank + m.kv_rank + m.rope)
+    up = (m.q_rank or h) * a * qk + m.kv_rank * a * (m.nope + m.v) + a * m.v * h
+    return Part(flops=(2 * (down + up),) * 3,
+                saved=e * (h + 2 * m.q_rank + 2 * m.kv_rank + 2 * a * qk + 2 * a * m.v),
+                for_w=e * (2 * h + 2 * m.q_rank + 2 * m.kv_rank + m.rope + a * qk + a * (m.nope + m.v) + a * m.v),
+                split=up, whole=down + m.q_rank + m.kv_rank, collectives=(2, 2, 1))
+
+
+def dense_mlp(arch: Architecture, e: int) -> Part:
+    """The dense MLP half of a block, its norm included: SwiGLU (gate, up, down: 3 matrices) or two matrices around
+    a GeLU, of inner size f, with biases (``biases``). Kept: its input and its activation function's inputs and
+    output (3·f gated, 2·f not), which W needs with the h-wide output gradient; selective recomputation runs the
+    activation function again (it reads those and writes f)."""
+    h, f = arch.hidden, arch.ffn
+    matrices = 3 if arch.gated else 2
+    return half(arch, e, Part(flops=(2 * matrices * h * f,) * 3, saved=e * (h + matrices * f),
+                              for_w=e * (2 * h + matrices * f), split=matrices * h * f + (f + h) * arch.biases,
+                              whole=0, collectives=(2, 2, 1), recomputed=(e * matrices * f, e * f)))
