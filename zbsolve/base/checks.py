@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from zbsolve.base.errors import InputError
 
 TOLERANCE = 1e-9
-"""Relative slack of every comparison of memory with its limit (against floating-point rounding)."""
+"""Relative slack of every comparison of figures (memory with its limit, times, sums) against floating-point
+rounding: ``slack``."""
 
 Limit = float | tuple[float, ...] | None
 """A memory limit: one number, one per device, or None for none."""
@@ -45,14 +46,23 @@ def device_limits(mem_limit: Limit | Sequence[float], num_devices: int) -> tuple
     return limit if isinstance(limit, tuple) else (limit,) * num_devices
 
 
+def slack(figure: float, *others: float, floor: float = 1.0) -> float:
+    """How far figures compared with ``figure`` (and ``others``) may differ from them by rounding alone:
+    ``TOLERANCE`` of the largest in magnitude, and of ``floor`` where all are smaller (by default 1: figures near 0
+    compare to within ``TOLERANCE`` absolutely; 0 compares them purely relatively)."""
+    if others:
+        return TOLERANCE * max(floor, abs(figure), *map(abs, others))
+    return TOLERANCE * max(floor, abs(figure))  # the memory rule's case, on every pass: kept cheap
+
+
 def exceeds(memory: float, limit: float) -> bool:
     """Whether ``memory`` is over ``limit`` by more than the tolerance."""
-    return memory > limit + TOLERANCE * max(1.0, abs(limit))
+    return memory > limit + slack(limit)
 
 
 def room(limit: float) -> float:
     """The memory a generator may plan up to under ``limit``: within half the tolerance."""
-    return limit + 0.5 * TOLERANCE * max(1.0, abs(limit))
+    return limit + 0.5 * slack(limit)
 
 
 MAX_PASSES = 10_000_000

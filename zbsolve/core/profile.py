@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from zbsolve.base.checks import slack
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
@@ -114,7 +115,7 @@ class Profile(InputModel):
                     raise ValueError(f"{at} = {x} must be at most t_{name[-1]} = {t}: it is a part of that time")
         for s in range(n):
             f, b, w = self.memories(s)
-            if abs(f + b + w) > 1e-9 * max(1.0, abs(f), abs(b), abs(w)):
+            if abs(f + b + w) > slack(f, b, w):
                 raise ValueError(f"mem_f + mem_b + mem_w of stage {s} = {f} + {b} + {w} = {f + b + w}, must be 0")
         return self
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from zbsolve.base.checks import exceeds
+from zbsolve.base.checks import exceeds, slack
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
 from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.recompute import COSTS, NONE, Recompute, check_recomputed, stage_costs
@@ -23,8 +23,6 @@ from zbsolve.base.units import GIB, gib
 DEFAULT_RESERVE = 4 * GIB
 """Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
 and the allocator's fragmentation."""
-SUM_TOLERANCE = 1e-9
-"""Relative difference allowed between a stage's profile figure and the sum over its layers."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,7 @@ def check_partition(section: object, profile: Profile, num_stages: int,
         stage = stage_costs(model, a, b, recomputed, selective)
         for name in COSTS:
             total, value = stage[name], profile.stage_value(name, s)
-            if abs(total - value) > SUM_TOLERANCE * max(abs(total), abs(value), 1e-300):
+            if abs(total - value) > slack(total, value, floor=0.0):
                 raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
                                  f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
     return model.layers, ranges, recomputed, selective
