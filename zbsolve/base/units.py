@@ -41,3 +41,8 @@ def parse_bytes(text: str | int | float, what: str = "size", zero: bool = False)
 def gib(size: float) -> float:
     """``size`` bytes in GiB."""
     return size / GIB
+
+
+def mib(size: float) -> float:
+    """``size`` bytes in MiB."""
+    return size / MIB

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zbsolve.base.units import GIB, MIB
+from zbsolve.base.units import gib, mib
 from zbsolve.problem.model import BLOCK, Layer, Model
 
 
@@ -33,8 +33,8 @@ def _costs(layer: Layer) -> tuple[float, ...]:
 def _cells(costs: Sequence[float]) -> list[str]:
     """Times in ms, activation memory and the output in MiB, static bytes in GiB."""
     t_f, t_b, t_w, mem_f, mem_b, mem_w, static, out = costs
-    return ([f"{1e3 * t:.3f}" for t in (t_f, t_b, t_w)] + [f"{m / MIB:.1f}" for m in (mem_f, mem_b, mem_w)]
-            + [f"{static / GIB:.2f}", f"{out / MIB:.1f}"])
+    return ([f"{1e3 * t:.3f}" for t in (t_f, t_b, t_w)] + [f"{mib(m):.1f}" for m in (mem_f, mem_b, mem_w)]
+            + [f"{gib(static):.2f}", f"{mib(out):.1f}"])
 
 
 def _run_name(group: list[Layer]) -> str:

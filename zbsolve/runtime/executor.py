@@ -34,6 +34,7 @@ from zbsolve.core import torch_compat
 from zbsolve.problem.costs import Costs
 from zbsolve.io.document import from_document, to_document
 from zbsolve.base.errors import InputError, ZbsolveError
+from zbsolve.base.units import mib
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.core.profile import paper_deltas, Profile
 from zbsolve.runtime.launch import launch, torchrun_rank
@@ -44,7 +45,6 @@ from zbsolve.core.simulator import simulate
 
 DEVICES = ("cpu", "cuda")
 """Where ``run_schedule`` runs: "cpu" (gloo) or "cuda" (NCCL)."""
-_MIB = 2.0 ** 20
 _RTOL, _ATOL = 1e-4, 1e-6
 
 
@@ -278,8 +278,8 @@ def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
         else:
             share = t_b0 / (t_b0 + t_w0)
             t_b, t_w = share * ms[s][BW], (1 - share) * ms[s][BW]
-        mem_f = mem[s].get(F, 0.0) / _MIB
-        mem_b = mem[s][B] / _MIB if B in mem[s] else 0.0
+        mem_f = mib(mem[s].get(F, 0.0))
+        mem_b = mib(mem[s][B]) if B in mem[s] else 0.0
         for name, value in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)):
             t[name].append(max(value, tiny))
         t["mem_f"].append(mem_f)
@@ -303,12 +303,12 @@ def _with_predictions(schedule: Schedule, rows: list[dict], costs: Costs | None)
     for row in rows:
         d = row["rank"]
         out.append({**row, "makespan_ms": makespan, "bubble": 1.0 - row["busy_ms"] / makespan,
-                    "peak_saved_mib": row["peak_saved_bytes"] / _MIB,
+                    "peak_saved_mib": mib(row["peak_saved_bytes"]),
                     "sim_bubble": 1.0 - planned.work[d] / planned.makespan, "sim_peak": planned.peak_memory[d],
                     "sim_makespan_ms": replay.makespan, "sim_bubble_measured": 1.0 - replay.work[d] / replay.makespan,
                     "sim_peak_mib": replay.peak_memory[d],
                     "plan_makespan_ms": 1e3 * planned.makespan if seconds else None,
-                    "plan_peak_mib": planned.peak_memory[d] / _MIB if in_bytes else None})
+                    "plan_peak_mib": mib(planned.peak_memory[d]) if in_bytes else None})
     return out
 
 

@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, out, wide
 from zbsolve.base.files import check_output
+from zbsolve.base.units import mib
 from zbsolve.present.tables import text_table
 
 
@@ -77,7 +78,7 @@ def estimate(
              + (f"ep {ep}, " if experts else "")
              + f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
     block = next(layer for layer in model.layers if layer.block)
-    comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({block.out_bytes / 2**20:.1f} "
+    comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({mib(block.out_bytes):.1f} "
             f"MiB over {model.link.name})")
     exchange = next((layer.comm_f for layer in model.layers if layer.comm_f is not None), None)
     if exchange is not None:
