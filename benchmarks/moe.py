@@ -31,7 +31,7 @@ from zbsolve.planning.planner import plan
 from zbsolve.problem.costs import memory_figures
 from zbsolve.problem.model import Model
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.optimize.pairing import pair_count
+from zbsolve.core.schedule import pair_count
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "problems" / "models" / "deepseek-v3.yaml"

@@ -16,7 +16,7 @@ import pytest
 from zbsolve.io.document import read_document, write_document
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.io.torch_csv import export_schedule, torch_csv
-from zbsolve.io.configs import (
+from zbsolve.io.exports import (
     Plan,
     export_document,
     megatron_export,
@@ -30,13 +30,14 @@ from zbsolve.schedulers.families import FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.core.placement import Placement, bidirectional, interleaved, sequential, vshape
 from zbsolve.core.profile import UNIT, Profile
-from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, build, passes_of
+from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, build, pair_count, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.optimize.solve import solve
 from zbsolve.core.torch_compat import lower_csv
 from zbsolve.core.transforms import renumber_last_stage, torch_actions
 
-pytest.importorskip("torch.distributed.pipelining")
+pytest.importorskip("torch.distributed.pipelining",
+                    reason="torch.distributed.pipelining is not available (the torch extra)")
 
 TORCH = {F: "F", B: "I", W: "W", BW: "B"}
 
@@ -130,7 +131,6 @@ def test_last_stage_forwards_renumbered() -> None:
 
 def test_renumbering_keeps_routes_and_pairs() -> None:
     schedule = make_schedule("dualpipe", UNIT, 2, 4)
-    assert any(isinstance(op, Pair) for ops in schedule.devices for op in ops)
 
     def last_forwards(s) -> list[int]:
         return [p.mb for ops in s.devices for op in ops for p in passes_of(op) if p.kind == F and p.stage == 1]
@@ -140,6 +140,7 @@ def test_renumbering_keeps_routes_and_pairs() -> None:
     renumbered = renumber_last_stage(schedule)
     assert last_forwards(renumbered) == list(range(4))
     assert list(renumbered.microbatch_route) == [schedule.microbatch_route[mb] for mb in old]
+    assert pair_count(renumbered) == pair_count(schedule) > 0
     assert simulate(renumbered).makespan == simulate(schedule).makespan
 
 
@@ -228,7 +229,7 @@ def test_optimizer_schedule_loads_in_torch() -> None:
     assert _last_stage_forwards(actions, 2) == list(range(6))
 
 
-# -- torchtitan and Megatron exports (zbsolve.io.configs) ------------------------------------------------------
+# -- torchtitan and Megatron exports (zbsolve.io.exports) ------------------------------------------------------
 
 TORCHTITAN_PARALLELISM_KEYS = {
     "pipeline_parallel_degree",
@@ -309,8 +310,10 @@ def test_torchtitan_export(tmp_path: Path, placement: str) -> None:
 @pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
 def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -> None:
     """torchtitan's own config classes take the JSON fragment, and its command-line parser the arguments file."""
-    configs = pytest.importorskip("torchtitan.config")
-    manager = pytest.importorskip("torchtitan.config.manager")
+    configs = pytest.importorskip("torchtitan.config",
+                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+    manager = pytest.importorskip("torchtitan.config.manager",
+                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
     import dataclasses
 
     import tyro
@@ -341,7 +344,8 @@ def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -
 @pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
 def test_torchtitan_builds_the_plans_stages(tmp_path: Path, placement: str) -> None:
     """torchtitan's stage placement for the exported schedule name matches the plan's."""
-    pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel")
+    pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel",
+                             reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
     doc = _plan_document(tmp_path, placement)
     export_document(doc, "torchtitan", tmp_path / "tt")
     name = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())["parallelism"]["pipeline_parallel_schedule"]
@@ -373,7 +377,8 @@ def test_torchtitan_refuses_what_it_cannot_place() -> None:
     assert torchtitan_schedule_name(interleaved(4, 3)) == "Interleaved1F1B"
     assert torchtitan_schedule_name(vshape(4)) == "ZBVZeroBubble"
     for placement in (vshape(2, 4), bidirectional(2), Placement(2, ((1, 0),))):
-        with pytest.raises(InputError, match=r"^placement routes = .* is neither looped .* nor a V-shape with two"):
+        with pytest.raises(InputError, match=r"^placement .*: torchtitan 0\.3\.0 builds .*\(runtime table: "
+                                             r"torchtitan\.placements\)$"):
             torchtitan_schedule_name(placement)
     with pytest.raises(InputError, match=r"^num_devices = 1: torchtitan runs no pipeline"):
         torchtitan_schedule_name(sequential(1))
@@ -445,7 +450,8 @@ def test_megatron_export(tmp_path: Path, placement: str, layout: str) -> None:
 @pytest.mark.parametrize("placement", ["sequential", "interleaved"])
 def test_megatron_export_parses_in_megatron(tmp_path: Path, placement: str) -> None:
     """megatron-core's own parser takes the layout, and puts each stage's blocks on the plan's rank."""
-    mod = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+    mod = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout",
+                              reason="megatron-core is not installed (the dev extra pins megatron-core 0.16.1)")
     from megatron.core.transformer.enums import LayerType
 
     doc = _plan_document(tmp_path, placement)
@@ -462,11 +468,12 @@ def test_megatron_export_parses_in_megatron(tmp_path: Path, placement: str) -> N
 def test_megatron_refuses_vshape_and_two_routes(tmp_path: Path) -> None:
     result = _zbsolve("export", _plan_document(tmp_path, "vshape"), "--format", "megatron")
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.strip() == ("error: placement routes = [[0, 1, 1, 0]] is a V-shape: Megatron's "
-                                     "--pipeline-model-parallel-layout places stage i on pipeline rank i % 2 only "
-                                     "(sequential and interleaved placements)")
+    assert result.stderr.strip() == ("error: placement vshape x2: Megatron (megatron-core 0.16.1) builds sequential "
+                                     "x1, interleaved (stages per device), not vshape x2 (runtime table: "
+                                     "megatron.placements)")
     plan = Plan(make_schedule("dualpipe", UNIT, 2, 4), export_toy(), ((0, 4), (4, 9)))
-    with pytest.raises(InputError, match=r"^placement routes = \[\[0, 1\], \[1, 0\]\] is not looped"):
+    with pytest.raises(InputError, match=r"^placement bidirectional x2: .* not bidirectional x2 \(runtime table: "
+                                         r"megatron\.placements\)$"):
         megatron_export(plan)
 
 

@@ -15,14 +15,15 @@ from conftest import export_toy
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.io.configs import export_document, read_plan
+from zbsolve.io.exports import export_document, read_plan
 from zbsolve.io.document import read_document
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.optimize.solve import solve
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import COSTS
 
-pytest.importorskip("torch.distributed.pipelining")
+pytest.importorskip("torch.distributed.pipelining",
+                    reason="torch.distributed.pipelining is not available (the torch extra)")
 
 runner = CliRunner()
 MEGATRON_RECOMPUTE = ("--recompute-granularity", "--recompute-method", "--recompute-num-layers")
@@ -173,9 +174,12 @@ def test_the_torch_csv_is_the_schedules_whatever_recomputes(tmp_path: Path, reco
 def test_torchtitan_takes_the_policy(tmp_path: Path) -> None:
     """torchtitan's command-line parser reads the subcommand as its FullAC policy, which wraps every block of a
     model part and nothing else."""
-    ac = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
-    configs = pytest.importorskip("torchtitan.config")
-    manager = pytest.importorskip("torchtitan.config.manager")
+    ac = pytest.importorskip("torchtitan.distributed.activation_checkpoint",
+                             reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+    configs = pytest.importorskip("torchtitan.config",
+                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+    manager = pytest.importorskip("torchtitan.config.manager",
+                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
     import dataclasses
 
     import torch.nn as nn
@@ -201,9 +205,12 @@ def test_torchtitan_takes_the_policy(tmp_path: Path) -> None:
     assert not isinstance(part.norm, CheckpointWrapper)
 
 
+# megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.
+@pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")
 def test_megatron_takes_the_arguments(tmp_path: Path) -> None:
     """megatron-core's TransformerConfig (from which Megatron-LM makes its --recompute-* arguments) accepts them."""
-    config = pytest.importorskip("megatron.core.transformer.transformer_config")
+    config = pytest.importorskip("megatron.core.transformer.transformer_config",
+                                 reason="megatron-core is not installed (the dev extra pins megatron-core 0.16.1)")
     args = _megatron(_document(tmp_path, "sequential", "uniform:2"))
     fields = {flag[2:].replace("-", "_"): args[flag] for flag in MEGATRON_RECOMPUTE}
     made = config.TransformerConfig(num_layers=6, hidden_size=8, num_attention_heads=2, **{

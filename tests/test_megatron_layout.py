@@ -13,7 +13,8 @@ from zbsolve.core import torch_compat
 from zbsolve.core.placement import interleaved, make_placement
 from zbsolve.core.profile import UNIT
 from zbsolve.core.simulator import simulate
-from zbsolve.planning.baselines import baseline_plan, baselines, megatron_schedule
+from zbsolve.io.exports import megatron_schedule
+from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
 from zbsolve.problem.layout import layout_counts, parse_layout
 from zbsolve.problem.model import Layer, Model
@@ -254,8 +255,9 @@ def test_megatron_baselines_say_why_they_do_not_run():
     # m = 3 is not a multiple of p = 2: Megatron's interleaved schedule refuses it.
     rows = [r for r in baselines(model, 2, 3, 80 * GIB, reserve=0, layout=SMALL) if r.split == "layout"]
     assert rows and all(not r.fits and r.step_time is None for r in rows)
-    assert all(r.note.startswith("num_microbatches = 3 is not a multiple of num_devices = 2: Megatron's "
-                                 "interleaved schedule") for r in rows)
+    assert all(r.note.startswith("num_microbatches = 3 is not a multiple of num_devices = 2: Megatron (megatron-core "
+                                 "0.16.1)'s interleaved schedule") and "(runtime table: megatron.grouped_microbatches)"
+               in r.note for r in rows)
     # Nothing fits 1 GiB: the row of every block recomputed, with a note.
     best = [r for r in baselines(model, 2, 4, GIB, reserve=0, layout=SMALL) if r.split == "layout"][-1]
     assert best.recompute == "full" and not best.fits and best.note == "no --recompute-num-layers from 1 to 3 fits"

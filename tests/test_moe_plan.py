@@ -9,9 +9,9 @@ import pytest
 
 import zbsolve
 from test_moe_estimate import DEEPSEEK as SMALL_DEEPSEEK
-from zbsolve.core.schedule import Pair
+from zbsolve.core.schedule import Pair, pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.configs import export_document
+from zbsolve.io.exports import export_document
 from zbsolve.problem.estimate.formula import estimate
 
 DEEPSEEK = {**SMALL_DEEPSEEK, "num_hidden_layers": 5}
@@ -43,6 +43,8 @@ def test_a_megatron_plan_places_the_mtp_layer_and_exports_it_as_m(tmp_path):
 
 @pytest.mark.parametrize("config", [DEEPSEEK, QWEN3_MOE], ids=["deepseek_v3", "qwen3_moe"])
 def test_a_vshape_plan_of_experts_is_timed_with_its_pairs_and_beats_no_baseline_that_fits(config):
+    """Nearly all of an expert block's F and B is all-to-all, so an F&BW pair of two such stages hides the W and the
+    computation beside it: the plan runs some F and B as pairs, each of two different stages."""
     result = zbsolve.plan(model(config), num_devices=2, num_microbatches=6, device_memory="80GiB",
                           placement="vshape", time_limit=10)
     timeline = simulate(result.timeline.schedule)
@@ -51,5 +53,6 @@ def test_a_vshape_plan_of_experts_is_timed_with_its_pairs_and_beats_no_baseline_
     fitting = [b.step_time for b in result.baselines if b.fits and b.step_time is not None]
     assert fitting and result.step_time <= min(fitting) * (1 + 1e-9)
     assert 0 <= result.lower_bound <= result.step_time
-    pairs = [op for ops in result.timeline.schedule.devices for op in ops if op.__class__ is Pair]
-    assert all(op.f.stage != op.b.stage for op in pairs)
+    schedule = result.timeline.schedule
+    assert pair_count(schedule) > 0
+    assert all(op.f.stage != op.b.stage for ops in schedule.devices for op in ops if isinstance(op, Pair))

@@ -12,12 +12,12 @@ import zbsolve
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import Pair
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.io.document import load_document
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.optimize.pairing import least_work, overlap_pairs, pair_count
+from zbsolve.core.schedule import pair_count
+from zbsolve.optimize.pairing import least_work, overlap_pairs
 
 
 def moe(share: float, slowdown: float = 0.15) -> Profile:
@@ -64,7 +64,8 @@ def test_dualpipev_beats_zbv_by_what_the_overlap_rule_predicts(p, m, share, slow
     - DualPipeV's pair of an F and a BW computes (1 - a) + (2 - a) and communicates 2a: P = max(2a, 3 - 2a +
       slowdown * 2a) by the rule. Its last device runs 2m - 2p - 1 pairs, each P instead of 3 T, and idles
       (p - 1)(P + T_B - 2 T_W) = (p - 1)(P - 1) (the family's closed form with F&B = P): 6m - (2m - 2p - 1)(3 - P)
-      + (p - 1)(P - 1).
+      + (p - 1)(P - 1). Device d runs 2m - 3p + 1 + d pairs, the last one fewer (its first F
+      and B of the steady phase run apart): p(2m - 3p + 1) + p(p - 1)/2 - 1 in all.
     - So ZB-V - DualPipeV = (2m - 2p - 1)(3 - P) - (p - 1)(P - 2), at DualPipeV's memory ((2p + 1) chunk
       activations), which holds ZB-V's too."""
     a = share
@@ -72,7 +73,7 @@ def test_dualpipev_beats_zbv_by_what_the_overlap_rule_predicts(p, m, share, slow
     dpv = simulate(make_schedule("dualpipev", moe(share, slowdown), p, m))
     zbv = simulate(with_limit(make_schedule("zb-v", moe(share, slowdown), p, m), dpv.peak))
     assert dpv.peak == pytest.approx((2 * p + 1) / 2) and zbv.peak <= dpv.peak
-    assert sum(op.__class__ is Pair for op in dpv.schedule.devices[-1]) == 2 * m - 2 * p - 1
+    assert pair_count(dpv.schedule) == p * (2 * m - 3 * p + 1) + p * (p - 1) // 2 - 1
     assert zbv.makespan == pytest.approx(6 * m + p - 1)
     assert zbv.makespan - dpv.makespan == pytest.approx((2 * m - 2 * p - 1) * (3 - pair) - (p - 1) * (pair - 2))
     assert dpv.makespan < zbv.makespan
@@ -111,9 +112,30 @@ def test_a_vshape_solve_is_at_most_the_better_of_zbv_and_dualpipev(share):
 
 
 def test_a_dense_solve_has_no_pairs_and_its_bounds_as_before():
+    """Where nothing communicates no pair saves time: the solve searches none, and its bound is the one on passes run
+    one at a time (the integer form's, not the pairs' least work), at most the step of every schedule it tries: here
+    ZB-V's, which meets it (p = 4, m = 8, chunks of F = B = W = 1/2: each device works 24, and the last one's first
+    F waits for 3 forwards of 1/2)."""
+    from zbsolve.core.placement import vshape
+    from zbsolve.optimize.bound import lower_bound
+    from zbsolve.optimize.formulation import formulate
+    from zbsolve.schedulers.heuristic import heuristic
+    from zbsolve.schedulers.vgreedy import v_greedy
+
     result = zbsolve.solve(Profile(), 4, num_microbatches=8, num_devices=4, placement="vshape", time_limit=10)
     assert "pairs" not in result.solver_log
     assert pair_count(result.schedule) == 0
+    chunks = result.schedule.profile
+    form = formulate(chunks, vshape(4), 8, 4, "makespan")
+    assert least_work(result.schedule) == pytest.approx(24.0)
+    assert result.lower_bound == pytest.approx(form.to_time(lower_bound(form)))
+    assert result.lower_bound == pytest.approx(25.5)
+    tried = [make_schedule(name, Profile(), 4, 8) for name in ("zb-v", "v-half", "v-min")]
+    tried += [heuristic(chunks, vshape(4), 8, 4), v_greedy(chunks, 4, 8, 4)]
+    steps = [simulate(with_limit(schedule, 4)).makespan for schedule in tried]
+    assert all(result.lower_bound <= step + 1e-9 for step in steps)
+    assert result.objective == pytest.approx(min(steps))
+    assert result.objective == pytest.approx(result.lower_bound)
 
 
 # -- a model's experts ------------------------------------------------------------------------------------------

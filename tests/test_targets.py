@@ -58,7 +58,8 @@ def test_plan_refuses_what_the_target_cannot_run_in_one_line(tmp_path):
     path = tmp_path / "act.yaml"
     act_heavy().save(path)
     for args, line in ((["--placement", "vshape", "--target", "megatron"],
-                        "placement = 'vshape': megatron runs only sequential, interleaved"),
+                        "placement = 'vshape': Megatron (megatron-core 0.16.1) builds sequential x1, interleaved (stages per device), not "
+                            "vshape x2 (runtime table: megatron.placements)"),
                        (["--recompute", "per-stage", "--target", "torchtitan"],
                         "recompute = 'per-stage': torchtitan runs only none, full"),
                        (["--baseline-layout", "Et*3|t*4L"], "layout = 'Et*3|t*4L'")):

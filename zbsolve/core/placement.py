@@ -86,3 +86,16 @@ def make_placement(name: str, num_devices: int, chunks: int = CHUNKS) -> Placeme
     if name == "bidirectional":
         return bidirectional(num_devices)
     raise InputError(f"placement = {name!r} is unknown; choose one of {', '.join(PLACEMENTS)}")
+
+
+def placement_name(placement: Placement) -> tuple[str, int] | None:
+    """(name, stages per device) of ``placement`` when it is one that ``make_placement`` builds (a looped one route
+    with stage s on device s mod p is sequential or interleaved), else None."""
+    p, chunks = placement.num_devices, placement.num_stages // placement.num_devices
+    if len(placement.routes) == 2:
+        return ("bidirectional", 2) if p % 2 == 0 and placement == bidirectional(p) else None
+    if placement.num_stages % p == 0 and placement == interleaved(p, chunks):
+        return ("sequential", 1) if chunks == 1 else ("interleaved", chunks)
+    if placement.num_stages % p == 0 and chunks % 2 == 0 and placement == vshape(p, chunks):
+        return "vshape", chunks
+    return None

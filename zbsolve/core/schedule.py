@@ -159,3 +159,8 @@ def build(name: str, placement: Placement, num_microbatches: int, profile: Profi
     """Make a Schedule from plain sequences."""
     return Schedule(name, placement, num_microbatches, profile, tuple(tuple(ops) for ops in devices),
                     check_limit(mem_limit), tuple(microbatch_route))
+
+
+def pair_count(schedule: Schedule) -> int:
+    """How many ops of ``schedule`` are overlapped F&B pairs."""
+    return sum(op.__class__ is Pair for ops in schedule.devices for op in ops)

@@ -18,7 +18,7 @@ from zbsolve.base.checks import TOLERANCE
 from zbsolve.base.errors import ScheduleError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import BACKWARD, F, Op, Pair, Pass, Schedule
+from zbsolve.core.schedule import BACKWARD, F, Op, Pair, Pass, Schedule, pair_count
 from zbsolve.core.simulator import Timeline, simulate
 
 
@@ -26,11 +26,6 @@ def pairs_possible(profile: Profile, placement: Placement) -> bool:
     """Whether a pair could save time: some pass communicates and some device holds two stages."""
     return profile.communicates() and any(len({s for _, s in placement.stages_of(d)}) > 1
                                           for d in range(placement.num_devices))
-
-
-def pair_count(schedule: Schedule) -> int:
-    """How many ops of ``schedule`` are overlapped pairs."""
-    return sum(op.__class__ is Pair for ops in schedule.devices for op in ops)
 
 
 def _pair(a: Op, b: Op) -> Pair | None:

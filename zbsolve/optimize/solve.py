@@ -27,6 +27,7 @@ from zbsolve.base.errors import InfeasibleError
 from zbsolve.core.measures import gap
 from zbsolve.core.placement import CHUNKS, PlacementName
 from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
 from zbsolve.core.spec import Spec
 from zbsolve.core.step_time import step_times
@@ -44,7 +45,7 @@ from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
-from zbsolve.optimize.pairing import overlap_pairs, pair_count, pairs_possible
+from zbsolve.optimize.pairing import overlap_pairs, pairs_possible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
@@ -70,18 +71,18 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
     return BACKENDS[solver](form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
 
 
-def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: Budget, log: Log,
-            best: Best) -> None:
-    """Every phase in turn; where F and B may run as overlapped pairs (``optimize.pairing``), the phases without
-    pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
-    best.overlap = pairs_possible(spec.profile, spec.placement)
+def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
+    """Every phase in turn; where F and B may run as overlapped pairs (``optimize.pairing``) and the request allows
+    them, the phases without pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
+    objective = request.objective
+    best.overlap = request.pairs and pairs_possible(spec.profile, spec.placement)
     if not best.overlap:
-        _sequential(spec, solver, objective, workers, seed, budget, log, best)
+        _sequential(spec, request, budget, log, best)
         return
     keep = OVERLAP_SHARE * budget.left()
     budget.deadline -= keep
     try:
-        _sequential(spec, solver, objective, workers, seed, budget, log, best)
+        _sequential(spec, request, budget, log, best)
     finally:
         budget.deadline += keep
     starts = [best.sequential] + ([best.timeline] if best.timeline is not best.sequential else [])
@@ -91,11 +92,12 @@ def _search(spec: Spec, solver: str, objective: str, workers: int, seed: int, bu
         best.offer(paired.schedule.name, paired, log)
 
 
-def _sequential(spec: Spec, solver: str, objective: str, workers: int, seed: int, budget: Budget, log: Log,
-                best: Best) -> None:
+def _sequential(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
     """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``; the warm starts
     leave time for the formulation, the bound, a search and its re-simulation when these take at most half of what
     is left."""
+    solver, objective = request.solver, request.objective
+    workers, seed = request.workers or os.cpu_count() or 1, request.seed
     families = floor(spec, budget, log, best)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
     warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best)
@@ -217,8 +219,7 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     best = Best(request.objective)
     try:
         budget = Budget(began + request.time_limit, began)
-        _search(spec, request.solver, request.objective, request.workers or os.cpu_count() or 1, request.seed, budget,
-                log, best)
+        _search(spec, request, budget, log, best)
     except KeyboardInterrupt:
         if best.timeline is None:
             raise

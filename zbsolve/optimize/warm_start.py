@@ -11,7 +11,7 @@ from zbsolve.base.checks import TOLERANCE
 from zbsolve.base.errors import BudgetError, ZbsolveError
 from zbsolve.core.memory import fits
 from zbsolve.core.placement import CHUNKS, vshape
-from zbsolve.core.schedule import Schedule, build
+from zbsolve.core.schedule import Schedule, build, pair_count
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.spec import Spec
 from zbsolve.core.transforms import with_limit
@@ -20,7 +20,7 @@ from zbsolve.optimize.budget import Budget
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
-from zbsolve.optimize.pairing import least_work, pair_count
+from zbsolve.optimize.pairing import least_work
 from zbsolve.schedulers.vgreedy import v_greedy
 
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}

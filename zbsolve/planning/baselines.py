@@ -19,6 +19,7 @@ from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
+from zbsolve.io.exports import MEGATRON, megatron_schedule
 from zbsolve.problem.splits import megatron_split, megatron_uneven_split, torchtitan_split
 from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
 
@@ -38,29 +39,6 @@ def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, i
     if split == "torchtitan":
         return torchtitan_split(model, num_stages)
     return megatron_split(model, num_stages)
-
-
-def megatron_schedule(chunks: int) -> str:
-    """torch's built-in schedule of Megatron-core's order with ``chunks`` virtual stages per device.
-
-    Megatron-core 0.16.1, ``megatron/core/pipeline_parallel/schedules.py``: without interleaving
-    (``forward_backward_pipelining_without_interleaving``) rank r warms up with pp - r - 1 forwards, then runs one
-    forward and one backward until it drains: torch's ``Schedule1F1B``. With interleaving
-    (``forward_backward_pipelining_with_interleaving``) rank r warms up with (pp - r - 1) * 2 + (chunks - 1) *
-    ``microbatch_group_size_per_vp_stage`` (pp unless set) forwards, and visits its chunks in groups of that many
-    microbatches (``get_schedule_table``), the backwards' chunks reversed: torch's ``ScheduleInterleaved1F1B``,
-    whose warm-up is (chunks - 1) * ``microbatches_per_round`` + 2 * (pp - 1 - r) with rounds of pp microbatches
-    when pp divides m, which Megatron needs (``megatron_refusal``)."""
-    return "1F1B" if chunks == 1 else "Interleaved1F1B"
-
-
-def megatron_refusal(num_devices: int, chunks: int, num_microbatches: int) -> str | None:
-    """Why Megatron-core does not run its schedule with these figures, or None: interleaving needs m a multiple of
-    pp (the last group of ``microbatch_group_size_per_vp_stage`` = pp microbatches may not be smaller than pp)."""
-    if chunks > 1 and num_microbatches % num_devices:
-        return (f"num_microbatches = {num_microbatches} is not a multiple of num_devices = {num_devices}: Megatron's "
-                f"interleaved schedule runs microbatches in groups of {num_devices}")
-    return None
 
 
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
@@ -146,7 +124,8 @@ def _counts(ranges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
 def _megatron(model: Model, split: str, chunks: int, counts: Sequence[int], num_devices: int,
               num_microbatches: int, device_memory: int, reserve: int, recompute: Recompute) -> Baseline:
     """Megatron's schedule on ``counts``, or the row saying why Megatron does not run it."""
-    name, refusal = megatron_schedule(chunks), megatron_refusal(num_devices, chunks, num_microbatches)
+    name = megatron_schedule(chunks)
+    refusal = MEGATRON.microbatch_refusal("interleaved" if chunks > 1 else "sequential", num_devices, num_microbatches)
     if refusal is not None:
         return Baseline(split, name, tuple(counts), None, None, None, False, refusal, str(recompute), chunks=chunks,
                         recomputed=None)

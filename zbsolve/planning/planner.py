@@ -34,6 +34,7 @@ from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.planning.result import PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
+from zbsolve.io.exports import check_target
 from zbsolve.planning.targets import may_take, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.layout import layout_counts
@@ -43,7 +44,7 @@ from zbsolve.problem.recompute import FULL, described, parse_recompute, selectiv
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
-AUTO = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
+AUTO_PLACEMENTS = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
 """(placement, stages per device) that "auto" searches."""
 MAX_CHUNKS = 8
 """The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
@@ -62,7 +63,7 @@ def search_placements(placement: str, chunks: int | str | None, num_devices: int
     ``chunks`` "auto", every count from 2 to ``MAX_CHUNKS`` (even ones for the V-shape) within the size limit.
     None left, or a count asked for that is over the size limit (``check_size``), is an ``InputError``."""
     if placement == "auto":
-        names = [name for name, _ in AUTO]
+        names = [name for name, _ in AUTO_PLACEMENTS]
     elif placement in SUPPORTED_PLACEMENTS:
         names = [placement]
     else:
@@ -71,7 +72,7 @@ def search_placements(placement: str, chunks: int | str | None, num_devices: int
         asked = [(name, c) for name in names for c in ((1,) if name == "sequential" else range(2, MAX_CHUNKS + 1))
                  if name != "vshape" or c % 2 == 0]
     elif chunks is None or isinstance(chunks, int) and not isinstance(chunks, bool):
-        asked = [(name, 1 if name == "sequential" else chunks or dict(AUTO)[name]) for name in names]
+        asked = [(name, 1 if name == "sequential" else chunks or dict(AUTO_PLACEMENTS)[name]) for name in names]
     else:
         raise InputError(f"chunks = {chunks!r} must be a whole number >= 1 or 'auto'")
     if placement == "vshape" and asked[0][1] % 2:
@@ -111,8 +112,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
     "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), selective forms
     (``problem.recompute.RECOMPUTE_FORMS``: norms and MLP activation function), or "auto": each
-    candidate timed with each of ``targets.AUTO[target]``. ``target`` (zbsolve, torchtitan, megatron) keeps the
-    search to the recomputation and placements that runtime can run (``zbsolve.planning.targets``);
+    candidate timed with each of the target's ``auto_recompute``. ``target`` (zbsolve, torchtitan, megatron) keeps
+    the search to the recomputation, placements, microbatches and pairs that runtime's row of the runtime table runs
+    (``zbsolve.io.exports.RUNTIMES``, read by ``zbsolve.planning.targets``);
     ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines, and
     ``megatron_ends`` (Megatron's layers of the first and the last pipeline rank) Megatron's uneven split.
 
@@ -131,6 +133,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     if missing:
         raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
     request = Request(num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
+                      pairs=check_target(target).pairs,
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
                       **({} if chunks in (None, "auto") else {"chunks": chunks}),
                       **({} if recompute == "auto" else {"recompute": recompute}))
@@ -140,8 +143,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         layout_counts(model, baseline_layout, p)  # refused before the search when it does not suit the model
     if jobs is not None:
         check_count("jobs", jobs)
-    placements = runnable(target, search_placements(placement, "auto" if chunks == "auto" else request.chunks, p,
-                                                    len(model.layers), m), placement)
+    placements = runnable(target, model, search_placements(placement, "auto" if chunks == "auto" else request.chunks,
+                                                           p, len(model.layers), m), placement, p, m)
     options = [(name, c, rc) for name, c in placements for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
@@ -217,11 +220,6 @@ def _closest(search: Search) -> str:
     label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
     return f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
 
-
-FINALISTS = 3
-"""Candidates the final CP-SAT solves share the time left between, best first."""
-FINISH_SECONDS = 0.5
-"""Seconds kept after the final solves for re-simulating and returning the plan."""
 
 
 def _schedule(search: Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str]]:

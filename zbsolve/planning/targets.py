@@ -1,57 +1,51 @@
-"""What each runtime a plan is for can run (``plan --target``): which recomputation choices and placements the
-search may use, so that no plan hands a runtime a decision it cannot express (docs/torch.md, the exports)."""
+"""What a plan for a runtime may choose (``plan --target``), read from the runtime table (``io.exports.RUNTIMES``):
+the recomputation choices and the placements the search may use, so that no plan hands a runtime a decision it
+cannot run, and no export of such a plan is refused."""
 
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
+from zbsolve.io.exports import RUNTIMES, check_target
+from zbsolve.problem.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
-TARGETS = ("zbsolve", "torchtitan", "megatron")
-"""zbsolve's own executor runs any plan; torchtitan and Megatron as their exports say."""
-AUTO = {"zbsolve": ("none", "full", "per-stage", "selective", "selective+per-stage"), "torchtitan": ("none", "full"),
-        "megatron": ("none", "full", "uniform:1", "uniform:2")}
-"""The recomputation choices ``recompute="auto"`` times every candidate with, per target."""
-MODES = {"zbsolve": ("none", "full", "uniform", "per-stage"), "torchtitan": ("none", "full"),
-         "megatron": ("none", "full", "uniform")}
-"""The recomputation modes a target can run: torchtitan applies one activation_checkpoint policy (none or full)
-to every block of every model part; Megatron one --recompute-num-layers N for every (virtual) stage. Selective
-recomputation (norms and MLP activation function) only zbsolve's runtime runs: torchtitan's op-level policy
-keeps other tensors, and Megatron's recompute modules have no dense MLP's activation function alone."""
-SELECTIVE = ("zbsolve",)
-"""The targets that run selective recomputation."""
-PLACEMENTS = {"zbsolve": ("sequential", "interleaved", "vshape"), "torchtitan": ("sequential", "interleaved", "vshape"),
-              "megatron": ("sequential", "interleaved")}
-"""The placements a target can run: Megatron's layout puts stage i on rank i % p (no V-shape)."""
-
-
-def check_target(target: str) -> str:
-    """``target`` if it is one of ``TARGETS``; an ``InputError`` otherwise."""
-    if target not in TARGETS:
-        raise InputError(f"target = {target!r} is unknown; choose one of {', '.join(TARGETS)}")
-    return target
+TARGETS = tuple(RUNTIMES)
+"""The runtimes a plan is for: zbsolve's own executor runs any plan; torchtitan and Megatron as their rows say."""
 
 
 def recompute_choices(target: str, recompute: str) -> tuple[str, ...]:
-    """The recomputation choices a plan for ``target`` times each candidate with: ``AUTO[target]`` for "auto",
-    else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming why otherwise."""
+    """The recomputation choices a plan for ``target`` times each candidate with: the row's ``auto_recompute`` for
+    "auto", else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming the row otherwise."""
+    row = check_target(target)
     if recompute == "auto":
-        return AUTO[check_target(target)]
+        return row.auto_recompute
     choice = parse_recompute(recompute)
-    if choice.mode not in MODES[check_target(target)]:
-        raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(MODES[target])} (one setting "
-                         f"for every stage); use --target zbsolve for per-stage choices")
-    if choice.selective and target not in SELECTIVE:
+    if choice.mode not in row.recompute:
+        raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(row.recompute)} (one setting "
+                         f"for every stage; runtime table: {target}.recompute); use --target zbsolve for per-stage "
+                         "choices")
+    if choice.selective and not row.selective:
         raise InputError(f"recompute = {recompute!r}: {target} cannot run zbsolve's selective recomputation (the "
-                         "norms and MLP activation function of a block); use --target zbsolve")
+                         f"norms and MLP activation function of a block; runtime table: {target}.selective); use "
+                         "--target zbsolve")
     return (recompute,)
 
 
-def runnable(target: str, placements: list[tuple[str, int]], placement: str) -> list[tuple[str, int]]:
-    """The (placement, stages per device) of ``placements`` that ``target`` can run; an ``InputError`` when the
-    placement asked for (not "auto") is not one of them."""
-    kept = [(name, c) for name, c in placements if name in PLACEMENTS[target]]
+def runnable(target: str, model: Model, placements: list[tuple[str, int]], placement: str,
+             num_devices: int, num_microbatches: int) -> list[tuple[str, int]]:
+    """The (placement, stages per device) of ``placements`` that ``target``'s row runs with ``num_microbatches``
+    on ``num_devices`` for ``model``; an ``InputError`` naming the row when none is left, or when the model holds
+    layers the row refuses."""
+    row = check_target(target)
+    mtp = row.mtp_refusal([layer.name for layer in model.layers if layer.mtp])
+    if mtp is not None:
+        raise InputError(f"target = {target!r}: {mtp}")
+    refusals = {(name, c): row.placement_refusal(name, c) or row.microbatch_refusal(name, num_devices,
+                                                                                    num_microbatches)
+                for name, c in placements}
+    kept = [option for option, why in refusals.items() if why is None]
     if not kept:
-        raise InputError(f"placement = {placement!r}: {target} runs only {', '.join(PLACEMENTS[target])}")
+        raise InputError(f"placement = {placement!r}: {next(iter(refusals.values()))}")
     return kept
 
 
@@ -60,5 +54,6 @@ def may_take(target: str, recompute: str, chosen: str) -> bool:
     any ``target`` can run when the plan decides ("auto", or per-stage counts not given)."""
     if recompute == "auto" or parse_recompute(recompute).undecided:
         choice = parse_recompute(chosen)
-        return choice.mode in MODES[target] and (target in SELECTIVE or not choice.selective)
+        row = check_target(target)
+        return choice.mode in row.recompute and (row.selective or not choice.selective)
     return chosen == str(parse_recompute(recompute))

@@ -27,8 +27,6 @@ from zbsolve.problem.model import Model
 
 SYMBOLS = "EtmL"
 """The layer symbols Megatron knows: embedding, transformer block, MTP layer, loss."""
-MTP_PREFIX = "mtp."
-"""How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
 REPEATS = (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)")
 """Megatron's unrolling, applied in order: a group ``(...)*n``, then one character ``x*n``."""
 MAX_SYMBOLS = 1_000_000
@@ -77,7 +75,7 @@ def layer_symbols(model: Model) -> str:
     ``InputError`` of one line where the layers are not in Megatron's order (E, then t, then m, then L): a model
     without blocks, an MTP layer before a block ("decoder layers must be placed before MTP layers"), another
     non-block layer between blocks or among the MTP layers (it has no symbol)."""
-    mtp = [layer.name.startswith(MTP_PREFIX) for layer in model.layers]
+    mtp = [layer.mtp for layer in model.layers]
     blocks = [i for i, layer in enumerate(model.layers) if layer.block and not mtp[i]]
     if not blocks:
         raise InputError(f"model {model.name} has no blocks (layers with block = true) for the t of a layout")

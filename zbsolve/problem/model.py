@@ -32,6 +32,8 @@ Bytes = Annotated[int, BeforeValidator(_whole)]
 """A whole number of bytes."""
 BLOCK = re.compile(r"layers\.\d+")
 """Names of the repeated blocks in torchtitan's FQNs (``layers.0``, ``layers.1``, ...), which tables shorten."""
+MTP_PREFIX = "mtp."
+"""How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
 
 
 class Layer(InputModel):
@@ -94,6 +96,12 @@ class Layer(InputModel):
             raise ValueError(f"mem_f + mem_b + mem_w = {self.mem_f} + {self.mem_b} + {self.mem_w} = "
                              f"{self.mem_f + self.mem_b + self.mem_w}, must be 0")
         return self
+
+    @property
+    def mtp(self) -> bool:
+        """Whether this is a multi-token prediction layer (``MTP_PREFIX``: ``mtp.0``, ``mtp.1``, ... as ``zbsolve
+        estimate`` names DeepSeek-V3's)."""
+        return self.name.startswith(MTP_PREFIX)
 
 
 class Link(InputModel):

@@ -57,6 +57,8 @@ class Request(BaseModel):
     """How a model is cut into stages: "uniform" or layer counts per stage."""
     recompute: str = "none"
     """Which of a model's blocks run their forward again inside their B: none, full or uniform:N."""
+    pairs: bool = True
+    """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that runs none)."""
     objective: str = "makespan"
     """makespan (the step time with an optimizer barrier) or span (the longest per-device span)."""
     solver: str = "cpsat"

@@ -84,7 +84,7 @@ def export(
 
     Example: zbsolve export zb-h1.json --format torch-csv -o zb-h1.csv
     """
-    from zbsolve.io.configs import export_document
+    from zbsolve.io.exports import export_document
 
     if output is not None and fmt != "torchtitan":  # a file; torchtitan's folder is checked by its export
         check_output(output, "--output", [file])

@@ -1,0 +1,66 @@
+"""Exports of a solved plan for the runtimes that run it (docs/torch.md), and the runtime table they read: one
+exporter a format, each runtime's row declared beside its exporter (``runtime.Runtime``). ``plan --target``, the
+baselines and the exports all read ``RUNTIMES``, so no plan for a target is refused by that target's export."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from zbsolve.base.errors import InputError
+from zbsolve.base.files import check_output, write_atomic
+from zbsolve.io.document import read_document
+from zbsolve.io.exports.megatron import MEGATRON, MEGATRON_CORE_VERSION, megatron_args, megatron_export, \
+    megatron_recompute, megatron_schedule
+from zbsolve.io.exports.plan import Plan, read_plan
+from zbsolve.io.exports.runtime import ZBSOLVE, Runtime
+from zbsolve.io.exports.torchtitan import ARGS_NAME, CONFIG_NAME, CSV_NAME, HEAD_RENAME, TORCHTITAN, \
+    TORCHTITAN_VERSION, export_torchtitan, torchtitan_args, torchtitan_checkpointing, torchtitan_config, \
+    torchtitan_schedule_name
+from zbsolve.io.torch_csv import export_schedule
+
+RUNTIMES: dict[str, Runtime] = {row.name: row for row in (ZBSOLVE, TORCHTITAN, MEGATRON)}
+"""The runtime table: what each target of ``plan --target`` runs."""
+FORMATS = ("torch-csv", "torchtitan", "megatron")
+"""Formats ``export_document`` writes: torch's CSV for any torch runtime, and one per runtime of the table."""
+
+__all__ = ["ARGS_NAME", "CONFIG_NAME", "CSV_NAME", "FORMATS", "HEAD_RENAME", "MEGATRON", "MEGATRON_CORE_VERSION",
+           "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE", "Plan", "Runtime", "check_target",
+           "export_document", "export_torchtitan", "megatron_args", "megatron_export", "megatron_recompute",
+           "megatron_schedule", "read_plan", "torchtitan_args", "torchtitan_checkpointing", "torchtitan_config",
+           "torchtitan_schedule_name"]
+
+
+def check_target(target: str) -> Runtime:
+    """The row of ``target`` in ``RUNTIMES``; an ``InputError`` naming it otherwise."""
+    if target not in RUNTIMES:
+        raise InputError(f"target = {target!r} is unknown; choose one of {', '.join(RUNTIMES)}")
+    return RUNTIMES[target]
+
+
+def export_document(path: str | Path, fmt: str, output: str | Path | None, *, microbatch_size: int | None = None,
+                    renames: Sequence[str] = (), note: Callable[[str], None] | None = None) -> tuple[list[Path], str]:
+    """Export the schedule document at ``path`` in format ``fmt`` (one of ``FORMATS``) to ``output``: a file for
+    torch-csv and megatron, a folder for torchtitan; megatron alone may go without (nothing is written). Returns the
+    files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's arguments. No file written
+    may be the document. ``microbatch_size`` (default 1), ``renames`` and ``note`` (``export_torchtitan``'s lines
+    for the user) apply to torchtitan only."""
+    if fmt not in FORMATS:
+        raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
+    if fmt != "torchtitan" and (microbatch_size is not None or renames):
+        given = f"microbatch_size = {microbatch_size}" if microbatch_size is not None else f"rename = {renames[0]!r}"
+        raise InputError(f"{given} applies to format 'torchtitan' only, not {fmt!r}")
+    if output is None:
+        if fmt != "megatron":
+            raise InputError(f"output is missing: format {fmt!r} writes files")
+        return [], megatron_export(read_plan(path, fmt))
+    if fmt == "torchtitan":
+        files = export_torchtitan(read_plan(path, fmt), output, 1 if microbatch_size is None else microbatch_size,
+                                  renames, [path], note)
+        return list(files), files[Path(output) / CSV_NAME]
+    check_output(output, "output", [path])
+    if fmt == "torch-csv":
+        return [Path(output)], export_schedule(read_document(path)[0], output)
+    text = megatron_export(read_plan(path, fmt))
+    write_atomic(output, text + "\n")
+    return [Path(output)], text

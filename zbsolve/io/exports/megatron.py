@@ -1,0 +1,102 @@
+"""The Megatron export: its row of the runtime table, and a plan as Megatron's pipeline and recomputation
+arguments (docs/torch.md).
+
+Checked against megatron-core 0.16.1 from PyPI: ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+(``PipelineParallelLayerLayout``: stage i on pipeline rank i % pp, looped only),
+``megatron/core/transformer/transformer_block.py`` (``TransformerBlock._checkpointed_forward``: the recompute
+methods, per block of one virtual stage), ``megatron/core/transformer/transformer_config.py``
+(``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, which Megatron-LM's
+``megatron/training/arguments.py`` makes its ``--recompute-*`` arguments) and
+``megatron/core/pipeline_parallel/schedules.py`` (its own 1F1B and interleaved 1F1B orders; tag core_v0.16.1,
+55ac708).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from zbsolve.base.errors import InputError
+from zbsolve.io.exports.plan import Plan, counted
+from zbsolve.io.exports.runtime import Runtime
+from zbsolve.problem.splits import megatron_layout
+
+MEGATRON_CORE_VERSION = "0.16.1"
+"""The megatron-core release whose layout parser and recompute methods the Megatron export was checked with."""
+MEGATRON = Runtime(
+    name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
+    placements={"sequential": (1,), "interleaved": None}, order="own", recompute=("none", "full", "uniform"),
+    selective=False, auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False, mtp=True,
+    grouped_microbatches=True,
+    source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
+           "pipeline_parallel/schedules.py")
+"""Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
+interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all
+(``--recompute-modules`` has layernorm and the whole dense mlp, no MLP activation function alone), runs no F&B pair
+without its combined-1F1B flags, and places MTP layers in the last virtual stage of their rank."""
+
+
+def megatron_schedule(chunks: int) -> str:
+    """torch's built-in schedule of Megatron-core's order with ``chunks`` virtual stages per device.
+
+    Megatron-core 0.16.1, ``megatron/core/pipeline_parallel/schedules.py``: without interleaving
+    (``forward_backward_pipelining_without_interleaving``) rank r warms up with pp - r - 1 forwards, then runs one
+    forward and one backward until it drains: torch's ``Schedule1F1B``. With interleaving
+    (``forward_backward_pipelining_with_interleaving``) rank r warms up with (pp - r - 1) * 2 + (chunks - 1) *
+    ``microbatch_group_size_per_vp_stage`` (pp unless set) forwards, and visits its chunks in groups of that many
+    microbatches (``get_schedule_table``), the backwards' chunks reversed: torch's ``ScheduleInterleaved1F1B``,
+    whose warm-up is (chunks - 1) * ``microbatches_per_round`` + 2 * (pp - 1 - r) with rounds of pp microbatches
+    when pp divides m, which Megatron needs (``MEGATRON.grouped_microbatches``)."""
+    return "1F1B" if chunks == 1 else "Interleaved1F1B"
+
+
+def megatron_recompute(plan: Plan) -> list[str]:
+    """Megatron's recomputation arguments for ``plan``'s recomputed blocks: none when no block recomputes;
+    ``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`` when every block does;
+    ``... --recompute-method block --recompute-num-layers N`` when every stage recomputes its first N blocks (all
+    of them where it has N or fewer).
+
+    In megatron-core's ``TransformerBlock._checkpointed_forward`` (one block per virtual stage), ``block``
+    checkpoints each of the stage's first N layers alone and ``uniform`` checkpoints groups of N layers; with N = 1
+    both keep each layer's input and recompute one layer's forward inside its backward, zbsolve's per-block cost
+    model. ``uniform`` with N > 1 keeps only each group's input and holds the whole group's recomputed activations
+    at once, which the cost model does not describe, so it is never written. Megatron takes one N for every stage:
+    recomputed blocks that are not the first of their stage, or a different N per stage, are an ``InputError``
+    naming the stages' counts. The runtime table's refusals (``Plan.check``) come first."""
+    plan.check(MEGATRON)
+    if not plan.recomputed:
+        return []
+    stages = plan.stage_recompute()
+    names = [layer.name for layer in plan.model.layers]
+    for s, (blocks, chosen) in enumerate(stages):
+        if chosen != blocks[:len(chosen)]:
+            shown = [", ".join(names[i] for i in indices) for indices in (chosen, blocks)]
+            raise InputError(f"partition.recompute: stage {s} recomputes [{shown[0]}] of its blocks [{shown[1]}], not "
+                             "the first ones; Megatron's --recompute-method block recomputes the first N blocks of "
+                             "every stage")
+    counts = [(len(chosen), len(blocks)) for blocks, chosen in stages]
+    partial = {n for n, total in counts if n < total}
+    if not partial:
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    n = max(partial)
+    if len(partial) > 1 or any(total > n for m, total in counts if m == total):
+        raise InputError(f"partition.recompute: {counted(stages)}; Megatron's --recompute-num-layers N recomputes the "
+                         "first N blocks of every stage, one N for all")
+    return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)]
+
+
+def megatron_args(plan: Plan) -> list[str]:
+    """Megatron's arguments for ``plan``: ``--pipeline-model-parallel-size`` p, ``--pipeline-model-parallel-layout``
+    (``zbsolve.problem.splits.megatron_layout``) and ``megatron_recompute``'s. Megatron places stage i on pipeline
+    rank i % p, so any other placement (a V-shape, DualPipe's two routes) is an ``InputError`` naming ``MEGATRON``'s
+    row, and so is what else the row refuses. The arguments give Megatron the partition, placement and
+    recomputation; it runs its own schedule on them (``megatron_schedule``)."""
+    placement = plan.schedule.placement
+    plan.check(MEGATRON)
+    layout = megatron_layout(plan.model, plan.stages, placement.num_devices)
+    return ["--pipeline-model-parallel-size", str(placement.num_devices), "--pipeline-model-parallel-layout", layout,
+            *megatron_recompute(plan)]
+
+
+def megatron_export(plan: Plan) -> str:
+    """``megatron_args`` as one shell line (the layout quoted)."""
+    return shlex.join(megatron_args(plan))

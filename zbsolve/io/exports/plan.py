@@ -1,0 +1,79 @@
+"""A solved plan as the exports read it: the schedule document's schedule, the model partition its stages stand
+for, and the blocks that recompute."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbsolve.base.errors import InputError
+from zbsolve.core.schedule import Schedule, pair_count
+from zbsolve.io.document import load_document
+from zbsolve.io.exports.runtime import Runtime, refused
+from zbsolve.problem.model import Model
+
+INDEXED = re.compile(r".+\.\d+")
+"""A module FQN that is an entry of a ModuleList or ModuleDict by index (``layers.3``, ``blocks.0``): the blocks of a
+partition whose layers do not say."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A solved plan: its schedule, the model partition the schedule's stages stand for, and the layers that
+    recompute."""
+
+    schedule: Schedule
+    model: Model
+    """The partition's layers; a layer is a block where its record says so, else where its name is ``INDEXED``."""
+    stages: tuple[tuple[int, int], ...]
+    """Half-open layer ranges per stage, in stage order."""
+    recomputed: frozenset[int] = frozenset()
+    """The layers that run their forward again inside their B (the document's "partition.recompute")."""
+    selective: frozenset[int] = frozenset()
+    """The blocks whose norms and MLP activation function run again inside their B ("partition.selective")."""
+
+    def check(self, runtime: Runtime) -> tuple[str, int]:
+        """(placement name, stages per device) of the plan when ``runtime``'s row of the runtime table runs it: its
+        placement and microbatches, its MTP layers, its overlapped pairs and its selectively recomputed blocks; an
+        ``InputError`` naming the row otherwise."""
+        named = runtime.check_placement(self.schedule.placement, self.schedule.num_microbatches)
+        refused(runtime.mtp_refusal([layer.name for layer in self.model.layers if layer.mtp]))
+        refused(runtime.pairs_refusal(pair_count(self.schedule)))
+        if self.selective and not runtime.selective:
+            names = [self.model.layers[i].name for i in sorted(self.selective)]
+            raise InputError(f"partition.selective = {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: "
+                             f"{runtime.label} cannot recompute just a block's norms and MLP activation function "
+                             "(runtime table: " f"{runtime.name}.selective); plan with --target {runtime.name}")
+        return named
+
+    def stage_recompute(self) -> list[tuple[list[int], list[int]]]:
+        """Per stage, its blocks and its recomputed layers (layer indices, in order)."""
+        layers = self.model.layers
+        return [([i for i in range(a, b) if layers[i].block], [i for i in range(a, b) if i in self.recomputed])
+                for a, b in self.stages]
+
+
+def counted(stages: Sequence[tuple[list[int], list[int]]]) -> str:
+    """The recomputed blocks of every stage, counted: ``stages 0-3 recompute [1, 2, 2, 2] of their [2, 2, 2, 2]
+    blocks``."""
+    return (f"stages 0-{len(stages) - 1} recompute {[len(chosen) for _, chosen in stages]} of their "
+            f"{[len(blocks) for blocks, _ in stages]} blocks")
+
+
+def read_plan(path: str | Path, fmt: str) -> Plan:
+    """The plan in the schedule document at ``path``; a document without a "partition" section is an
+    ``InputError`` naming it and the format ``fmt`` that needs it."""
+    loaded = load_document(path)
+    section, costs = loaded.data.get("partition"), loaded.costs
+    if section is None:
+        raise InputError(f"{path}: partition is missing; format {fmt!r} needs the model's layers and stages (solve "
+                         "a model description, e.g. problems/models/llama3-8b.yaml)")
+    assert costs is not None and costs.model is not None  # the partition section is there
+    records = section["layers"]
+    layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})
+              for layer, record in zip(costs.model.layers, records)]
+    return Plan(loaded.schedule, Model(name=costs.model.name, layers=layers), costs.ranges,
+                frozenset(costs.recomputed), frozenset(costs.selective))
+
