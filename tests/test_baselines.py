@@ -31,7 +31,8 @@ def uneven(stages: int) -> Profile:
 def source(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Where the built-ins' orders come from: torch's schedule classes, or zbsolve's families (torch hidden)."""
     if request.param == "torch":
-        pytest.importorskip("torch.distributed.pipelining")
+        pytest.importorskip("torch.distributed.pipelining",
+                            reason="torch.distributed.pipelining is not available (the torch extra)")
     else:
         monkeypatch.setattr(torch_compat, "has_pipelining", lambda: False)
     return request.param
@@ -65,7 +66,8 @@ def test_every_builtin_is_valid(source: str, name: str, p: int, m: int, uniform:
 def test_torch_orders_are_the_families(name: str, p: int, m: int) -> None:
     """torch's order of each built-in with a zbsolve family is the family's, pass for pass, so both time the same
     on an uneven profile (a p-stage one, split into chunks for two stages per device)."""
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     profile = uneven(p)
     builtin = BUILTINS[name]
     ours = make_schedule(builtin.family, profile, p, m)
@@ -86,7 +88,8 @@ def test_torch_orders_are_the_families(name: str, p: int, m: int) -> None:
 ])
 def test_documented_differences(name: str, p: int, m: int, torch_runs: bool, family_runs: bool) -> None:
     """Where torch and zbsolve's family accept different (p, m), as zbsolve.schedulers.builtins' docstring says."""
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     family = BUILTINS[name].family
     for runs, make in ((torch_runs, lambda: builtin_schedule(name, UNIT, p, m)),
                        (family_runs, lambda: make_schedule(family, UNIT, p, m))):
@@ -105,7 +108,8 @@ def test_documented_differences(name: str, p: int, m: int, torch_runs: bool, fam
     ("DualPipeV", 4, 7, r"requires at least as many microbatches as stages"),
 ])
 def test_torch_refusal_is_one_line(name: str, p: int, m: int, reason: str) -> None:
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     with pytest.raises(InputError, match=rf"^torch's {name} schedule \(ranks = {p}, .*microbatches = {m}\) is "
                                          rf"refused: .*{reason}") as err:
         builtin_schedule(name, UNIT, p, m)
@@ -115,7 +119,8 @@ def test_torch_refusal_is_one_line(name: str, p: int, m: int, reason: str) -> No
 @pytest.mark.parametrize("p, m", CASES)
 def test_interleaved_zero_bubble_splits_backward(p: int, m: int) -> None:
     """torch's ZB1P runs B and W apart (no fused BW) and, on unit costs, beats interleaved 1F1B."""
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     schedule = builtin_schedule("InterleavedZeroBubble", UNIT, p, m)
     kinds = [q.kind for ops in schedule.devices for op in ops for q in passes_of(op)]
     assert BW not in kinds and kinds.count(B) == kinds.count(W) == 2 * p * m
@@ -147,7 +152,8 @@ def test_bad_input_is_one_line(source: str, name: str, profile: Profile, p: int,
 def test_schedule_order_is_what_torch_runs() -> None:
     """1F1B's order is what its ``_step_microbatches`` runs (its last rank starts at microbatch 0, unlike torch's
     ``_get_pipeline_order``); DualPipeV's overlapped actions are F&B pairs of F and a fused BW."""
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     order = torch_compat.schedule_order("1F1B", num_devices=4, stages_per_rank=1, num_microbatches=8)
     assert order[3][:3] == [Pass(F, 0, 3), Pass(BW, 0, 3), Pass(F, 1, 3)]
     assert order[0][:5] == [Pass(F, j, 0) for j in range(4)] + [Pass(BW, 0, 0)]
@@ -164,7 +170,8 @@ def test_schedule_order_is_what_torch_runs() -> None:
     ("nope", 1, r"Unknown schedule name 'nope'"),
 ])
 def test_schedule_order_refusals_are_one_line(name: str, stages_per_rank: int, message: str) -> None:
-    pytest.importorskip("torch.distributed.pipelining")
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
     with pytest.raises(InputError, match=rf"^torch's {name} schedule .* is refused: {message}") as err:
         torch_compat.schedule_order(name, num_devices=4, stages_per_rank=stages_per_rank, num_microbatches=8)
     assert "\n" not in str(err.value)

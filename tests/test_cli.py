@@ -183,7 +183,7 @@ def test_grid_and_summarize(tmp_path):
 
 
 def test_profile_and_run(tmp_path):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
     prof, doc = tmp_path / "prof.yaml", tmp_path / "s.json"
     run = zbsolve("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
     assert run.returncode == 0, run.stderr

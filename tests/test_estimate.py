@@ -195,7 +195,7 @@ def test_sliding_window_on_some_blocks():
 def test_flop_counter_agrees():
     """A Llama block and head built in plain torch (attention as matmuls: CPU's fused attention has no FLOP
     formula), counted by FlopCounterMode: the forward is F, the backward B + W."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
     from torch import nn
     from torch.nn import functional
     from torch.utils.flop_counter import FlopCounterMode
@@ -245,7 +245,7 @@ def test_flop_counter_agrees():
 def test_counted_agrees_with_the_formula(config, seq_len, batch):
     """Counted and closed-form figures differ by what each of them is known to leave out or add, exactly. A
     sliding window runs in flash attention's kernel too (the window as its argument, no mask), whatever its length."""
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     counted = estimate(config, seq_len=seq_len, microbatch_size=batch, method="count")
     formula = estimate(config, seq_len=seq_len, microbatch_size=batch)
     arch, n = architecture(config), seq_len * batch
@@ -277,7 +277,7 @@ def test_counted_agrees_with_the_formula(config, seq_len, batch):
 def test_counted_without_flash_attention():
     """Without flash attention, attention runs as torch's math kernel: its backward is four products, as in the
     closed form, and it keeps the s x s probabilities (more than the closed form: scores, weights, GQA copies)."""
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     counted = tiny(method="count", flash_attention=False).layers[1]
     formula = tiny(flash_attention=False).layers[1]
     assert (counted.flops_f, counted.flops_b, counted.flops_w) == (formula.flops_f, formula.flops_b, formula.flops_w)
@@ -285,14 +285,14 @@ def test_counted_without_flash_attention():
 
 
 def test_counted_tensor_parallel():
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     whole, split = tiny(method="count").layers[1], tiny(method="count", tp=2).layers[1]
     assert (split.flops_f, split.flops_b, split.mem_f) == (whole.flops_f / 2, whole.flops_b / 2,
                                                            -(-whole.mem_f // 2))
 
 
 def test_cli_counts(tmp_path):
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     config, output = tmp_path / "tiny.json", tmp_path / "count.yaml"
     config.write_text(json.dumps(TINY))
     result = zbsolve("estimate", config, "--seq-len", S, "-b", B, "--method", "count", "-o", output)

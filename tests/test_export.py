@@ -310,10 +310,9 @@ def test_torchtitan_export(tmp_path: Path, placement: str) -> None:
 @pytest.mark.parametrize("placement", list(SCHEDULE_NAMES))
 def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -> None:
     """torchtitan's own config classes take the JSON fragment, and its command-line parser the arguments file."""
-    configs = pytest.importorskip("torchtitan.config",
-                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+    configs = pytest.importorskip("torchtitan.config", reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     manager = pytest.importorskip("torchtitan.config.manager",
-                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+                                  reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     import dataclasses
 
     import tyro
@@ -345,7 +344,7 @@ def test_torchtitan_export_loads_in_torchtitan(tmp_path: Path, placement: str) -
 def test_torchtitan_builds_the_plans_stages(tmp_path: Path, placement: str) -> None:
     """torchtitan's stage placement for the exported schedule name matches the plan's."""
     pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel",
-                             reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+                             reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     doc = _plan_document(tmp_path, placement)
     export_document(doc, "torchtitan", tmp_path / "tt")
     name = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())["parallelism"]["pipeline_parallel_schedule"]
@@ -451,7 +450,7 @@ def test_megatron_export(tmp_path: Path, placement: str, layout: str) -> None:
 def test_megatron_export_parses_in_megatron(tmp_path: Path, placement: str) -> None:
     """megatron-core's own parser takes the layout, and puts each stage's blocks on the plan's rank."""
     mod = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout",
-                              reason="megatron-core is not installed (the dev extra pins megatron-core 0.16.1)")
+                              reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     from megatron.core.transformer.enums import LayerType
 
     doc = _plan_document(tmp_path, placement)

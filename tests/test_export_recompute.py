@@ -175,11 +175,10 @@ def test_torchtitan_takes_the_policy(tmp_path: Path) -> None:
     """torchtitan's command-line parser reads the subcommand as its FullAC policy, which wraps every block of a
     model part and nothing else."""
     ac = pytest.importorskip("torchtitan.distributed.activation_checkpoint",
-                             reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
-    configs = pytest.importorskip("torchtitan.config",
-                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+                             reason="torchtitan is not installed (the dev extra pins 0.3.0)")
+    configs = pytest.importorskip("torchtitan.config", reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     manager = pytest.importorskip("torchtitan.config.manager",
-                                  reason="torchtitan is not installed (the dev extra pins torchtitan 0.3.0)")
+                                  reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     import dataclasses
 
     import torch.nn as nn
@@ -210,7 +209,7 @@ def test_torchtitan_takes_the_policy(tmp_path: Path) -> None:
 def test_megatron_takes_the_arguments(tmp_path: Path) -> None:
     """megatron-core's TransformerConfig (from which Megatron-LM makes its --recompute-* arguments) accepts them."""
     config = pytest.importorskip("megatron.core.transformer.transformer_config",
-                                 reason="megatron-core is not installed (the dev extra pins megatron-core 0.16.1)")
+                                 reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     args = _megatron(_document(tmp_path, "sequential", "uniform:2"))
     fields = {flag[2:].replace("-", "_"): args[flag] for flag in MEGATRON_RECOMPUTE}
     made = config.TransformerConfig(num_layers=6, hidden_size=8, num_attention_heads=2, **{

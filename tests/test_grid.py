@@ -204,7 +204,7 @@ def test_not_a_results_file(tmp_path):
 
 
 def test_dask_local_cluster_matches_local_run(tmp_path):
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="dask's distributed is not installed (the dask extra)")
     local = {r["hash"]: r for r in solve_grid(Grid.load(SMOKE), jobs=2)}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         remote = {r["hash"]: r for r in solve_grid(Grid.load(SMOKE), executor=f"dask://{cluster.scheduler_address}",

@@ -78,7 +78,7 @@ def test_parse_layout_refuses_unknown_symbols_in_one_line(text, message):
 def test_megatron_core_parses_the_same_stages():
     """Where megatron-core is installed, its own parser reads every string above the same way."""
     layout_module = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout",
-                                        reason="megatron-core is not installed in this environment")
+                                        reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     from megatron.core.transformer.enums import LayerType
 
     symbol = {LayerType.embedding: "E", LayerType.decoder: "t", LayerType.mtp: "m", LayerType.loss: "L"}

@@ -137,8 +137,8 @@ def test_counted_agrees_with_the_formula(config):
     run as written, transformers' modules keep more than fused kernels (the RMSNorms' fp32 copies, the SiLU's
     output, eager attention's fp32 softmax and the K and V repeated over the heads, the router's logits), within
     twice the closed form's figure here."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     settings = {key: value for key, value in config.items() if key != "model_type"}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **settings)
     torch.manual_seed(0)

@@ -142,7 +142,7 @@ def test_megatron_validates_the_same_layouts():
     """Where megatron-core is installed, its validator (61 decoder layers, mtp_num_layers = 1) takes every layout
     read and written above and refuses those refused for the m."""
     layout_module = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout",
-                                        reason="megatron-core is not installed in this environment")
+                                        reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     from megatron.core.transformer.enums import LayerType
 
     def validate(text: str, p: int, mtp: int | None = 1, blocks: int = 61) -> bool:

@@ -235,7 +235,7 @@ def test_plan_of_a_real_model_file():
 
 
 def test_candidates_are_timed_on_a_dask_cluster():
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="dask's distributed is not installed (the dask extra)")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         result = plan(heavy_head(blocks=6), num_devices=2, num_microbatches=4, device_memory="16GiB",
                       placement="sequential", time_limit=10, executor=f"dask://{cluster.scheduler_address}")

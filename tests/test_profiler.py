@@ -3,7 +3,7 @@ per-layer model description."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
 
 from torch import nn
 from typer.testing import CliRunner

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
 
 from typer.testing import CliRunner
 

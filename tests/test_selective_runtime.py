@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
 
 from zbsolve.base.errors import InputError
 from zbsolve.core import torch_compat

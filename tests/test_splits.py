@@ -117,7 +117,7 @@ def test_torchtitan_bad_input(kwargs, message):
 def test_torchtitan_matches_torchtitan():
     """Where torchtitan is installed, its own generator gives the same blocks per stage."""
     pp = pytest.importorskip("torchtitan.distributed.pipeline_parallel",
-                             reason="torchtitan is not installed in this environment")
+                             reason="torchtitan is not installed (the dev extra pins 0.3.0)")
     generate = getattr(pp, "_generate_llm_fqn_per_model_part", None) or pp.generate_llm_fqn_per_model_part
     for stages in range(1, 13):
         for blocks in range(1, 40):
@@ -154,7 +154,7 @@ def test_megatron_matches_megatron():
     """Where megatron-core is installed, its ``get_num_layers_to_build`` gives the same layers per stage (pp ranks
     x virtual stages, stage s = vp_stage * pp + pp_rank) and refuses the same totals."""
     block = pytest.importorskip("megatron.core.transformer.transformer_block",
-                                reason="megatron-core is not installed in this environment")
+                                reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     from types import SimpleNamespace
 
     for pp in range(2, 7):
@@ -262,7 +262,7 @@ MEGATRON_CASES = [
 def test_megatron_parses_the_layout(model, ranges, devices):
     """Where megatron-core is installed, its parser accepts the string and reads the same blocks per stage."""
     layout_module = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout",
-                                        reason="megatron-core is not installed in this environment")
+                                        reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     from megatron.core.transformer.enums import LayerType
 
     text = megatron_layout(model, ranges, devices)
