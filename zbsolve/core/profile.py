@@ -31,8 +31,8 @@ STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
 COMM_FIELDS = ("comm_f", "comm_b")
 """The communication parts of F's and B's times (all-to-all), which an overlapped pair hides."""
 PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS
-"""Every field with one value per stage (``mem_r`` only where a stage recomputes, the communication parts only where
-a stage communicates)."""
+"""Every field with one value per stage (``mem_r`` only where some stage's B holds memory while it runs, the
+communication parts only where a stage communicates)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -85,7 +85,7 @@ class Profile(InputModel):
     """Memory change of W (-M_W)."""
     mem_r: PerStage = 0.0
     """Memory a B holds while it runs, on top of the running level: the activations a recomputing stage's forward
-    makes again before its backward (0 where nothing recomputes)."""
+    makes again before its backward (0 where nothing recomputes, or where all of them stay until W: ``mem_b``)."""
     comm_f: PerStage = 0.0
     """Seconds of ``t_f`` that are communication (expert all-to-all): paid by F alone, hidden in an overlapped pair."""
     comm_b: PerStage = 0.0
@@ -251,26 +251,27 @@ class Profile(InputModel):
         return any(self.raises_in_b(s) for s in range(self.num_stages or 1))
 
     def _stage_fields(self) -> tuple[str, ...]:
-        """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage recomputes, the
-        communication parts only where some stage communicates)."""
-        return (STAGE_FIELDS + (("mem_r",) if self.recomputes() else ())
+        """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage's B holds memory while it
+        runs, the communication parts only where some stage communicates)."""
+        return (STAGE_FIELDS + (("mem_r",) if self.holds_in_b() else ())
                 + (COMM_FIELDS if self.communicates() else ()))
 
     def communicates(self) -> bool:
         """Whether any stage's F or B has a communication part."""
         return any(self.stage_value(name, s) for name in COMM_FIELDS for s in range(self.num_stages or 1))
 
-    def recomputes(self) -> bool:
-        """Whether any stage holds memory inside its B (``mem_r``)."""
+    def holds_in_b(self) -> bool:
+        """Whether any stage's B holds memory while it runs (``mem_r``): a recomputing stage's may not, where all its B
+        makes again stays until W (``mem_b`` counts it then), so this does not say whether a stage recomputes."""
         return any(self.stage_value("mem_r", s) for s in range(self.num_stages or 1))
 
     @model_serializer(mode="wrap")
     def _dumped(self, handler: SerializerFunctionWrapHandler) -> dict:
-        """Plain values, ``mem_r`` left out where nothing recomputes and the communication parts (with the slowdown,
-        at its default) where nothing communicates: documents, profile files and grid keys stay as they were before
-        these existed."""
+        """Plain values, ``mem_r`` left out where no B holds memory while it runs and the communication parts (with the
+        slowdown, at its default) where nothing communicates: documents, profile files and grid keys stay as they were
+        before these existed."""
         data = handler(self)
-        if not self.recomputes():
+        if not self.holds_in_b():
             data.pop("mem_r", None)
         if not self.communicates():
             for name in COMM_FIELDS:
