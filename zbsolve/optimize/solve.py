@@ -77,22 +77,22 @@ def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) 
     objective = request.objective
     best.overlap = request.pairs and pairs_possible(spec.profile, spec.placement)
     if not best.overlap:
-        _sequential(spec, request, budget, log, best)
+        _unpaired_phases(spec, request, budget, log, best)
         return
     keep = OVERLAP_SHARE * budget.left()
     budget.deadline -= keep
     try:
-        _sequential(spec, request, budget, log, best)
+        _unpaired_phases(spec, request, budget, log, best)
     finally:
         budget.deadline += keep
-    starts = [best.sequential] + ([best.timeline] if best.timeline is not best.sequential else [])
+    starts = [best.unpaired] + ([best.timeline] if best.timeline is not best.unpaired else [])
     for k, start in enumerate(t for t in starts if t is not None):
         paired = overlap_pairs(start, objective, budget.deadline - (budget.left() / 2 if k == 0 else 0.0))
         log.append(f"overlapped pairs from {start.schedule.name}: {pair_count(paired.schedule)} F&B pairs")
         best.offer(paired.schedule.name, paired, log)
 
 
-def _sequential(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
+def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
     """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``; the warm starts
     leave time for the formulation, the bound, a search and its re-simulation when these take at most half of what
     is left."""
@@ -121,7 +121,7 @@ def _sequential(spec: Spec, request: Request, budget: Budget, log: Log, best: Be
         return
     if solver == "heuristic":
         return
-    warm = best.sequential if best.overlap else best.timeline
+    warm = best.unpaired if best.overlap else best.timeline
     order = form.order_of(warm.schedule)
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):

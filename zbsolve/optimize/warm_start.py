@@ -45,7 +45,7 @@ class Best:
     overlap: bool = False
     """Whether F and B may run as overlapped pairs: bounds on passes run one at a time then bound nothing
     (``proven`` ignores them) and the best schedule without pairs is kept too, for the formulation."""
-    sequential: Timeline | None = None
+    unpaired: Timeline | None = None
     """The best schedule without pairs, where ``overlap``."""
 
     @property
@@ -59,9 +59,9 @@ class Best:
         if timeline.objective(self.objective) < self.value:
             self.timeline = timeline
         if self.overlap and not pair_count(timeline.schedule) and (
-                self.sequential is None
-                or timeline.objective(self.objective) < self.sequential.objective(self.objective)):
-            self.sequential = timeline
+                self.unpaired is None
+                or timeline.objective(self.objective) < self.unpaired.objective(self.objective)):
+            self.unpaired = timeline
 
     def proven(self, bound: float, exact: bool) -> None:
         """Add a proven lower bound on schedules without pairs (ignored where pairs may overlap)."""
