@@ -57,7 +57,7 @@ VARIANTS = tuple(Variant(a, b, c) for a in (True, False) for b in (True, False) 
 
 @dataclass
 class _Problem:
-    """Per-stage costs and per-device layout of one heuristic run."""
+    """Per-stage costs, the point-to-point lags before each F and B (``lag_f``, ``lag_b``), per-device layout."""
 
     placement: Placement
     m: int
@@ -82,8 +82,8 @@ class _Problem:
         self.deps = {kind: [tuple((dep.kind, dep.stage, self.dev[dep.stage], lag(c, self.dev[dep.stage], self.dev[s]),
                                    pr.time(dep.kind, dep.stage)) for dep in dependencies(Pass(kind, 0, s), self.S))
                             for s in range(self.S)] for kind in (F, B)}
-        self.comm_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
-        self.comm_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
+        self.lag_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
+        self.lag_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
         self.first = [st[0] if st else -1 for st in self.stages]
         self.footprint = [0.0] * self.p
         self.after_first = [0.0] * self.p
@@ -131,7 +131,7 @@ def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) 
     S, m, dev, t_f = prob.S, prob.m, prob.dev, prob.t_f
     end_f = [0.0] * S
     for s in range(S):
-        end_f[s] = (end_f[s - 1] + prob.comm_f[s] if s else 0.0) + t_f[s]
+        end_f[s] = (end_f[s - 1] + prob.lag_f[s] if s else 0.0) + t_f[s]
     counts = [1] * S
     arrival = end_f[S - 1]
     for s in range(S - 1, -1, -1):
@@ -146,7 +146,7 @@ def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) 
                 busy += t_f[s]
                 k += 1
         counts[s] = k
-        arrival = max(busy, arrival) + prob.t_b[s] + (prob.comm_b[s - 1] if s else 0.0)
+        arrival = max(busy, arrival) + prob.t_b[s] + (prob.lag_b[s - 1] if s else 0.0)
     if monotone:
         for s in range(1, S):
             counts[s] = max(1, min(counts[s], counts[s - 1] - 1))
