@@ -187,9 +187,9 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     ``chunks * num_devices`` stages is taken as the chunks' (``chunks`` is ignored for "sequential").
     ``mem_factor`` gives the limit as a multiple of 1F1B's peak instead. ``recompute`` (none, full, uniform:N,
     per-stage:N,N,..., or per-stage: the counts chosen by ``optimize.recompute_fit``; selective, or "selective+"
-    before uniform or per-stage) says which of a model's blocks run their forward, or its norms and MLP activation
-    function, again inside their B (``zbsolve.problem.recompute``). The
-    arguments are checked once, as one ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
+    before uniform or per-stage) says which of a model's blocks run their forward, or their norms and MLP activation
+    function, again inside their B (``zbsolve.problem.recompute``). The arguments are checked once, as one
+    ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
     families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
     returns the best found so far with ``interrupted`` set (one before it propagates). Raises InputError on bad

@@ -32,7 +32,9 @@ class Candidate:
     step_time: float
     """Seconds of a step with the barrier (infinity when nothing fits)."""
     recompute: str = "none"
-    """Which blocks recompute: none, full or uniform:N."""
+    """Which blocks recompute: one of ``problem.recompute.RECOMPUTE_FORMS`` (none, full, uniform:N, per-stage:N,N,...,
+    or per-stage: the counts chosen as the candidate is timed; the selective forms: the other blocks' norms and MLP
+    activation function)."""
 
     def key(self) -> tuple[str, int, str, tuple[int, ...]]:
         """(placement, chunks, recompute, counts): what tells candidates apart."""
@@ -112,7 +114,9 @@ class PlanResult(Shown):
     interrupted: bool = False
     """Whether an interrupt stopped the search (the plan is the best found until then)."""
     recompute: str = "none"
-    """Which blocks recompute in the plan: none, full or uniform:N (``costs.recomputed`` names them)."""
+    """Which blocks recompute in the plan: the shortest of ``problem.recompute.RECOMPUTE_FORMS`` that says so
+    (per-stage with its counts), or "layers" where none does (``costs.recomputed`` and ``costs.selective`` name
+    them)."""
 
     @property
     def step_time(self) -> float:

@@ -56,7 +56,7 @@ class Request(BaseModel):
     partition: Union[str, tuple[int, ...]] = "uniform"
     """How a model is cut into stages: "uniform" or layer counts per stage."""
     recompute: str = "none"
-    """Which of a model's blocks run their forward again inside their B: none, full or uniform:N."""
+    """Which of a model's blocks recompute in their B, whole or selectively: ``problem.recompute.RECOMPUTE_FORMS``."""
     pairs: bool = True
     """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that runs none)."""
     objective: str = "makespan"
