@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -12,10 +13,14 @@ from conftest import act_heavy
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
+from zbsolve.core.placement import placement_name
+from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
+from zbsolve.io.exports import RUNTIMES, export_document, read_plan
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
+from zbsolve.problem.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
 runner = CliRunner()
@@ -75,3 +80,32 @@ def test_a_layout_given_is_a_baseline_row_checked_by_the_simulator():
     rows = [b for b in result.baselines if b.split == "layout"]
     assert rows and all(b.chunks == 2 for b in rows)
     assert result.step_time <= min(b.step_time for b in rows if b.fits) * (1 + 1e-9)
+
+
+MODELS = sorted((Path(__file__).parent.parent / "problems" / "models").glob("*.yaml"))
+FORMAT = {"zbsolve": "torch-csv", "torchtitan": "torchtitan", "megatron": "megatron"}
+"""The export that carries a plan for each target to its runtime (zbsolve's executor reads the document itself)."""
+
+
+@pytest.mark.parametrize("target", list(RUNTIMES))
+@pytest.mark.parametrize("path", MODELS, ids=[path.stem for path in MODELS])
+def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
+    model = Model.load(path)
+    row = RUNTIMES[target]
+    if any(layer.mtp for layer in model.layers) and not row.mtp:
+        with pytest.raises(InputError, match=rf"runtime table: {target}\.mtp\)$"):
+            plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
+                 time_limit=4, jobs=1)
+        return
+    result = plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
+                  time_limit=4, jobs=1)
+    schedule = result.timeline.schedule
+    assert simulate(schedule).makespan == result.step_time
+    name = placement_name(schedule.placement)
+    assert name is not None and row.placement_refusal(*name) is None
+    assert row.pairs or pair_count(schedule) == 0
+    doc = tmp_path / "plan.json"
+    result.to_json(doc)
+    read_plan(doc, FORMAT[target]).check(row)
+    written, text = export_document(doc, FORMAT[target], tmp_path / "export")
+    assert written and text

@@ -28,14 +28,14 @@ from zbsolve.base.checks import check_count, check_size
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
-from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, make_placement
+from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, check_chunks, check_placement, make_placement
 from zbsolve.core.simulator import Timeline
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.planning.result import PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.io.exports import check_target
-from zbsolve.planning.targets import may_take, recompute_choices, runnable
+from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
@@ -62,12 +62,8 @@ def search_placements(placement: str, chunks: int | str | None, num_devices: int
     """(placement, stages per device) a plan searches: those asked for with no more stages than layers; with
     ``chunks`` "auto", every count from 2 to ``MAX_CHUNKS`` (even ones for the V-shape) within the size limit.
     None left, or a count asked for that is over the size limit (``check_size``), is an ``InputError``."""
-    if placement == "auto":
-        names = [name for name, _ in AUTO_PLACEMENTS]
-    elif placement in SUPPORTED_PLACEMENTS:
-        names = [placement]
-    else:
-        raise InputError(f"placement = {placement!r} is unknown; choose one of auto, {', '.join(SUPPORTED_PLACEMENTS)}")
+    check_placement(placement, ("auto", *SUPPORTED_PLACEMENTS))
+    names = [name for name, _ in AUTO_PLACEMENTS] if placement == "auto" else [placement]
     if chunks == "auto":
         asked = [(name, c) for name in names for c in ((1,) if name == "sequential" else range(2, MAX_CHUNKS + 1))
                  if name != "vshape" or c % 2 == 0]
@@ -75,8 +71,8 @@ def search_placements(placement: str, chunks: int | str | None, num_devices: int
         asked = [(name, 1 if name == "sequential" else chunks or dict(AUTO_PLACEMENTS)[name]) for name in names]
     else:
         raise InputError(f"chunks = {chunks!r} must be a whole number >= 1 or 'auto'")
-    if placement == "vshape" and asked[0][1] % 2:
-        raise InputError(f"chunks = {asked[0][1]} must be even for the vshape placement (smallest valid: 2)")
+    if placement == "vshape":
+        check_chunks(placement, asked[0][1])
     fitting = [(name, c) for name, c in asked if c * num_devices <= num_layers]
     if not fitting:
         raise InputError(f"num_devices = {num_devices}: {asked[0][1] * num_devices} stages need at least as many "
@@ -151,7 +147,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     log: list[str] = []
     parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
     pool, release = make_executor(executor, parallel)
-    search = Search(model, request, began + time_limit, pool, parallel, log, progress)
+    search = Search(model, request, began + time_limit, pool, parallel, log, progress,
+                    lambda counts: partition_refusal(target, model, counts, p) is None)
     interrupted, finished = False, False
     bound = math.inf
     try:
@@ -164,9 +161,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     finally:
         release(finished)
     rows = baselines(model, p, m, memory, spare, baseline_layout, megatron_ends)
-    # A baseline can be the plan when it fits, and its placement and recomputation are ones searched.
+    # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched.
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
-               and may_take(target, recompute, b.recompute)]
+               and may_take(target, recompute, b.recompute) and b.counts is not None and search.accepts(b.counts)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"

@@ -40,6 +40,8 @@ class Search:
     """Candidates the executor times at once (assumed 1 for an executor given from outside, unless told)."""
     log: list[str]
     progress: Callable[[str], None] | None
+    accepts: Callable[[tuple[int, ...]], bool] = lambda counts: True
+    """Whether the plan's runtime can take a partition (``targets.partition_refusal``); others are never timed."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
 
@@ -57,7 +59,7 @@ class Search:
         ones, in order."""
         new: dict[tuple[str, int, str, tuple[int, ...]], str] = {}
         for pl, c, rc, counts, origin in jobs:
-            if (pl, c, rc, counts) not in self.timed:
+            if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
                 new.setdefault((pl, c, rc, counts), origin)
         limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
         futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={

@@ -4,10 +4,14 @@ cannot run, and no export of such a plan is refused."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports import RUNTIMES, check_target
 from zbsolve.problem.model import Model
 from zbsolve.problem.recompute import parse_recompute
+from zbsolve.problem.splits import megatron_layout
 
 TARGETS = tuple(RUNTIMES)
 """The runtimes a plan is for: zbsolve's own executor runs any plan; torchtitan and Megatron as their rows say."""
@@ -47,6 +51,19 @@ def runnable(target: str, model: Model, placements: list[tuple[str, int]], place
     if not kept:
         raise InputError(f"placement = {placement!r}: {next(iter(refusals.values()))}")
     return kept
+
+
+def partition_refusal(target: str, model: Model, counts: Sequence[int], num_devices: int) -> str | None:
+    """Why ``target``'s row cannot take the partition of ``model`` with ``counts`` layers per stage placed looped over
+    ``num_devices``, or None."""
+    if not check_target(target).layout_only:
+        return None
+    ends = list(itertools.accumulate(counts, initial=0))
+    try:
+        megatron_layout(model, list(zip(ends, ends[1:])), num_devices)
+    except InputError as exc:
+        return f"{exc} (runtime table: {target}.layout_only)"
+    return None
 
 
 def may_take(target: str, recompute: str, chosen: str) -> bool:

@@ -26,7 +26,7 @@ MEGATRON = Runtime(
     name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
     placements={"sequential": (1,), "interleaved": None}, order="own", recompute=("none", "full", "uniform"),
     selective=False, auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False, mtp=True,
-    grouped_microbatches=True,
+    grouped_microbatches=True, layout_only=True,
     source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
            "pipeline_parallel/schedules.py")
 """Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the

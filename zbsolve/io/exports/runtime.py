@@ -37,6 +37,9 @@ class Runtime:
     """Whether it runs MTP layers under pipeline parallelism."""
     grouped_microbatches: bool
     """Whether its interleaved schedule runs microbatches in groups of p (the count a multiple of p)."""
+    layout_only: bool
+    """Whether it takes only the partitions Megatron's layout string expresses (no stage boundary inside the layers
+    before the first block, among the MTP layers, or inside the layers after the last), else any layer boundary."""
     source: str
     """Where the row was read: the runtime's files that state each column."""
 
@@ -98,5 +101,5 @@ ZBSOLVE = Runtime(
     placements={"sequential": None, "interleaved": None, "vshape": None, "bidirectional": None},
     order="planned", recompute=("none", "full", "uniform", "per-stage"), selective=True,
     auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=True, mtp=True,
-    grouped_microbatches=False, source="zbsolve/runtime/executor.py")
+    grouped_microbatches=False, layout_only=False, source="zbsolve/runtime/executor.py")
 """zbsolve's own executor runs the schedule document as it is: any placement, order, recomputation and pair."""

@@ -35,7 +35,7 @@ TORCHTITAN = Runtime(
     name="torchtitan", label=f"torchtitan {TORCHTITAN_VERSION}",
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
     recompute=("none", "full"), selective=False, auto_recompute=("none", "full"), pairs=True, mtp=False,
-    grouped_microbatches=False,
+    grouped_microbatches=False, layout_only=False,
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py")
 """torchtitan runs the exported CSV (any order, F&B pairs as OVERLAP_F_B) on the stages its schedule's name places
 (looped, or a V with two stages per rank), applies one activation-checkpointing policy to every block of every model
