@@ -18,6 +18,7 @@ from rich.table import Table
 
 from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
 from zbsolve.optimize.bound import lower_bound
+from zbsolve.io.costs_section import costs_section
 from zbsolve.problem.costs import memory_figures, model_costs
 from zbsolve.base.errors import ZbsolveError
 from zbsolve.base.units import GIB
@@ -92,7 +93,7 @@ def model_prints(path: Path) -> dict[str, str]:
                 out[f"p{p} {name} layout"] = _try(megatron_layout, model, ranges, p)
         profile, costs = model_costs(model, sequential(p), device_memory=80 * GIB)
         one = make_schedule("1f1b", profile, p, 2 * p)
-        out[f"p{p} costs"] = _try(lambda: _digest(profile.model_dump(), costs.section(), costs.limits(),
+        out[f"p{p} costs"] = _try(lambda: _digest(profile.model_dump(), costs_section(costs), costs.limits(),
                                                    memory_figures(costs, simulate(one))))
         bound = split_bound(model, sequential(p), 2 * p, time_limit=30, workers=1)
         out[f"p{p} split bound"] = _digest(bound)

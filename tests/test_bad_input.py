@@ -24,7 +24,8 @@ from zbsolve.app.grid import Grid, expand
 from zbsolve.io.document import from_document, read_document, read_json, to_document
 from zbsolve import InfeasibleError, InputError, Model, ScheduleError, ZbsolveError, solve
 from zbsolve.io.torch_csv import checked_csv, torch_csv
-from zbsolve.problem.costs import check_fits, document_costs
+from zbsolve.io.costs_section import document_costs
+from zbsolve.problem.costs import check_fits
 from zbsolve.problem.problem_file import load_input
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.problem.problem_file import Problem

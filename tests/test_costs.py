@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from conftest import ROOT, check_result
 from test_model import LAYERS, toy
 from zbsolve.app.cli import app
-from zbsolve.problem.costs import check_fits, device_static_bytes, document_costs
+from zbsolve.io.costs_section import document_costs
+from zbsolve.problem.costs import check_fits, device_static_bytes
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
 from zbsolve.problem.model import Model

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch e
 from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
-from zbsolve.problem.costs import document_costs
+from zbsolve.io.costs_section import document_costs
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import make_schedule

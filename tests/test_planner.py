@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 from zbsolve.app.cli import app
-from zbsolve.problem.costs import check_fits, document_costs
+from zbsolve.io.costs_section import document_costs
+from zbsolve.problem.costs import check_fits
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.problem.model import Layer, Model

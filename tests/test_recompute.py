@@ -16,6 +16,7 @@ from zbsolve.base.units import GIB
 from zbsolve.core.placement import sequential
 from zbsolve.core.schedule import Pass, build
 from zbsolve.core.simulator import simulate
+from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import to_document
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
@@ -127,7 +128,7 @@ def test_check_verifies_a_recomputing_document_and_its_peak(tmp_path):
     model = toy(blocks=4)
     profile, costs = model_costs(model, sequential(2), [3, 2], device_memory=10_000, reserve=0, recompute=FULL)
     timeline = simulate(make_schedule("1f1b", profile, 2, 4))
-    doc = to_document(timeline, **costs.section())
+    doc = to_document(timeline, **costs_section(costs))
     assert doc["partition"]["recompute"] == [1, 2, 3, 4] and doc["profile"]["mem_r"] == [88.0, 88.0]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(doc))

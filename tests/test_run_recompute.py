@@ -31,6 +31,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core import torch_compat
 from zbsolve.core.schedule import B, F
 from zbsolve.core.simulator import simulate
+from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import load_document, write_document
 from zbsolve.problem.costs import model_costs
 from zbsolve.problem.model import Model
@@ -59,7 +60,7 @@ def _plans(gpt: Model, recompute: str, tmp_path: Path) -> tuple[Path, Path]:
     with_rc, without = tmp_path / "recompute.json", tmp_path / "plain.json"
     result.to_json(with_rc)
     profile, costs = model_costs(gpt, result.schedule.placement)
-    write_document(simulate(dataclasses.replace(result.schedule, profile=profile)), without, **costs.section())
+    write_document(simulate(dataclasses.replace(result.schedule, profile=profile)), without, **costs_section(costs))
     return with_rc, without
 
 

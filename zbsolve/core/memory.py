@@ -29,3 +29,14 @@ def levels(schedule: Schedule, device: int) -> Iterator[tuple[int, Op, Pass, flo
 def fits(schedule: Schedule, limits: Sequence[float]) -> bool:
     """Whether every device's running memory stays within its limit (known from the orders, without timing)."""
     return not any(exceeds(level, limit) for d, limit in enumerate(limits) for *_, level, _ in levels(schedule, d))
+
+
+def need(delta: float, held: float) -> float:
+    """What a pass needs above the memory before it: its ``delta``, or what it ``held`` while it runs where that is
+    more (a recomputing B)."""
+    return max(delta, held)
+
+
+def peak(schedule: Schedule, device: int) -> float:
+    """``device``'s peak activation memory by ``levels`` (0 at least: it starts with none)."""
+    return max(0.0, max((level for *_, level, _ in levels(schedule, device)), default=0.0))

@@ -17,7 +17,8 @@ from zbsolve.base.inputs import InputModel, read_text
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline
-from zbsolve.problem.costs import Costs, document_costs
+from zbsolve.io.costs_section import document_costs
+from zbsolve.problem.costs import Costs
 
 FORMAT, VERSION = "zbsolve-schedule", 1
 

@@ -20,6 +20,7 @@ from zbsolve.core.dependencies import dependencies, identity, lag
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
+from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pair, Pass, Schedule, W, build
 from zbsolve.core.objective import check_objective, device_share, offset, step
 from zbsolve.core.timing import asap
@@ -159,7 +160,7 @@ class Formulation:
                 continue
             level = 0
             for i in seq:
-                if level + max(self.mem_held[i], self.mem_delta[i]) > self.limit[d]:  # type: ignore[operator]
+                if level + need(self.mem_delta[i], self.mem_held[i]) > self.limit[d]:  # type: ignore[operator]
                     return False
                 level += self.mem_delta[i]
         return True

@@ -18,13 +18,13 @@ from functools import partial
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import ZbsolveError
 from zbsolve.core.placement import CHUNKS, Placement
-from zbsolve.core.memory import levels
+from zbsolve.core.memory import peak
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.spec import Spec
 from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import stage_profile
-from zbsolve.problem.recompute import Recompute, parse_recompute
+from zbsolve.problem.recompute import Recompute, first_blocks, parse_recompute, stage_blocks
 from zbsolve.problem.request import Request, resolve
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
@@ -74,26 +74,26 @@ def _fit(model: Model, ranges: Sequence[tuple[int, int]], placement: Placement, 
     """Per stage, the blocks that recompute whole so that ``order`` fits ``budgets`` (every block of a device that
     cannot fit; the others selective where ``selective``), each device's peak by the one memory rule
     (``core.memory.levels``)."""
-    blocks = [[i for i in range(a, b) if model.layers[i].block] for a, b in ranges]
+    blocks = stage_blocks(model, ranges)
     chosen = [0] * len(ranges)
 
     def peak_with(d: int, s: int, n: int) -> float:
         counts = [n if stage == s else k for stage, k in enumerate(chosen)]
-        whole = {i for stage, k in enumerate(counts) for i in blocks[stage][:k]}
+        whole = first_blocks(blocks, counts)
         rest = {i for stage in blocks for i in stage} - whole if selective else ()
         profile = stage_profile(model, ranges, whole, rest)
-        return max(0.0, *(level for *_, level, _ in levels(replace(order, profile=profile), d)))
+        return peak(replace(order, profile=profile), d)
 
     for d, budget in enumerate(budgets):
         mine = [s for r, s in placement.stages_of(d) if r == 0]
-        peak = peak_with(d, -1, 0)
-        while exceeds(peak, budget):
+        top = peak_with(d, -1, 0)
+        while exceeds(top, budget):
             room = [s for s in mine if chosen[s] < len(blocks[s])]
             if not room:
                 break
             trials = {s: peak_with(d, s, chosen[s] + 1) for s in room}
-            s = max(room, key=lambda s: ((peak - trials[s]) / model.layers[blocks[s][chosen[s]]].t_f,
+            s = max(room, key=lambda s: ((top - trials[s]) / model.layers[blocks[s][chosen[s]]].t_f,
                                          -model.layers[blocks[s][chosen[s]]].t_f))
             chosen[s] += 1
-            peak = trials[s]
+            top = trials[s]
     return tuple(chosen)

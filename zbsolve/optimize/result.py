@@ -10,6 +10,7 @@ from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
 from zbsolve.io.document import to_document, write_document
+from zbsolve.io.costs_section import costs_section
 from zbsolve.problem.costs import Costs, memory_figures
 
 BOUND_MET = 1e-5
@@ -113,7 +114,7 @@ class SolveResult(Shown):
     def to_json(self, path: str | Path | None = None) -> dict:
         """The schedule document with a "solver" section (and the costs' "partition" and "device_memory");
         written to ``path`` (whole or not at all) when given."""
-        extra = {**(self.costs.section() if self.costs is not None else {}),
+        extra = {**(costs_section(self.costs) if self.costs is not None else {}),
                  "solver": {**self.summary(), "log": self.solver_log}}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 

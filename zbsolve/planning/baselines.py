@@ -144,7 +144,7 @@ def _simulated(model: Model, split: str, name: str, chunks: int, counts: Sequenc
         timeline = simulate(builtin_schedule(name, profile, num_devices, num_microbatches, chunks))
     except ZbsolveError as exc:
         return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
-    used = tuple(gib(s + a) for s, a in zip(costs.static_bytes, timeline.peak_memory))
+    used = tuple(gib(b) for b in costs.used(timeline.peak_memory))
     recomputed = tuple(sum(a <= i < b for i in costs.recomputed) for a, b in costs.ranges)
     return Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, used,
                     costs.first_over(timeline.peak_memory) is None, "", shown, chunks=chunks, recomputed=recomputed)

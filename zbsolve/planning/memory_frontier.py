@@ -100,6 +100,6 @@ def building_blocks(model: Model, num_devices: int, num_microbatches: int,
                 timeline = simulate(make_schedule(name, profile, num_devices, num_microbatches))
             except ZbsolveError:
                 continue
-            memory = max(s + a for s, a in zip(costs.static_bytes, timeline.peak_memory)) + reserve
+            memory = max(costs.used(timeline.peak_memory)) + reserve
             points.append(BlockPoint(name, str(recompute), int(memory), timeline.makespan))
     return points

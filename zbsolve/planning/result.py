@@ -13,6 +13,7 @@ from zbsolve.core.measures import gap
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
+from zbsolve.io.costs_section import costs_section
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import BUILTINS
 
@@ -160,7 +161,7 @@ class PlanResult(Shown):
         plan = {**self.summary(), "baselines": [b.__dict__ | {"counts": list(b.counts or []) or None}
                                                 for b in self.baselines],
                 "candidates": [c.__dict__ | {"counts": list(c.counts)} for c in self.candidates], "log": self.log}
-        extra = {**self.costs.section(), "plan": _finite(plan)}
+        extra = {**costs_section(self.costs), "plan": _finite(plan)}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
     def __repr__(self) -> str:

@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from zbsolve.base.checks import exceeds, slack
-from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
+from zbsolve.base.checks import exceeds
+from zbsolve.base.errors import InfeasibleError, MemoryLimitError
 from zbsolve.problem.model import Layer, Model
-from zbsolve.problem.recompute import COSTS, NONE, Recompute, check_recomputed, stage_costs
-from zbsolve.problem.partition import check_ranges, held_static_bytes, module_names, partition, stage_profile
+from zbsolve.problem.recompute import NONE, Recompute
+from zbsolve.problem.partition import held_static_bytes, module_names, partition, stage_profile
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.base.units import GIB, gib
 
@@ -83,6 +82,10 @@ class Costs:
         return (f"device {device} does not fit: {spent} exceed device_memory {gib(self.device_memory):.2f} GiB by "
                 f"{gib(over):.2f} GiB")
 
+    def used(self, peaks: Sequence[float]) -> tuple[float, ...]:
+        """Per device, the bytes it uses: its static bytes and its peak activations (``peaks``), the reserve apart."""
+        return tuple(static + peak for static, peak in zip(self.static_bytes, peaks))
+
     def device_layers(self) -> list[list[tuple[int, int]]]:
         """Per device, the layer ranges of the stages it holds, in stage order (empty lists for a bare profile)."""
         held: list[list[tuple[int, int]]] = [[] for _ in self.static_bytes]
@@ -100,33 +103,6 @@ class Costs:
         if self.model is None:
             return ["-"] * len(self.static_bytes)
         return [module_names(self.model, held) for held in self.device_layers()]
-
-    def section(self) -> dict[str, object]:
-        """The schedule document's keys for these costs: "partition" (for a model), "device_memory" and
-        "reserve" (when given)."""
-        doc: dict[str, object] = {}
-        if self.model is not None:
-            doc["partition"] = {"model": self.model.name,
-                                "layers": [layer_record(layer) for layer in self.model.layers],
-                                "stages": [list(r) for r in self.ranges],
-                                **({"recompute": list(self.recomputed)} if self.recomputed else {}),
-                                **({"selective": list(self.selective)} if self.selective else {})}
-        if self.device_memory is not None:
-            doc["device_memory"] = self.device_memory
-            doc["reserve"] = self.reserve
-        return doc
-
-
-LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
-"""The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
-OPTIONAL_KEYS = ("t_sel", "mem_sel", "comm_f", "comm_b")
-"""The keys a layer's record has too where it has them: selective recomputation figures, communication parts."""
-
-
-def layer_record(layer: Layer) -> dict[str, object]:
-    """A layer as the schedule document records it."""
-    return {key: getattr(layer, key) for key in LAYER_KEYS + OPTIONAL_KEYS if getattr(layer, key) is not None}
-
 
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
                 device_memory: int | None = None, reserve: int = DEFAULT_RESERVE,
@@ -159,66 +135,6 @@ def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]]
     return tuple(held_static_bytes([layers[i] for i in sorted(indices)]) for indices in held)
 
 
-def check_partition(section: object, profile: Profile, num_stages: int,
-                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int], frozenset[int]]:
-    """The layers, stage ranges, recomputed and selective layers of a schedule document's "partition" section,
-    checked (a block in both is an ``InputError``): every
-    stage's profile figures are the sums over its layers (``recompute.stage_costs``). An ``InputError`` naming the
-    stage and figure otherwise."""
-    if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
-        raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
-    model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"]},
-                        f"{where}: partition")
-    stages = section.get("stages")
-    if not isinstance(stages, list):
-        raise InputError(f"{where}: partition.stages = {stages!r} must be a list of [first, end) layer ranges")
-    try:
-        ranges = check_ranges(model, stages)
-    except InputError as exc:
-        raise InputError(f"{where}: partition.{exc}") from None
-    if len(ranges) != num_stages:
-        raise InputError(f"{where}: partition.stages has {len(ranges)} stages, the schedule {num_stages}")
-    recomputed = check_recomputed(model, section.get("recompute", []), where)
-    selective = check_recomputed(model, section.get("selective", []), where, "selective")
-    if recomputed & selective:
-        raise InputError(f"{where}: partition.selective names layer {min(recomputed & selective)}, which "
-                         "partition.recompute recomputes whole")
-    for s, (a, b) in enumerate(ranges):
-        stage = stage_costs(model, a, b, recomputed, selective)
-        for name in COSTS:
-            total, value = stage[name], profile.stage_value(name, s)
-            if abs(total - value) > slack(total, value, floor=0.0):
-                raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
-                                 f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
-    return model.layers, ranges, recomputed, selective
-
-
-def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
-    """The costs a schedule document records ("partition", "device_memory", "reserve"), checked against its
-    schedule (each stage's profile figures are the sums over its layers); None when it records none."""
-    section, device_memory = data.get("partition"), data.get("device_memory")
-    if section is None and device_memory is None:
-        return None
-    model, ranges, static = None, (), (0,) * schedule.num_devices
-    recomputed: frozenset[int] = frozenset()
-    selective: frozenset[int] = frozenset()
-    if section is not None:
-        layers, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
-                                                                      where)
-        model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
-        static = device_static_bytes(layers, stage_ranges, schedule.placement)
-    memory = None
-    if device_memory is not None:
-        if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
-            raise InputError(f"{where}: device_memory = {device_memory!r} must be a positive whole number of bytes")
-        memory = device_memory
-    reserve = data.get("reserve", 0)
-    if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
-        raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
-    return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
-                 tuple(sorted(recomputed)), tuple(sorted(selective)))
-
-
 def check_fits(costs: Costs, timeline: Timeline) -> None:
     """A ``MemoryLimitError`` naming the first device whose static bytes, peak activations and reserve exceed the
     device memory, and by how many GiB."""
@@ -237,7 +153,7 @@ def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
     figures: dict[str, object] = ({"stage_layers": costs.stage_names(), "device_layers": costs.device_names()}
                                   if costs.model is not None else {})
     figures |= {"static_gib": [gib(b) for b in costs.static_bytes], "activation_gib": [gib(b) for b in peak],
-                "memory_gib": [gib(a + b) for a, b in zip(costs.static_bytes, peak)]}
+                "memory_gib": [gib(b) for b in costs.used(peak)]}
     if costs.device_memory is not None:
         figures["device_memory_gib"] = gib(costs.device_memory)
     return figures

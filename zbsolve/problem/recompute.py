@@ -59,14 +59,13 @@ class Recompute(NamedTuple):
             return frozenset()
         if self.mode == "per-stage" and len(self.per_stage) != len(ranges):
             raise InputError(f"recompute = '{self}': {len(self.per_stage)} counts for {len(ranges)} stages")
-        chosen = set()
-        for s, (a, b) in enumerate(ranges):
-            blocks = [i for i in range(a, b) if model.layers[i].block]
-            n = len(blocks) if self.mode == "full" else self.blocks if self.mode == "uniform" else self.per_stage[s]
-            if self.mode == "per-stage" and n > len(blocks):
-                raise InputError(f"recompute = '{self}': stage {s} has {len(blocks)} blocks, fewer than {n}")
-            chosen.update(blocks[:n])
-        return frozenset(chosen)
+        blocks = stage_blocks(model, ranges)
+        counts = [len(mine) if self.mode == "full" else self.blocks if self.mode == "uniform" else self.per_stage[s]
+                  for s, mine in enumerate(blocks)]
+        for s, (mine, n) in enumerate(zip(blocks, counts)):
+            if self.mode == "per-stage" and n > len(mine):
+                raise InputError(f"recompute = '{self}': stage {s} has {len(mine)} blocks, fewer than {n}")
+        return first_blocks(blocks, counts)
 
     def selected(self, model: Model, ranges: Sequence[Sequence[int]]) -> frozenset[int]:
         """The indices of the blocks that recompute selectively; an ``InputError`` naming a block without the
@@ -80,6 +79,29 @@ class Recompute(NamedTuple):
             raise InputError(f"recompute = '{self}': layer {missing[0]} has no t_sel and mem_sel (zbsolve estimate "
                              "writes them)")
         return chosen
+
+
+def stage_blocks(model: Model, ranges: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Per stage, the indices of its blocks, in order."""
+    return [[i for i in range(a, b) if model.layers[i].block] for a, b in ranges]
+
+
+def first_blocks(blocks: Sequence[Sequence[int]], counts: Sequence[int]) -> frozenset[int]:
+    """The first ``counts[s]`` of each stage's ``blocks[s]`` (all of them where it has fewer): the blocks a count per
+    stage recomputes, as zbsolve, ``per-stage`` and Megatron's ``--recompute-method block`` choose them."""
+    return frozenset(i for mine, n in zip(blocks, counts) for i in mine[:n])
+
+
+def leading_counts(blocks: Sequence[Sequence[int]], chosen: Collection[int]) -> tuple[int, ...] | int:
+    """Per stage, how many of its ``blocks`` are ``chosen`` when these are its first ones on every stage
+    (``first_blocks`` gives them back); else the first stage whose are not."""
+    counts = []
+    for s, mine in enumerate(blocks):
+        n = sum(i in chosen for i in mine)
+        if first_blocks([mine], [n]) != frozenset(i for i in mine if i in chosen):
+            return s
+        counts.append(n)
+    return tuple(counts)
 
 
 def selective_known(model: Model) -> bool:
@@ -129,13 +151,11 @@ def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collect
 
 def _whole(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int]) -> str:
     """``described`` for blocks that recompute whole."""
-    counts = []
-    for a, b in ranges:
-        blocks = [i for i in range(a, b) if model.layers[i].block]
-        mine = [i for i in blocks if i in recomputed]
-        if mine != blocks[:len(mine)]:
-            return "layers"
-        counts.append((len(mine), len(blocks)))
+    blocks = stage_blocks(model, ranges)
+    leading = leading_counts(blocks, recomputed)
+    if isinstance(leading, int):
+        return "layers"
+    counts = [(n, len(mine)) for n, mine in zip(leading, blocks)]
     if not any(n for n, _ in counts):
         return "none"
     if all(n == total for n, total in counts):

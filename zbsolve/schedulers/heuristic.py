@@ -22,10 +22,11 @@ from itertools import product
 from typing import NamedTuple
 
 from zbsolve.base.checks import check_count, check_limit, check_size, device_limits, room
-from zbsolve.core.dependencies import dependencies, lag
 from zbsolve.base.errors import BudgetError
+from zbsolve.core.dependencies import dependencies, lag
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
+from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
 from zbsolve.core.objective import device_share
@@ -41,8 +42,7 @@ class Variant(NamedTuple):
     """One setting of the heuristic's choices."""
 
     bubble_before_first_b: bool
-    """Warm-up F must end by the time the first B arrives, leaving a bubble before it (else an F
-    may start until then)."""
+    """Warm-up F must end by the time the first B arrives, leaving a bubble before it (else an F may start)."""
     prioritize_b: bool
     """Hold an F that would delay a B (arrived, or arriving before the F would end) when the stage
     is at least two F ahead of the next stage."""
@@ -75,7 +75,7 @@ class _Problem:
         self.t_f, self.t_b, self.t_w = ([pr.stage_value(n, s) for s in range(self.S)] for n in ("t_f", "t_b", "t_w"))
         self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
                                               for n in ("mem_f", "mem_b", "mem_w"))
-        self.need_b = [max(self.mem_b[s], pr.held_in(B, s)) for s in range(self.S)]
+        self.need_b = [need(self.mem_b[s], pr.held_in(B, s)) for s in range(self.S)]
         """What a B needs above the memory before it: its delta, or what it holds while it recomputes."""
         c = pr.t_comm
         # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, device, lag, duration) of mb's pass

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from zbsolve.base.checks import room
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.core.memory import levels
+from zbsolve.core.memory import peak
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import B, F, W, Pass, build
@@ -31,8 +31,7 @@ def min_feasible_limits(profile: Profile, placement: Placement) -> list[float]:
     alone (``one_at_a_time``; exact when F allocates and B and W free)."""
     check_one_route(placement)
     alone = build("one microbatch", placement, 1, profile, one_at_a_time(placement, 1))
-    return [max(0.0, max((level for *_, level, _ in levels(alone, d)), default=0.0))
-            for d in range(placement.num_devices)]
+    return [peak(alone, d) for d in range(placement.num_devices)]
 
 
 def check_feasible(profile: Profile, placement: Placement, limits: Sequence[float],

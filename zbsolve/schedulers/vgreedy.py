@@ -29,6 +29,7 @@ from zbsolve.core.dependencies import dependencies, lag
 from zbsolve.base.errors import BudgetError
 from zbsolve.core.placement import vshape
 from zbsolve.core.profile import Profile
+from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
 
@@ -49,7 +50,7 @@ class _Run:
         self.rooms, self.fill_f, self.fill_b, self.deadline = rooms, fill_f, fill_b, deadline
         self.time = {k: [profile.time(k, s) for s in range(self.S)] for k in (F, B, W)}
         self.delta = {k: [profile.delta(k, s) for s in range(self.S)] for k in (F, B, W)}
-        self.need = {k: [max(self.delta[k][s], profile.held_in(k, s)) for s in range(self.S)] for k in (F, B, W)}
+        self.need = {k: [need(self.delta[k][s], profile.held_in(k, s)) for s in range(self.S)] for k in (F, B, W)}
         """What a pass needs above the memory before it: its delta, or what a recomputing B holds while it runs."""
         self.comm = profile.t_comm
         # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, whether on another device, lag) of mb's

@@ -18,6 +18,7 @@ import shlex
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
+from zbsolve.problem.recompute import leading_counts
 from zbsolve.problem.splits import megatron_layout
 
 MEGATRON_CORE_VERSION = "0.16.1"
@@ -67,13 +68,13 @@ def megatron_recompute(plan: Plan) -> list[str]:
         return []
     stages = plan.stage_recompute()
     names = [layer.name for layer in plan.model.layers]
-    for s, (blocks, chosen) in enumerate(stages):
-        if chosen != blocks[:len(chosen)]:
-            shown = [", ".join(names[i] for i in indices) for indices in (chosen, blocks)]
-            raise InputError(f"partition.recompute: stage {s} recomputes [{shown[0]}] of its blocks [{shown[1]}], not "
-                             "the first ones; Megatron's --recompute-method block recomputes the first N blocks of "
-                             "every stage")
-    counts = [(len(chosen), len(blocks)) for blocks, chosen in stages]
+    leading = leading_counts([blocks for blocks, _ in stages], plan.recomputed)
+    if isinstance(leading, int):
+        shown = [", ".join(names[i] for i in indices) for indices in stages[leading][::-1]]
+        raise InputError(f"partition.recompute: stage {leading} recomputes [{shown[0]}] of its blocks [{shown[1]}], "
+                         "not the first ones; Megatron's --recompute-method block recomputes the first N blocks of "
+                         "every stage")
+    counts = [(n, len(blocks)) for n, (blocks, _) in zip(leading, stages)]
     partial = {n for n, total in counts if n < total}
     if not partial:
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]

@@ -13,6 +13,7 @@ from zbsolve.core.schedule import Schedule, pair_count
 from zbsolve.io.document import load_document
 from zbsolve.io.exports.runtime import Runtime, refused
 from zbsolve.problem.model import Model
+from zbsolve.problem.recompute import stage_blocks
 
 INDEXED = re.compile(r".+\.\d+")
 """A module FQN that is an entry of a ModuleList or ModuleDict by index (``layers.3``, ``blocks.0``): the blocks of a
@@ -50,9 +51,8 @@ class Plan:
 
     def stage_recompute(self) -> list[tuple[list[int], list[int]]]:
         """Per stage, its blocks and its recomputed layers (layer indices, in order)."""
-        layers = self.model.layers
-        return [([i for i in range(a, b) if layers[i].block], [i for i in range(a, b) if i in self.recomputed])
-                for a, b in self.stages]
+        return [(blocks, [i for i in range(a, b) if i in self.recomputed])
+                for blocks, (a, b) in zip(stage_blocks(self.model, self.stages), self.stages)]
 
 
 def counted(stages: Sequence[tuple[list[int], list[int]]]) -> str:

@@ -1,0 +1,99 @@
+"""The costs a schedule document records, read and written: the "partition" section (the model's layers, the stage
+ranges, the recomputed and the selective blocks), "device_memory" and "reserve" (docs/schedule-format.md)."""
+
+from __future__ import annotations
+
+from zbsolve.base.checks import slack
+from zbsolve.base.errors import InputError
+from zbsolve.core.profile import Profile
+from zbsolve.core.schedule import Schedule
+from zbsolve.problem.costs import Costs, device_static_bytes
+from zbsolve.problem.model import Layer, Model
+from zbsolve.problem.partition import check_ranges
+from zbsolve.problem.recompute import COSTS, check_recomputed, stage_costs
+
+LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
+"""The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
+OPTIONAL_KEYS = ("t_sel", "mem_sel", "comm_f", "comm_b")
+"""The keys a layer's record has too where it has them: selective recomputation figures, communication parts."""
+
+
+def costs_section(costs: Costs) -> dict[str, object]:
+    """The schedule document's keys for ``costs``: "partition" (for a model), "device_memory" and
+    "reserve" (when given)."""
+    doc: dict[str, object] = {}
+    if costs.model is not None:
+        doc["partition"] = {"model": costs.model.name,
+                            "layers": [layer_record(layer) for layer in costs.model.layers],
+                            "stages": [list(r) for r in costs.ranges],
+                            **({"recompute": list(costs.recomputed)} if costs.recomputed else {}),
+                            **({"selective": list(costs.selective)} if costs.selective else {})}
+    if costs.device_memory is not None:
+        doc["device_memory"] = costs.device_memory
+        doc["reserve"] = costs.reserve
+    return doc
+
+
+def layer_record(layer: Layer) -> dict[str, object]:
+    """A layer as the schedule document records it."""
+    return {key: getattr(layer, key) for key in LAYER_KEYS + OPTIONAL_KEYS if getattr(layer, key) is not None}
+
+
+def check_partition(section: object, profile: Profile, num_stages: int,
+                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int], frozenset[int]]:
+    """The layers, stage ranges, recomputed and selective layers of a schedule document's "partition" section,
+    checked (a block in both is an ``InputError``): every
+    stage's profile figures are the sums over its layers (``recompute.stage_costs``). An ``InputError`` naming the
+    stage and figure otherwise."""
+    if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
+        raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
+    model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"]},
+                        f"{where}: partition")
+    stages = section.get("stages")
+    if not isinstance(stages, list):
+        raise InputError(f"{where}: partition.stages = {stages!r} must be a list of [first, end) layer ranges")
+    try:
+        ranges = check_ranges(model, stages)
+    except InputError as exc:
+        raise InputError(f"{where}: partition.{exc}") from None
+    if len(ranges) != num_stages:
+        raise InputError(f"{where}: partition.stages has {len(ranges)} stages, the schedule {num_stages}")
+    recomputed = check_recomputed(model, section.get("recompute", []), where)
+    selective = check_recomputed(model, section.get("selective", []), where, "selective")
+    if recomputed & selective:
+        raise InputError(f"{where}: partition.selective names layer {min(recomputed & selective)}, which "
+                         "partition.recompute recomputes whole")
+    for s, (a, b) in enumerate(ranges):
+        stage = stage_costs(model, a, b, recomputed, selective)
+        for name in COSTS:
+            total, value = stage[name], profile.stage_value(name, s)
+            if abs(total - value) > slack(total, value, floor=0.0):
+                raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
+                                 f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
+    return model.layers, ranges, recomputed, selective
+
+
+def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
+    """The costs a schedule document records ("partition", "device_memory", "reserve"), checked against its
+    schedule (each stage's profile figures are the sums over its layers); None when it records none."""
+    section, device_memory = data.get("partition"), data.get("device_memory")
+    if section is None and device_memory is None:
+        return None
+    model, ranges, static = None, (), (0,) * schedule.num_devices
+    recomputed: frozenset[int] = frozenset()
+    selective: frozenset[int] = frozenset()
+    if section is not None:
+        layers, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
+                                                                      where)
+        model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
+        static = device_static_bytes(layers, stage_ranges, schedule.placement)
+    memory = None
+    if device_memory is not None:
+        if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:
+            raise InputError(f"{where}: device_memory = {device_memory!r} must be a positive whole number of bytes")
+        memory = device_memory
+    reserve = data.get("reserve", 0)
+    if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+        raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
+    return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
+                 tuple(sorted(recomputed)), tuple(sorted(selective)))
