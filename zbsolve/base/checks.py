@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import Field
 
 from zbsolve.base.errors import InputError
 
@@ -13,6 +16,26 @@ rounding: ``slack``."""
 
 Limit = float | tuple[float, ...] | None
 """A memory limit: one number, one per device, or None for none."""
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A positive finite number, as a field of a pydantic model (``check_positive`` checks one by hand)."""
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a finite number: an int or a float, not a bool, NaN or an infinity."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_positive(value: object) -> bool:
+    """Whether ``value`` is a positive finite number (``is_number`` and > 0)."""
+    return is_number(value) and value > 0  # type: ignore[operator]
+
+
+def check_positive(name: str, value: object, must: str = "a positive number") -> float:
+    """``value`` when it is a positive finite number (``is_positive``); anything else is an ``InputError``:
+    "``name`` = value must be ``must``"."""
+    if not is_positive(value):
+        raise InputError(f"{name} = {value!r} must be {must}")
+    return value  # type: ignore[return-value]
 
 
 def check_count(name: str, value: object, minimum: int = 1) -> int:
@@ -28,8 +51,7 @@ def check_limit(mem_limit: object, num_devices: int | None = None) -> Limit:
     if mem_limit is None:
         return None
     values = list(mem_limit) if isinstance(mem_limit, (list, tuple)) else [mem_limit]
-    if not values or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                             for x in values):
+    if not values or not all(is_number(x) for x in values):
         raise InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
     if not isinstance(mem_limit, (list, tuple)):
         return float(mem_limit)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ placement has two routes (one per direction, each device holding two weight copi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, NamedTuple, get_args
 
 from zbsolve.base.checks import check_count
@@ -45,6 +46,24 @@ class Placement(NamedTuple):
         return [(r, s) for r, route in enumerate(self.routes) for s, d in enumerate(route) if d == device]
 
 
+def check_placement(name: object, choices: Sequence[str] = PLACEMENTS) -> str:
+    """``name`` when it is one of ``choices`` (by default every placement; ``SUPPORTED_PLACEMENTS``: those the
+    optimizer solves); anything else is an ``InputError`` naming them."""
+    if name not in choices:
+        why = "is not supported by the optimizer" if name in PLACEMENTS else "is unknown"
+        raise InputError(f"placement = {name!r} {why}; choose one of {', '.join(choices)}")
+    return name  # type: ignore[return-value]
+
+
+def check_chunks(placement: str, chunks: object) -> int:
+    """``chunks``, the stages per device of ``placement``: an integer >= 1, even for the V-shape (whose stages go
+    down the devices and back up); anything else is an ``InputError``."""
+    chunks = check_count("chunks", chunks)
+    if placement == "vshape" and chunks % 2:
+        raise InputError(f"chunks = {chunks} must be even for the vshape placement (smallest valid: 2)")
+    return chunks
+
+
 def sequential(num_devices: int) -> Placement:
     """One stage per device: stage s on device s."""
     check_count("num_devices", num_devices)
@@ -77,15 +96,14 @@ def bidirectional(num_devices: int) -> Placement:
 
 def make_placement(name: str, num_devices: int, chunks: int = CHUNKS) -> Placement:
     """Placement by name: one of ``PLACEMENTS``."""
+    check_placement(name)
     if name == "sequential":
         return sequential(num_devices)
     if name == "interleaved":
         return interleaved(num_devices, chunks)
     if name == "vshape":
         return vshape(num_devices, chunks)
-    if name == "bidirectional":
-        return bidirectional(num_devices)
-    raise InputError(f"placement = {name!r} is unknown; choose one of {', '.join(PLACEMENTS)}")
+    return bidirectional(num_devices)
 
 
 def placement_name(placement: Placement) -> tuple[str, int] | None:

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from zbsolve.base.checks import slack
+from zbsolve.base.checks import is_positive, slack
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
@@ -105,7 +105,7 @@ class Profile(InputModel):
             for s in range(n):
                 x = self.stage_value(name, s)
                 at = f"{name}[{s}]" if isinstance(getattr(self, name), list) else name
-                if name in TIME_FIELDS and not (x > 0 and math.isfinite(x)):
+                if name in TIME_FIELDS and not is_positive(x):
                     raise ValueError(f"{at} = {x} must be a positive finite duration")
                 if not math.isfinite(x):
                     raise ValueError(f"{at} = {x} must be finite")

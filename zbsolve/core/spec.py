@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import Limit, check_count, check_limit, check_size, device_limits
 from zbsolve.base.errors import InputError
-from zbsolve.core.placement import CHUNKS, PLACEMENTS, SUPPORTED_PLACEMENTS, Placement, make_placement
+from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, Placement, check_chunks, check_placement, make_placement
 from zbsolve.core.profile import Profile
 
 
@@ -48,14 +48,8 @@ def make_spec(profile: Profile, mem_limit: object, *, num_microbatches: object, 
     ``chunks * num_devices`` stages is taken as the chunks'. ``num_devices`` defaults to the profile's stages."""
     if not isinstance(profile, Profile):
         raise InputError(f"profile = {profile!r} must be a Profile")
-    if placement not in PLACEMENTS:
-        raise InputError(f"placement = {placement!r} is unknown; choose one of {', '.join(PLACEMENTS)}")
-    if placement not in SUPPORTED_PLACEMENTS:
-        raise InputError(f"placement = {placement!r} is not supported by the optimizer yet "
-                         f"(supported: {', '.join(SUPPORTED_PLACEMENTS)})")
-    chunks = check_count("chunks", chunks)
-    if placement == "vshape" and chunks % 2:
-        raise InputError(f"chunks = {chunks} must be even for the vshape placement (smallest valid: 2)")
+    check_placement(placement, SUPPORTED_PLACEMENTS)
+    chunks = check_chunks(placement, chunks)
     m = check_count("num_microbatches", num_microbatches)
     if num_devices is None:
         if profile.num_stages is None:

@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 
+from zbsolve.base.checks import check_positive
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.base.parallel import ProcessPool, shutdown_pool
 from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.core import measures
-from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS
+from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, check_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
 from zbsolve.core.simulator import simulate
@@ -124,8 +125,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
     if isinstance(jobs, bool) or jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise InputError(f"jobs = {jobs!r} must be an integer >= 1 (smallest valid: 1) or None")
     for name in placements:
-        if name not in SUPPORTED_PLACEMENTS:
-            raise InputError(f"placement = {name!r} is not supported; choose from {', '.join(SUPPORTED_PLACEMENTS)}")
+        check_placement(name, SUPPORTED_PLACEMENTS)
     if (mem_limits is None) == (factors is None):
         raise InputError("give mem_limits or factors, exactly one")
     kind = "mem_limit" if mem_limits is not None else "factor"
@@ -133,8 +133,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
     if not values:
         raise InputError(f"{kind}s is empty: give at least one memory limit")
     for x in values:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 or not math.isfinite(x):
-            raise InputError(f"{kind} = {x!r} must be a positive number")
+        check_positive(kind, x)
     m = num_microbatches
     merged = profile.merge_chunks(p, CHUNKS)
     for name in placements:  # every problem is checked (its size too) before the first solve

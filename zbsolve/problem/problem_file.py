@@ -4,17 +4,16 @@ as stored in the YAML files under problems/."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar, Optional, Union
+from typing import ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
+from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
 from zbsolve.base.inputs import InputModel, load_mapping
 from zbsolve.core.profile import Profile
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A positive finite number."""
 
 
 class Problem(InputModel):

@@ -4,15 +4,14 @@ profile or model into the core's ``Spec``, the memory resolved once into per-dev
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from zbsolve.base.checks import check_count, check_limit
+from zbsolve.base.checks import check_count, check_limit, check_positive
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib, parse_bytes
-from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, make_placement
+from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, check_placement, make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.spec import Spec, make_spec
 from zbsolve.core.objective import check_objective
@@ -92,9 +91,7 @@ class Request(BaseModel):
         if factor is not None:
             if out["mem_limit"] is not None:
                 raise InputError("give mem_limit or mem_factor, not both")
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0 \
-                    or not math.isfinite(factor):
-                raise InputError(f"mem_factor = {factor!r} must be > 0")
+            check_positive("mem_factor", factor, "> 0")
         out.update(_memory(given))
         if out["device_memory"] is not None and (out["mem_limit"] is not None or factor is not None):
             raise InputError(f"give {'mem_limit' if factor is None else 'mem_factor'} or device_memory, not both")
@@ -124,10 +121,7 @@ def _check_search(given: dict[str, Any]) -> None:
     if solver not in SOLVERS:
         raise InputError(f"solver = {solver!r} is unknown; choose one of {', '.join(SOLVERS)}")
     check_objective(objective)
-    time_limit = given.get("time_limit", TIME_LIMIT)
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0 \
-            or not math.isfinite(time_limit):
-        raise InputError(f"time_limit = {time_limit!r} must be a positive number of seconds")
+    check_positive("time_limit", given.get("time_limit", TIME_LIMIT), "a positive number of seconds")
     if given.get("workers") is not None:
         check_count("workers", given["workers"])
 
@@ -158,8 +152,7 @@ def _costs(profile: Profile | Model, r: Request) -> tuple[Profile, Costs]:
             device_memory = default_device_memory(profile)
         if r.num_devices is None:
             raise InputError("num_devices = None: give num_devices to cut a model into stages")
-        if r.placement not in SUPPORTED_PLACEMENTS:
-            raise InputError(f"placement = {r.placement!r} is unknown; choose one of {', '.join(SUPPORTED_PLACEMENTS)}")
+        check_placement(r.placement, SUPPORTED_PLACEMENTS)
         layout = make_placement(r.placement, r.num_devices, 1 if r.placement == "sequential" else r.chunks)
         return model_costs(profile, layout, list(r.partition) if isinstance(r.partition, tuple) else r.partition,
                            device_memory, r.reserve, parse_recompute(r.recompute))

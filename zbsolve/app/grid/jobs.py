@@ -7,10 +7,11 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, ValidationError, model_validator
 
+from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
 from zbsolve.planning.planner import search_placements
 from zbsolve.problem.model import Model
@@ -23,8 +24,6 @@ from zbsolve.core.spec import make_spec
 from zbsolve.core.objective import Objective
 from zbsolve.base.units import parse_bytes
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A finite number > 0."""
 
 
 class Axes(BaseModel):
