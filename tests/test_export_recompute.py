@@ -20,7 +20,7 @@ from zbsolve.io.document import read_document
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.optimize.solve import solve
 from zbsolve.problem.partition import stage_profile
-from zbsolve.problem.recompute import COSTS
+from zbsolve.problem.recompute_costs import COSTS
 
 pytest.importorskip("torch.distributed.pipelining",
                     reason="torch.distributed.pipelining is not available (the torch extra)")

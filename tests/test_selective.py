@@ -24,7 +24,8 @@ from zbsolve.problem.costs import check_fits
 from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.estimate.hf_config import architecture
 from zbsolve.problem.model import Layer, Model
-from zbsolve.problem.recompute import Recompute, described, layer_costs, parse_recompute, stage_costs
+from zbsolve.problem.recompute import Recompute, described, parse_recompute
+from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 
 runner = CliRunner()
 LLAMA = "problems/models/configs/llama3-70b.json"

@@ -10,7 +10,7 @@ from zbsolve.core.schedule import Schedule
 from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
-from zbsolve.problem.recompute import COSTS, check_recomputed, stage_costs
+from zbsolve.problem.recompute_costs import COSTS, stage_costs
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
 """The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
@@ -43,7 +43,7 @@ def check_partition(section: object, profile: Profile, num_stages: int,
                     where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int], frozenset[int]]:
     """The layers, stage ranges, recomputed and selective layers of a schedule document's "partition" section,
     checked (a block in both is an ``InputError``): every
-    stage's profile figures are the sums over its layers (``recompute.stage_costs``). An ``InputError`` naming the
+    stage's profile figures are the sums over its layers (``recompute_costs.stage_costs``). An ``InputError`` naming the
     stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
         raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
@@ -97,3 +97,16 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
         raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
     return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
                  tuple(sorted(recomputed)), tuple(sorted(selective)))
+
+
+def check_recomputed(model: Model, indices: object, where: str, key: str = "recompute") -> frozenset[int]:
+    """A document's list of recomputed layers (``partition.recompute``, or ``partition.selective``: blocks with
+    selective figures), checked: distinct indices of blocks of ``model``."""
+    if not isinstance(indices, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise InputError(f"{where}: partition.{key} = {indices!r} must be a list of layer indices")
+    for i in indices:
+        if not 0 <= i < len(model.layers) or not model.layers[i].block:
+            raise InputError(f"{where}: partition.{key} names layer {i}, which is not a block of the model")
+        if key == "selective" and model.layers[i].mem_sel is None:
+            raise InputError(f"{where}: partition.selective names layer {i}, which has no t_sel and mem_sel")
+    return frozenset(indices)

@@ -10,7 +10,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.problem.model import Layer, Model
-from zbsolve.problem.recompute import COSTS, stage_costs
+from zbsolve.problem.recompute_costs import COSTS, stage_costs
 
 
 def partition(model: Model, num_stages: int, spec: str | Sequence[int] = "uniform") -> list[tuple[int, int]]:
@@ -97,7 +97,7 @@ def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[in
 def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int] = (),
                   selective: Collection[int] = ()) -> Profile:
     """The per-stage profile of ``model`` cut at ``ranges``: each stage's times (seconds) and memory deltas
-    (bytes) are the sums of its layers' (``recompute.stage_costs``: the layers in ``recomputed`` run their forward
+    (bytes) are the sums of its layers' (``recompute_costs.stage_costs``: the layers in ``recomputed`` run their forward
     again inside their B, those in ``selective`` their norms and MLP activation function), and t_comm is the
     model's, or the link's time for the largest activation crossing a stage boundary."""
     ranges = check_ranges(model, ranges)

@@ -1,0 +1,57 @@
+"""Activation recomputation, the cost rule: what a block that recomputes costs, and a stage of such blocks
+(docs/cost-model.md, "Recomputation"; the choice of blocks is ``problem.recompute``'s).
+
+A block that recomputes keeps only its input from its F to its B (the previous layer's output). Its B first runs
+the forward again, so B takes F's time too and holds the forward's activations (M_B) while it runs; what W reads
+(M_W) stays from B's end to W's end, as without recomputation. So F allocates the input, B allocates M_W less
+the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B less the
+input it already keeps (the recomputed forward saves that same tensor, not a copy). A block that recomputes
+selectively keeps all but the outputs of its norms and MLP activation function (``Layer.mem_sel``), which its B
+makes again first (``Layer.t_sel``), by the same rule."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from zbsolve.base.errors import InputError
+from zbsolve.problem.model import Model
+
+COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r", "comm_f", "comm_b")
+"""A layer's or a stage's pass times, memory deltas, the memory its B holds while it runs, and the communication
+parts of its F and B times."""
+
+
+def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = False) -> dict[str, float]:
+    """``COSTS`` of layer ``index``: its own, with its forward recomputed inside its B (``recomputes``), or with its
+    norms and MLP activation function recomputed there (``selective``: ``Layer.t_sel`` more in B, ``mem_sel`` less
+    kept by F; a recomputed forward's communication, ``comm_f``, is B's again)."""
+    layer = model.layers[index]
+    own = {"t_f": layer.t_f, "t_b": layer.t_b, "t_w": layer.t_w, "mem_f": layer.mem_f, "mem_b": layer.mem_b,
+           "mem_w": layer.mem_w, "mem_r": 0, "comm_f": layer.comm_f or 0.0, "comm_b": layer.comm_b or 0.0}
+    if recomputes:
+        kept, again = (model.layers[index - 1].out_bytes if index else 0), layer.t_f
+        own["comm_b"] += own["comm_f"]
+    elif selective:
+        if layer.mem_sel is None or layer.t_sel is None:
+            raise InputError(f"layer {layer.name}: selective recomputation needs its t_sel and mem_sel")
+        kept, again = layer.mem_f - layer.mem_sel, layer.t_sel
+    else:
+        return own
+    read_by_w = -layer.mem_w
+    return {**own, "t_b": layer.t_b + again, "mem_f": kept, "mem_b": read_by_w - kept,
+            "mem_r": max(0.0, layer.mem_f - kept)}
+
+
+def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int],
+                selective: Collection[int] = ()) -> dict[str, float]:
+    """``COSTS`` of a stage of layers [first, end): sums of its layers', and ``mem_r`` the most its B holds above
+    the level it starts from (its layers' B run last to first, each layer's ``mem_b`` counted from its end), where
+    that is more than the level before and after it."""
+    costs = [layer_costs(model, i, i in recomputed, i in selective) for i in range(first, end)]
+    stage = {name: sum(c[name] for c in costs) for name in COSTS if name != "mem_r"}
+    above, top = 0.0, 0.0
+    for c in reversed(costs):
+        top = max(top, above + c["mem_r"])
+        above += c["mem_b"]
+    stage["mem_r"] = top if top > max(0.0, above) else 0.0
+    return stage
