@@ -18,9 +18,6 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import BW, B, F, Op, Pair, Pass, W
 from zbsolve.core.transforms import TORCH_KIND
 
-TORCH_VERSION = "2.13.0"
-"""The torch release this module was checked against."""
-
 _REJECTIONS = (AssertionError, RuntimeError, ValueError, KeyError)
 """What torch's loader raises for a schedule it refuses."""
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 import time
 from collections import defaultdict
@@ -33,6 +32,7 @@ import torch.distributed as dist
 from zbsolve.core import torch_compat
 from zbsolve.problem.costs import Costs
 from zbsolve.io.document import from_document, to_document
+from zbsolve.base.checks import check_positive
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import mib
 from zbsolve.io.torch_csv import torch_csv
@@ -41,6 +41,7 @@ from zbsolve.runtime.launch import launch, torchrun_rank
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.modules import ModelSpec, load_model
 from zbsolve.core.schedule import BW, B, F, Schedule, W, build
+from zbsolve.core.measures import device_bubble
 from zbsolve.core.simulator import simulate
 
 DEVICES = ("cpu", "cuda")
@@ -75,7 +76,7 @@ class RunOptions:
     seed: int = 0
     """Seed of the batches: step i runs the batch of seed + i."""
     costs: Costs | None = None
-    """The schedule document's costs (``zbsolve.problem.costs.document_costs``): with a partition, the GPT is cut into the
+    """The schedule document's costs (``zbsolve.io.costs_section.document_costs``): with a partition, the GPT is cut into the
     stages it names (``ModelSpec.partition``) and the plan's seconds and bytes are reported in ms and MiB."""
 
     def __post_init__(self) -> None:
@@ -83,8 +84,7 @@ class RunOptions:
             raise InputError(f"steps = {self.steps} must be >= 1")
         if self.device not in DEVICES:
             raise InputError(f"device = {self.device!r} is unknown; choose one of {', '.join(DEVICES)}")
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise InputError(f"timeout = {self.timeout_s} must be > 0 seconds and finite")
+        check_positive("timeout", self.timeout_s, "> 0 seconds and finite")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,15 +297,15 @@ def _with_predictions(schedule: Schedule, rows: list[dict], costs: Costs | None)
     measured = build(schedule.name, schedule.placement, schedule.num_microbatches, _measured_profile(schedule, rows),
                      schedule.devices, None, schedule.microbatch_route)
     replay = simulate(measured)
-    seconds = costs is not None and costs.model is not None
-    in_bytes = costs is not None and costs.in_bytes
+    seconds, in_bytes = costs is not None and costs.model is not None, costs is not None and costs.in_bytes
     out = []
     for row in rows:
         d = row["rank"]
-        out.append({**row, "makespan_ms": makespan, "bubble": 1.0 - row["busy_ms"] / makespan,
+        out.append({**row, "makespan_ms": makespan, "bubble": device_bubble(row["busy_ms"], makespan),
                     "peak_saved_mib": mib(row["peak_saved_bytes"]),
-                    "sim_bubble": 1.0 - planned.work[d] / planned.makespan, "sim_peak": planned.peak_memory[d],
-                    "sim_makespan_ms": replay.makespan, "sim_bubble_measured": 1.0 - replay.work[d] / replay.makespan,
+                    "sim_bubble": device_bubble(planned.work[d], planned.makespan), "sim_peak": planned.peak_memory[d],
+                    "sim_makespan_ms": replay.makespan,
+                    "sim_bubble_measured": device_bubble(replay.work[d], replay.makespan),
                     "sim_peak_mib": replay.peak_memory[d],
                     "plan_makespan_ms": 1e3 * planned.makespan if seconds else None,
                     "plan_peak_mib": mib(planned.peak_memory[d]) if in_bytes else None})
