@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from zbsolve.base.checks import TOLERANCE
+from zbsolve.base.checks import slack
 from zbsolve.base.units import GIB
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
@@ -107,11 +107,11 @@ def floor_objective(result) -> float:
 def statuses_of(result) -> tuple[str, ...]:
     """The status ``result`` must have, told by its other figures, not by its own status: who made the schedule
     ("feasible" when the backend asked for did, as its schedules are named after it; else "heuristic": a family or
-    a warm start) unless its lower bound meets its objective (up to ``TOLERANCE``), when "optimal" if that bound is
+    a warm start) unless its lower bound meets its objective (up to ``slack``), when "optimal" if that bound is
     on the problem itself (the log reports no times rounded for the solver). The one case with two answers is a
     bound met on rounded times: "optimal" only if an exact bound proved it too, else who made the schedule."""
     made = "feasible" if result.solver in ("cpsat", "cbc") and result.schedule.name == result.solver else "heuristic"
-    if result.objective - result.lower_bound > TOLERANCE * max(1.0, result.objective):
+    if result.objective - result.lower_bound > slack(result.objective):
         return (made,)
     return ("optimal", made) if "rounded to integers for the solver" in result.solver_log else ("optimal",)
 

@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from zbsolve.base.checks import TOLERANCE
+from zbsolve.base.checks import slack
 from zbsolve.base.errors import BudgetError, ZbsolveError
 from zbsolve.core.memory import fits
 from zbsolve.core.placement import CHUNKS, vshape
@@ -70,7 +70,7 @@ class Best:
 
     def optimal(self) -> bool:
         """Whether the bound proves the best schedule optimal."""
-        return self.timeline is not None and self.exact and self.value - self.bound <= TOLERANCE * max(1.0, self.value)
+        return self.timeline is not None and self.exact and self.value - self.bound <= slack(self.value)
 
 
 
