@@ -92,16 +92,16 @@ class Timeline:
     @property
     def span(self) -> tuple[float, ...]:
         """Per device, time from its first start to its last end."""
-        return self.device_objective("span")
+        return self.device_shares("span")
 
-    def device_objective(self, objective: str) -> tuple[float, ...]:
+    def device_shares(self, objective: str) -> tuple[float, ...]:
         """Per device, its share of ``objective``: its span, or its last end for "makespan"."""
         return tuple(device_share(ss[0], es[-1], objective) if ss else 0.0 for ss, es in zip(self.start, self.end))
 
     def objective(self, objective: str) -> float:
         """The schedule's ``objective`` (``core.objective.step``): longest per-device span ("span") or makespan
         ("makespan")."""
-        return step(self.device_objective(objective))
+        return step(self.device_shares(objective))
 
     @property
     def bubble_rate(self) -> float:

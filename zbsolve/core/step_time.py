@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import TOLERANCE
 from zbsolve.core.measures import bubble
+from zbsolve.core.objective import device_share, step
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import repeat
 
@@ -50,8 +51,8 @@ def steady_period(timeline: Timeline) -> float:
     k = FIRST_ITERATIONS
     while True:
         repeated = simulate(repeat(schedule, k))
-        spans = [max(end[(i + 1) * len(ops) - 1] for end, ops in zip(repeated.end, schedule.devices) if ops)
-                 for i in range(k)]
+        spans = [step(device_share(0.0, end[(i + 1) * len(ops) - 1], "makespan")
+                      for end, ops in zip(repeated.end, schedule.devices) if ops) for i in range(k)]
         growth = [b - a for a, b in zip(spans, spans[1:])]
         for g, h, span in zip(growth, growth[1:], spans[2:]):
             if abs(h - g) <= TOLERANCE * max(1.0, span):

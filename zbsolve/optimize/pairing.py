@@ -40,7 +40,7 @@ def _pair(a: Op, b: Op) -> Pair | None:
 
 def _score(timeline: Timeline, objective: str) -> tuple[float, float]:
     """What a fusion must not worsen, then must lower: the objective, and the sum of the devices' shares of it."""
-    return timeline.objective(objective), sum(timeline.device_objective(objective))
+    return timeline.objective(objective), sum(timeline.device_shares(objective))
 
 
 def _accept(new: tuple[float, float], old: tuple[float, float], strict: bool) -> bool:

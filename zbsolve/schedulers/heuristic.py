@@ -29,7 +29,7 @@ from zbsolve.core.profile import Profile
 from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
-from zbsolve.core.objective import device_share
+from zbsolve.core.objective import device_share, step
 from zbsolve.schedulers.one_at_a_time import check_feasible, check_one_route, one_at_a_time
 
 _EPS, _INF = 1e-9, math.inf
@@ -196,8 +196,8 @@ class _Run:
     def objective(self) -> tuple[float, float, float]:
         """(max per-device span, makespan, peak memory) of this run."""
         busy = [d for d in range(self.prob.p) if self.ops[d]]
-        return (max(device_share(self.first_start[d], self.free[d], "span") for d in busy),
-                max(device_share(self.first_start[d], self.free[d], "makespan") for d in busy), self.peak)
+        return (step(device_share(self.first_start[d], self.free[d], "span") for d in busy),
+                step(device_share(self.first_start[d], self.free[d], "makespan") for d in busy), self.peak)
 
     def _reserved(self, d: int) -> float:
         """Memory the microbatches in flight on device ``d`` may still need on top of what they hold."""
