@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zbsolve.base.checks import TOLERANCE
+from zbsolve.base.checks import slack
 from zbsolve.core.measures import bubble
 from zbsolve.core.objective import device_share, step
 from zbsolve.core.simulator import Timeline, simulate
@@ -55,7 +55,7 @@ def steady_period(timeline: Timeline) -> float:
                       for end, ops in zip(repeated.end, schedule.devices) if ops) for i in range(k)]
         growth = [b - a for a, b in zip(spans, spans[1:])]
         for g, h, span in zip(growth, growth[1:], spans[2:]):
-            if abs(h - g) <= TOLERANCE * max(1.0, span):
+            if abs(h - g) <= slack(span):
                 return h
         if k == MAX_ITERATIONS:
             return growth[-1]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from zbsolve.base.checks import check_count, check_limit
+from zbsolve.base.checks import check_count, check_limit, slack
 from zbsolve.core.dependencies import dependencies, identity, lag
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement
@@ -218,7 +218,7 @@ def _time_scale(values: Sequence[float]) -> tuple[int, bool]:
     """Smallest power of 10 (up to 1e6) that makes every value integral; whether one exists."""
     scale = 1
     while scale <= _MAX_TIME_SCALE:
-        if all(abs(v * scale - round(v * scale)) <= 1e-9 * max(1.0, abs(v * scale)) for v in values):
+        if all(abs(v * scale - round(v * scale)) <= slack(v * scale) for v in values):
             return scale, True
         scale *= 10
     return _MAX_TIME_SCALE, False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from zbsolve.base.checks import TOLERANCE
+from zbsolve.base.checks import slack
 from zbsolve.base.errors import ScheduleError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
@@ -45,8 +45,8 @@ def _score(timeline: Timeline, objective: str) -> tuple[float, float]:
 
 def _accept(new: tuple[float, float], old: tuple[float, float], strict: bool) -> bool:
     """Whether ``new`` is no worse than ``old`` on both counts, or (``strict``) lower on the second too."""
-    slack = TOLERANCE * max(1.0, abs(old[0]))
-    return new[0] <= old[0] + slack and (new[1] < old[1] - slack if strict else new[1] <= old[1] + slack)
+    room = slack(old[0])
+    return new[0] <= old[0] + room and (new[1] < old[1] - room if strict else new[1] <= old[1] + room)
 
 
 WINDOW = 3
