@@ -6,7 +6,7 @@ Megatron's split and the layout with the best ``--recompute-num-layers``; all si
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import gib
@@ -41,18 +41,42 @@ def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, i
     return megatron_split(model, num_stages)
 
 
+@dataclass(frozen=True)
+class BaselineSetting:
+    """What every baseline row of a plan shares: built once by ``plan`` and passed whole."""
+
+    model: Model
+    """The model whose layers the splits divide, and whose costs the rows are simulated on."""
+    num_devices: int
+    """Pipeline devices p."""
+    num_microbatches: int
+    """Microbatches m."""
+    device_memory: int
+    """Bytes per device."""
+    reserve: int = DEFAULT_RESERVE
+    """Bytes per device kept free of stages and activations."""
+    layout: str | None = None
+    """A Megatron ``--pipeline-model-parallel-layout`` run with Megatron's schedule (None: none)."""
+    megatron_ends: tuple[int | None, int | None] = (None, None)
+    """Megatron's layers of the first and the last pipeline rank; either given adds Megatron's uneven split."""
+
+
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
               reserve: int = DEFAULT_RESERVE, layout: str | None = None,
               megatron_ends: tuple[int | None, int | None] = (None, None)) -> list[Baseline]:
+    """``baseline_rows`` of the ``BaselineSetting`` these arguments make, field for field."""
+    return baseline_rows(BaselineSetting(model, num_devices, num_microbatches, device_memory, reserve, layout,
+                                         megatron_ends))
+
+
+def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
     """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says;
-    then Megatron's schedule on ``layout`` (a ``--pipeline-model-parallel-layout``; an ``InputError`` where it does
-    not suit the model and devices, ``layout_counts``) without recomputation, and on Megatron's split
-    (``MEGATRON_CHUNKS``) and the layout with the best ``--recompute-num-layers`` (``best_recompute``); simulated on
-    the model's costs. ``megatron_ends``, Megatron's ``num_layers_in_first_pipeline_stage`` and
-    ``num_layers_in_last_pipeline_stage`` when either is given, adds Megatron's uneven split ("megatron-uneven")
-    beside its even one."""
-    p, m = num_devices, num_microbatches
-    given = layout_counts(model, layout, p) if layout is not None else None
+    then Megatron's schedule on the setting's ``layout`` (an ``InputError`` where it does not suit the model and
+    devices, ``layout_counts``) without recomputation, and on Megatron's split (``MEGATRON_CHUNKS``) and the layout
+    with the best ``--recompute-num-layers`` (``best_recompute``); simulated on the model's costs. ``megatron_ends``,
+    when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one."""
+    model, p = setting.model, setting.num_devices
+    given = layout_counts(model, setting.layout, p) if setting.layout is not None else None
     rows = []
     for split, recompute in [(split, NONE) for split in SPLITS] + list(RECOMPUTED):
         for name, builtin in BUILTINS.items():
@@ -62,44 +86,42 @@ def baselines(model: Model, num_devices: int, num_microbatches: int, device_memo
                 rows.append(Baseline(split, name, None, None, None, None, False, str(exc), str(recompute),
                                      chunks=builtin.chunks, recomputed=None))
                 continue
-            rows.append(_simulated(model, split, name, builtin.chunks, counts, p, m, device_memory, reserve,
-                                   recompute))
+            rows.append(_simulated(setting, split, name, builtin.chunks, counts, recompute))
     megatron = []
     for chunks in MEGATRON_CHUNKS:
         try:
             megatron.append(("megatron", chunks, _counts(megatron_split(model, chunks * p))))
         except InputError:
             continue  # the rows without recomputation say why
-    if megatron_ends != (None, None):
+    if setting.megatron_ends != (None, None):
         for chunks in MEGATRON_CHUNKS:
             try:
-                counts = _counts(megatron_uneven_split(model, p, *megatron_ends, chunks))
+                counts = _counts(megatron_uneven_split(model, p, *setting.megatron_ends, chunks))
             except InputError as exc:
                 rows.append(Baseline("megatron-uneven", megatron_schedule(chunks), None, None, None, None, False,
                                      str(exc), "none", chunks=chunks, recomputed=None))
                 continue
             megatron.append(("megatron-uneven", chunks, counts))
-            rows.append(_megatron(model, "megatron-uneven", chunks, counts, p, m, device_memory, reserve, NONE))
+            rows.append(_megatron(setting, "megatron-uneven", chunks, counts, NONE))
     if given is not None:
         megatron.append(("layout", given.chunks, given.counts))
-        rows.append(_megatron(model, "layout", given.chunks, given.counts, p, m, device_memory, reserve, NONE))
-    rows += [best_recompute(model, split, chunks, counts, p, m, device_memory, reserve)
-             for split, chunks, counts in megatron]
+        rows.append(_megatron(setting, "layout", given.chunks, given.counts, NONE))
+    rows += [best_recompute(setting, split, chunks, counts) for split, chunks, counts in megatron]
     return rows
 
 
-def best_recompute(model: Model, split: str, chunks: int, counts: Sequence[int], num_devices: int,
-                   num_microbatches: int, device_memory: int, reserve: int) -> Baseline:
+def best_recompute(setting: BaselineSetting, split: str, chunks: int, counts: Sequence[int]) -> Baseline:
     """Megatron's schedule (``megatron_schedule``) on the layer ``counts`` per stage with the best single
     ``--recompute-num-layers`` N under ``--recompute-method block`` (the first N blocks of every virtual stage,
     ``Recompute("uniform", N)``), N from 1 to the most blocks in a stage (that one as "full": every block).
 
     The first N that fits is the best: the order does not depend on the costs and recomputing more blocks only
     lengthens their B, so the step time never falls as N grows. When none fits, the row of "full", with a note."""
+    model = setting.model
     ranges = partition(model, len(counts), list(counts))
     most = max(sum(layer.block for layer in model.layers[a:b]) for a, b in ranges)
     for recompute in [*(Recompute("uniform", n) for n in range(1, most)), FULL]:
-        row = _megatron(model, split, chunks, counts, num_devices, num_microbatches, device_memory, reserve, recompute)
+        row = _megatron(setting, split, chunks, counts, recompute)
         if row.fits or row.step_time is None:
             return row
     return replace(row, note=f"no --recompute-num-layers from 1 to {most} fits")
@@ -107,12 +129,19 @@ def best_recompute(model: Model, split: str, chunks: int, counts: Sequence[int],
 
 def baseline_plan(model: Model, num_devices: int, num_microbatches: int, device_memory: int, reserve: int,
                   top: Baseline) -> tuple[Timeline, Costs, tuple[str, int]]:
+    """``taken_baseline``: ``top`` taken as the plan, under the ``BaselineSetting`` these arguments make."""
+    return taken_baseline(BaselineSetting(model, num_devices, num_microbatches, device_memory, reserve), top)
+
+
+def taken_baseline(setting: BaselineSetting, top: Baseline) -> tuple[Timeline, Costs, tuple[str, int]]:
     """A baseline taken as the plan: its schedule under the activation budgets, re-simulated; its costs, placement
     and stages per device."""
     assert top.counts is not None  # a baseline that fits has a split
-    placement = make_placement(top.placement, num_devices, top.chunks)
-    profile, costs = model_costs(model, placement, top.counts, device_memory, reserve, parse_recompute(top.recompute))
-    schedule = builtin_schedule(top.schedule, profile, num_devices, num_microbatches, top.chunks)
+    p = setting.num_devices
+    placement = make_placement(top.placement, p, top.chunks)
+    profile, costs = model_costs(setting.model, placement, top.counts, setting.device_memory, setting.reserve,
+                                 parse_recompute(top.recompute))
+    schedule = builtin_schedule(top.schedule, profile, p, setting.num_microbatches, top.chunks)
     return simulate(with_limit(schedule, costs.limits())), costs, (top.placement, top.chunks)
 
 
@@ -121,27 +150,29 @@ def _counts(ranges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
     return tuple(b - a for a, b in ranges)
 
 
-def _megatron(model: Model, split: str, chunks: int, counts: Sequence[int], num_devices: int,
-              num_microbatches: int, device_memory: int, reserve: int, recompute: Recompute) -> Baseline:
+def _megatron(setting: BaselineSetting, split: str, chunks: int, counts: Sequence[int],
+              recompute: Recompute) -> Baseline:
     """Megatron's schedule on ``counts``, or the row saying why Megatron does not run it."""
     name = megatron_schedule(chunks)
-    refusal = MEGATRON.microbatch_refusal("interleaved" if chunks > 1 else "sequential", num_devices, num_microbatches)
+    refusal = MEGATRON.microbatch_refusal("interleaved" if chunks > 1 else "sequential", setting.num_devices,
+                                          setting.num_microbatches)
     if refusal is not None:
         return Baseline(split, name, tuple(counts), None, None, None, False, refusal, str(recompute), chunks=chunks,
                         recomputed=None)
-    return _simulated(model, split, name, chunks, counts, num_devices, num_microbatches, device_memory, reserve,
-                      recompute)
+    return _simulated(setting, split, name, chunks, counts, recompute)
 
 
-def _simulated(model: Model, split: str, name: str, chunks: int, counts: Sequence[int], num_devices: int,
-               num_microbatches: int, device_memory: int, reserve: int, recompute: Recompute) -> Baseline:
+def _simulated(setting: BaselineSetting, split: str, name: str, chunks: int, counts: Sequence[int],
+               recompute: Recompute) -> Baseline:
     """Built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, simulated; or the row
     saying why it does not run."""
     shown, counts = str(recompute), tuple(counts)
+    p = setting.num_devices
     try:
-        placement = make_placement(BUILTINS[name].placement, num_devices, chunks)
-        profile, costs = model_costs(model, placement, counts, device_memory, reserve, recompute)
-        timeline = simulate(builtin_schedule(name, profile, num_devices, num_microbatches, chunks))
+        placement = make_placement(BUILTINS[name].placement, p, chunks)
+        profile, costs = model_costs(setting.model, placement, counts, setting.device_memory, setting.reserve,
+                                     recompute)
+        timeline = simulate(builtin_schedule(name, profile, p, setting.num_microbatches, chunks))
     except ZbsolveError as exc:
         return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
     used = tuple(gib(b) for b in costs.used(timeline.peak_memory))

@@ -31,7 +31,7 @@ from zbsolve.base.units import gib
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, check_chunks, check_placement, make_placement
 from zbsolve.core.simulator import Timeline
 from zbsolve.optimize.solve import solve_request
-from zbsolve.planning.baselines import baseline_plan, baselines
+from zbsolve.planning.baselines import BaselineSetting, baseline_rows, taken_baseline
 from zbsolve.planning.result import PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.io.exports import check_target
@@ -160,7 +160,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    rows = baselines(model, p, m, memory, spare, baseline_layout, megatron_ends)
+    setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends)
+    rows = baseline_rows(setting)
     # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched.
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
                and may_take(target, recompute, b.recompute) and b.counts is not None and search.accepts(b.counts)]
@@ -171,7 +172,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     timeline, source, costs, chosen = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
-        timeline, costs, (name, c) = baseline_plan(model, p, m, memory, spare, top)
+        timeline, costs, (name, c) = taken_baseline(setting, top)
         chosen = (name, c, top.recompute)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
         source = f"baseline {top.split} {top.schedule}{recomputed}"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -20,6 +21,40 @@ from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import records_table
 from zbsolve.problem.model import Model
 from zbsolve.problem.request import PLAN_TIME_LIMIT
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """The options of ``zbsolve plan`` that ``plan`` and ``plan_frontier`` take, as given: built once, passed whole."""
+
+    num_devices: int
+    """Pipeline devices p (``--devices``)."""
+    num_microbatches: int
+    """Microbatches m (``--microbatches``)."""
+    placement: str
+    """``--placement``: auto, sequential, interleaved or vshape."""
+    chunks: Optional[str]
+    """``--chunks`` as given: a whole number, auto, or None (the default); read by ``keywords``."""
+    time_limit: float
+    """Seconds the whole plan, or the whole frontier, may take."""
+    reserve: str
+    """``--reserve`` as given, e.g. 4GiB."""
+    jobs: Optional[int]
+    """Processes timing candidates (None: all cores)."""
+    executor: Optional[str]
+    """dask://HOST:PORT to time candidates on Dask (None: local processes)."""
+    recompute: str
+    """``--recompute``: the blocks that run their forward again inside their B."""
+    target: str
+    """``--target``: the runtime the plan is for."""
+    baseline_layout: Optional[str]
+    """A Megatron ``--pipeline-model-parallel-layout`` run as a baseline (None: none)."""
+    megatron_ends: tuple[Optional[int], Optional[int]]
+    """Megatron's blocks on the first and the last pipeline rank (``--num-layers-in-*-pipeline-stage``)."""
+
+    def keywords(self) -> dict[str, Any]:
+        """``plan``'s keyword arguments: these, ``--chunks`` checked and read (``_chunks``)."""
+        return {**asdict(self), "chunks": _chunks(self.chunks)}
 
 
 @app.command()
@@ -74,15 +109,15 @@ def plan(
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
+    args = PlanArgs(num_devices=devices, num_microbatches=microbatches, placement=placement, chunks=chunks,
+                    time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, recompute=recompute,
+                    target=target, baseline_layout=baseline_layout, megatron_ends=(first_layers, last_layers))
     if frontier is not None:
         if output:
             raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
         if device_memory is not None:
             raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
-        _frontier(model, parse_memories(frontier), chart, quiet, as_json, num_devices=devices,
-                  num_microbatches=microbatches, time_limit=time_limit, placement=placement, chunks=_chunks(chunks),
-                  reserve=reserve, jobs=jobs, executor=executor, recompute=recompute, target=target,
-                  baseline_layout=baseline_layout, megatron_ends=(first_layers, last_layers))
+        _frontier(model, parse_memories(frontier), chart, quiet, as_json, args)
         return
     if output:
         check_output(output, "--output", [model])
@@ -91,11 +126,7 @@ def plan(
     with interruptible("before the first plan was found"):
         loaded = Model.load(model)
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
-            result = run_plan(loaded, num_devices=devices, num_microbatches=microbatches,
-                              device_memory=device_memory, placement=placement, chunks=_chunks(chunks),
-                              time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, progress=update,
-                              recompute=recompute, target=target, baseline_layout=baseline_layout,
-                              megatron_ends=(first_layers, last_layers))
+            result = run_plan(loaded, device_memory=device_memory, progress=update, **args.keywords())
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
@@ -122,16 +153,17 @@ def _chunks(text: Optional[str]) -> int | str | None:
 
 
 def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: bool, as_json: bool,
-              **options: object) -> None:
+              args: PlanArgs) -> None:
     """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart."""
+    options = args.keywords()  # --chunks checked before the chart's path
     if chart:
         check_chart(chart, "--chart", [path])
     loaded = Model.load(path)
     with interruptible("before the frontier was finished"):
         with progress(f"{loaded.name}: frontier over {len(memories)} device memories", quiet or as_json) as update:
-            points = plan_frontier(loaded, memories, progress=update, **options)  # type: ignore[arg-type]
-    blocks = building_blocks(loaded, options["num_devices"], options["num_microbatches"],  # type: ignore[arg-type]
-                             parse_bytes(options["reserve"], "reserve", zero=True))  # type: ignore[arg-type]
+            points = plan_frontier(loaded, memories, progress=update, **options)
+    blocks = building_blocks(loaded, args.num_devices, args.num_microbatches,
+                             parse_bytes(args.reserve, "reserve", zero=True))
     if chart:
         save_memory_frontier_chart(points, blocks, chart, f"{loaded.name}: step time against device memory")
     if quiet:
