@@ -95,10 +95,10 @@ def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
     if any(layer.mtp for layer in model.layers) and not row.mtp:
         with pytest.raises(InputError, match=rf"runtime table: {target}\.mtp\)$"):
             plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
-                 time_limit=4, jobs=1)
+                 time_limit=2, jobs=1)
         return
     result = plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
-                  time_limit=4, jobs=1)
+                  time_limit=2, jobs=1)
     schedule = result.timeline.schedule
     assert simulate(schedule).makespan == result.step_time
     name = placement_name(schedule.placement)
