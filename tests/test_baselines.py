@@ -47,11 +47,11 @@ def test_builtins_are_torch_names_in_order() -> None:
 
 @pytest.mark.parametrize("uniform", [True, False], ids=["unit", "uneven"])
 @pytest.mark.parametrize("p, m", CASES)
-@pytest.mark.parametrize("name", list(BUILTINS))
+@pytest.mark.parametrize("source, name", [(source, name) for source in ("torch", "families") for name in BUILTINS
+                                          if source == "torch" or BUILTINS[name].family is not None],
+                         indirect=["source"])  # without a family, torch alone: test_interleaved_zero_bubble_needs_torch
 def test_every_builtin_is_valid(source: str, name: str, p: int, m: int, uniform: bool) -> None:
     builtin = BUILTINS[name]
-    if source == "families" and builtin.family is None:
-        pytest.skip("no zbsolve family: needs torch (test_interleaved_zero_bubble_needs_torch)")
     profile = UNIT if uniform else uneven(builtin.chunks * p)
     schedule = builtin_schedule(name, profile, p, m)
     timeline = simulate(schedule)
