@@ -122,7 +122,8 @@ def test_solve_plot_export_chain(tmp_path):
     (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--solver", "gurobi"), 2, "solver = 'gurobi'"),
     (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--time-limit", 0), 2, "time_limit"),
     (("solve", "problems/iclr/1.5b-p8-m24.yaml", "--mem-factor", 1, "--mem-limit", 5), 2, "not both"),
-    (("export", "problems/iclr/1.5b-p8-m24.yaml", "-f", "torch-csv", "-o", "x.csv"), 2, "not valid JSON"),
+    (("export", "problems/iclr/1.5b-p8-m24.yaml", "-f", "torch-csv", "-o", "x.csv"), 2,
+     "is a problem file; zbsolve export takes a schedule document"),
     (("summarize", "missing.jsonl", "-o", "x.csv"), 2, "missing.jsonl"),
 ])
 def test_solve_and_friends_bad_input(args, code, needle, tmp_path):

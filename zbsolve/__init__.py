@@ -1,10 +1,14 @@
 """zbsolve: optimal pipeline-parallel training schedules under a memory budget."""
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.io.exports import FORMATS, export_document
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.frontier import frontier
@@ -15,8 +19,21 @@ from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.model import Model
 
 __all__ = [
-    "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass", "Placement", "PlanResult", "Profile",
-    "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "estimate", "frontier", "plan",
-    "simulate", "solve",
+    "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass", "Placement", "PlanResult",
+    "Profile", "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "estimate", "export",
+    "frontier", "plan", "simulate", "solve",
 ]
 __version__ = "0.1.0"
+
+
+def export(document: str | Path | SolveResult | PlanResult, format: str, path: str | Path | None = None, *,
+           microbatch_size: int | None = None, renames: Sequence[str] = ()) -> str:
+    """Export a schedule document (the path of one, or a ``SolveResult`` or ``PlanResult`` as it is) in ``format``
+    (one of ``FORMATS``: torch-csv, torchtitan, megatron) to ``path`` (a file; a folder for torchtitan; megatron
+    prints without one), the files ``zbsolve export DOCUMENT --format FORMAT -o PATH`` writes. Returns the main text:
+    the CSV, or Megatron's arguments. ``microbatch_size`` and ``renames`` are torchtitan's (``--microbatch-size``,
+    ``--rename``)."""
+    if isinstance(document, (SolveResult, PlanResult)):
+        return document.export(format, path, microbatch_size=microbatch_size, renames=renames)
+    return export_document(document, format, path, microbatch_size=microbatch_size, renames=renames,
+                           taker="zbsolve.export")[1]

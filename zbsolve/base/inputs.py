@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from zbsolve.base.errors import InputError
+from zbsolve.base.kinds import check_kind
 
 _SHOWN = 60
 """Longest shown value in an error message (longer ones are cut)."""
@@ -25,6 +26,9 @@ class InputModel(BaseModel):
     model_config = ConfigDict(strict=True)
     what: ClassVar[str] = "input"
     """What the model is, to start its error lines when no file is named."""
+    file_kind: ClassVar[str | None] = None
+    """The kind of input file (``base.kinds.KINDS``) ``load`` reads, which refuses a file of another kind; None:
+    any."""
 
     def __init__(self, /, **data: Any) -> None:
         try:
@@ -49,10 +53,13 @@ class InputModel(BaseModel):
             raise InputError(pydantic_message(where, exc, data)) from None
 
     @classmethod
-    def load(cls, path: str | Path) -> Self:
+    def load(cls, path: str | Path, taker: str | None = None) -> Self:
         """Read from YAML or JSON, named after the file unless it says its name; errors name the file, the
-        field and the value."""
+        field and the value, and a file of another kind than ``file_kind`` what ``taker`` (a command, an option;
+        default: this method) takes."""
         data = load_mapping(path)
+        if cls.file_kind is not None:
+            check_kind(data, str(path), [cls.file_kind], taker or f"{cls.__name__}.load")
         data.setdefault("name", Path(path).stem)
         return cls.parse(data, str(path))
 

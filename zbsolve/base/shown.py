@@ -1,10 +1,14 @@
-"""Results shown by Jupyter and rich in the forms that ``zbsolve.present.forms`` registers for their type, so a
-result type carries figures and no rendering of its own."""
+"""Results shown by Jupyter and rich in the forms that ``zbsolve.present.forms`` registers for their type, and drawn
+by the chart it registers, so a result type carries figures and no rendering of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 class Forms(NamedTuple):
@@ -18,13 +22,22 @@ class Forms(NamedTuple):
 
 FORMS: dict[type, Forms] = {}
 """Result type -> its forms, filled in by ``zbsolve.present.forms`` (imported with the package)."""
+CHARTS: dict[type, Callable[[Any, str | Path | None], "Figure"]] = {}
+"""Result type -> its chart: (result, path or None) -> a matplotlib Figure, written to the path when one is given;
+filled in by ``zbsolve.present.forms``."""
 
 
 class Shown:
-    """Mixin: ``_repr_html_`` and ``__rich__`` from the forms registered for the type."""
+    """Mixin: ``_repr_html_`` and ``__rich__`` from the forms registered for the type, ``plot`` from its chart."""
 
     def _repr_html_(self) -> str:
         return FORMS[type(self)].html(self)
 
     def __rich__(self) -> object:
         return FORMS[type(self)].rich(self)
+
+    def plot(self, path: str | Path | None = None) -> "Figure":
+        """The result's chart as a matplotlib Figure (it shows itself in Jupyter): a solve's Gantt chart with its
+        memory panel, a plan's beside the baselines' step times, as ``zbsolve solve --chart`` and ``zbsolve plan
+        --chart`` draw them; written to ``path`` (.png or .svg, whole or not at all) when one is given."""
+        return CHARTS[type(self)](self, path)

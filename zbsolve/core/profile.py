@@ -22,6 +22,7 @@ from zbsolve.base.checks import is_positive, slack
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
+from zbsolve.base.kinds import PROFILE, check_kind
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, pair_time
 
 TIME_FIELDS = ("t_f", "t_b", "t_w")
@@ -139,11 +140,14 @@ class Profile(InputModel):
                    overlap_saving=overlap_saving)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Profile":
-        """Load a profile from a YAML or JSON file (a top-level ``profile:`` key is accepted)."""
+    def load(cls, path: str | Path, taker: str = "Profile.load") -> "Profile":
+        """Load a profile from a YAML or JSON file (a top-level ``profile:`` key is accepted: a problem file's); a
+        file of another kind is an ``InputError`` saying what ``taker`` (a command, an option) takes."""
         data = load_mapping(path)
         if isinstance(data.get("profile"), dict):
             data = data["profile"]
+        else:
+            check_kind(data, str(path), [PROFILE], taker)
         return cls.parse(data, str(path))
 
     def save(self, path: str | Path) -> None:

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 from zbsolve.base.errors import InputError, ScheduleError
 from zbsolve.base.files import write_atomic
 from zbsolve.core.placement import Placement
-from zbsolve.base.inputs import InputModel, read_text
+from zbsolve.base.inputs import InputModel, load_mapping, read_text
+from zbsolve.base.kinds import DOCUMENT, check_kind
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline
@@ -111,10 +112,13 @@ def write_document(timeline: Timeline, path: str | Path, **extra: object) -> dic
     return doc
 
 
-def from_document(data: object, where: str = "schedule document") -> tuple[Schedule, Planned]:
+def from_document(data: object, where: str = "schedule document",
+                  taker: str = "from_document") -> tuple[Schedule, Planned]:
     """Parse a document into a Schedule and its planned (start, end) per op. Bad input is an ``InputError`` line
-    that starts with ``where`` (e.g. the file) and names the field and the value; fewer passes than microbatches
-    is a ``ScheduleError`` (before a list as long as the microbatches is built)."""
+    that starts with ``where`` (e.g. the file) and names the field and the value, or for a file of another kind
+    what ``taker`` takes; fewer passes than microbatches is a ``ScheduleError`` (before a list as long as the
+    microbatches is built)."""
+    check_kind(data, where, [DOCUMENT], taker)
     if not isinstance(data, dict):
         raise InputError(f"{where}: the top level is a {type(data).__name__}, not a schedule document (a JSON "
                          "object)")
@@ -145,17 +149,27 @@ def from_document(data: object, where: str = "schedule document") -> tuple[Sched
     return schedule, [[(o.start, o.end) for o in dev] for dev in doc.devices]
 
 
-def read_json(path: str | Path) -> object:
-    """The JSON value in the file at ``path``; an ``InputError`` line naming the file otherwise."""
+def read_json(path: str | Path, taker: str | None = None) -> object:
+    """The JSON value in the file at ``path``; an ``InputError`` line naming the file otherwise. With ``taker``, a
+    file that is no JSON but a YAML file of another kind than a schedule document (``base.kinds``) is an
+    ``InputError`` saying what ``taker`` takes."""
     try:
         return json.loads(read_text(path))
     except (ValueError, RecursionError) as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from None
+        error = InputError(f"{path} is not valid JSON: {exc}")
+    if taker is not None and Path(path).suffix != ".json":
+        try:
+            data = load_mapping(path)
+        except InputError:
+            data = None
+        check_kind(data, str(path), [DOCUMENT], taker)
+    raise error from None
 
 
-def read_document(path: str | Path) -> tuple[Schedule, Planned]:
-    """Read a schedule document from a JSON file; errors name the file, the field and the value."""
-    return from_document(read_json(path), str(path))
+def read_document(path: str | Path, taker: str = "read_document") -> tuple[Schedule, Planned]:
+    """Read a schedule document from a JSON file; errors name the file, the field and the value, or for a file of
+    another kind what ``taker`` takes."""
+    return from_document(read_json(path, taker), str(path), taker)
 
 
 @dataclass(frozen=True)
@@ -170,14 +184,21 @@ class Loaded:
     """Its "partition", "device_memory" and "reserve" sections, checked against the schedule (None without)."""
     data: dict
     """The document as read."""
+    where: str = "schedule document"
+    """Where it was read from, as its errors start: the file."""
 
 
-def load_document(path: str | Path) -> Loaded:
-    """The schedule document at ``path`` with its costs; errors name the file, the field and the value."""
-    data = read_json(path)
-    schedule, planned = from_document(data, str(path))
+def load_document(path: str | Path, taker: str = "load_document") -> Loaded:
+    """The schedule document at ``path`` with its costs; errors name the file, the field and the value, or for a
+    file of another kind what ``taker`` (a command) takes."""
+    return document_of(read_json(path, taker), str(path), taker)
+
+
+def document_of(data: object, where: str = "schedule document", taker: str = "document_of") -> Loaded:
+    """The schedule document ``data`` (as read from JSON) with its costs; errors start with ``where``."""
+    schedule, planned = from_document(data, where, taker)
     assert isinstance(data, dict)  # from_document refuses anything else
-    return Loaded(schedule, planned, document_costs(data, schedule, str(path)), data)
+    return Loaded(schedule, planned, document_costs(data, schedule, where), data, where)
 
 
 DRIFT_SHARE = 1e-6

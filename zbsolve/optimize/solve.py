@@ -197,7 +197,7 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     when no schedule fits."""
     began = time.monotonic()
     if isinstance(profile, (str, os.PathLike)):
-        profile = load_costs(profile)
+        profile = load_costs(profile, "zbsolve.solve")
     request = Request(mem_limit=mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
                       placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
                       seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,

@@ -175,7 +175,7 @@ def _simulated(setting: BaselineSetting, split: str, name: str, chunks: int, cou
         timeline = simulate(builtin_schedule(name, profile, p, setting.num_microbatches, chunks))
     except ZbsolveError as exc:
         return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
-    used = tuple(gib(b) for b in costs.used(timeline.peak_memory))
+    needed = tuple(gib(b) for b in costs.needed(timeline.peak_memory))
     recomputed = tuple(sum(a <= i < b for i in costs.recomputed) for a, b in costs.ranges)
-    return Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, used,
+    return Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, needed,
                     costs.first_over(timeline.peak_memory) is None, "", shown, chunks=chunks, recomputed=recomputed)

@@ -122,7 +122,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     began = time.monotonic()
     p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
     if isinstance(model, (str, os.PathLike)):
-        model = Model.load(model)
+        model = Model.load(model, "zbsolve.plan")
     if not isinstance(model, Model):
         raise InputError(f"model = {model!r} must be a zbsolve.problem.model.Model or the path of a model file")
     missing = untimed(model.layers)

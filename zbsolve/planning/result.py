@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
+from zbsolve.io.exports import export_document
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import BUILTINS
 
@@ -62,7 +64,8 @@ class Baseline:
     bubble: float | None
     """1 - work / (devices x step_time)."""
     memory_gib: tuple[float, ...] | None
-    """Per device, static bytes + peak activations, GiB."""
+    """Per device, the device memory it needs (``Costs.needed``: static bytes + peak activations + reserve), GiB:
+    the row fits exactly when none is above the device memory ("max GiB" is the largest)."""
     fits: bool
     """Whether every device's memory and the reserve fit the device memory."""
     note: str = ""
@@ -139,6 +142,11 @@ class PlanResult(Shown):
         """Layers per stage."""
         return tuple(b - a for a, b in self.costs.ranges)
 
+    @property
+    def partition(self) -> tuple[int, ...]:
+        """Layers per stage, as the summary, the repr and ``zbsolve plan`` name them (``counts``)."""
+        return self.counts
+
     def best_baseline(self, split: str | None = None) -> Baseline | None:
         """The fastest baseline that fits (on ``split`` alone when given)."""
         fitting = [b for b in self.baselines if b.fits and b.step_time is not None and split in (None, b.split)]
@@ -163,6 +171,15 @@ class PlanResult(Shown):
                 "candidates": [c.__dict__ | {"counts": list(c.counts)} for c in self.candidates], "log": self.log}
         extra = {**costs_section(self.costs), "plan": _finite(plan)}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
+
+    def export(self, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
+               renames: Sequence[str] = ()) -> str:
+        """Export the schedule in ``format`` (one of ``zbsolve.io.exports.FORMATS``: torch-csv, torchtitan, megatron)
+        to ``path`` (a file; a folder for torchtitan; megatron prints without one), byte for byte as ``zbsolve
+        export`` exports the document ``to_json(path)`` writes (from memory: no document is written). Returns the
+        main text: the CSV, or Megatron's arguments. ``microbatch_size`` and ``renames`` are torchtitan's."""
+        return export_document(self.to_json(), format, path, microbatch_size=microbatch_size, renames=renames,
+                               taker="PlanResult.export")[1]
 
     def __repr__(self) -> str:
         return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "

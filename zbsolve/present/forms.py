@@ -1,13 +1,20 @@
-"""The forms of results in the terminal and in Jupyter: each a table of its headline figures."""
+"""The forms of results in the terminal and in Jupyter: each a table of its headline figures; and their charts
+(``result.plot()``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
-from zbsolve.base.shown import FORMS, Forms
+from zbsolve.base.shown import CHARTS, FORMS, Forms
 from zbsolve.optimize.result import SolveResult
 from zbsolve.planning.result import PlanResult
 from zbsolve.present.tables import figures_html, figures_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def solve_figures(result: SolveResult) -> dict[str, object]:
@@ -27,3 +34,36 @@ def plan_table(result: PlanResult) -> Table:
 
 FORMS[SolveResult] = Forms(solve_table, lambda result: figures_html(solve_figures(result)))
 FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(result.summary()))
+
+
+def solve_chart(result: SolveResult, path: str | Path | None = None) -> Figure:
+    """A solve's Gantt chart with its memory panel, titled as ``zbsolve solve --chart`` titles it (the model's name,
+    else "solve"); written to ``path`` (.png or .svg) when given."""
+    from zbsolve.present.plot import check_chart_path, plot_timeline, save_figure  # matplotlib, when first drawn
+
+    if path is not None:
+        check_chart_path(path, "path")
+    model = result.costs.model if result.costs is not None else None
+    title = (f"{model.name if model is not None else 'solve'}: {result.solver}, {result.status_text}; the schedule "
+             f"is {result.schedule.name}'s")
+    fig = plot_timeline(result.timeline, memory=True, costs=result.costs, title=title)
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+def plan_chart(result: PlanResult, path: str | Path | None = None) -> Figure:
+    """A plan's chart (``present.plot.plot_plan``), as ``zbsolve plan --chart`` draws it; written to ``path`` (.png or
+    .svg) when given."""
+    from zbsolve.present.plot import check_chart_path, plot_plan, save_figure  # matplotlib, when first drawn
+
+    if path is not None:
+        check_chart_path(path, "path")
+    fig = plot_plan(result)
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+CHARTS[SolveResult] = solve_chart
+CHARTS[PlanResult] = plan_chart

@@ -254,14 +254,19 @@ def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str
     return check_output(path, what, inputs)
 
 
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG or SVG, chosen by ``path``'s suffix, whole or not at all; return the path."""
+    path = check_chart_path(path)
+    write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
+    return path
+
+
 def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None,
                costs: Costs | None = None) -> Path:
     """Write the chart of ``timeline`` (``plot_timeline``) as PNG or SVG, chosen by ``path``'s suffix, whole or not
     at all; return the path."""
-    path = check_chart_path(path)
-    fig = plot_timeline(timeline, memory=memory, title=title, costs=costs)
-    write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
-    return path
+    check_chart_path(path)
+    return save_figure(plot_timeline(timeline, memory=memory, title=title, costs=costs), path)
 
 
 def plot_plan(result: "PlanResult") -> Figure:
@@ -300,7 +305,5 @@ def plot_plan(result: "PlanResult") -> Figure:
 
 def save_plan_chart(result: "PlanResult", path: str | Path) -> Path:
     """Write ``plot_plan(result)`` as PNG or SVG, chosen by ``path``'s suffix, whole or not at all; return the path."""
-    path = check_chart_path(path)
-    fig = plot_plan(result)
-    write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower()[1:], dpi=150))
-    return path
+    check_chart_path(path)
+    return save_figure(plot_plan(result), path)

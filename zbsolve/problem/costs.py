@@ -86,6 +86,11 @@ class Costs:
         """Per device, the bytes it uses: its static bytes and its peak activations (``peaks``), the reserve apart."""
         return tuple(static + peak for static, peak in zip(self.static_bytes, peaks))
 
+    def needed(self, peaks: Sequence[float]) -> tuple[float, ...]:
+        """Per device, the device memory it needs: what it uses (``used``) and the reserve; a schedule fits
+        (``first_over``) when none needs more than the device memory."""
+        return tuple(used + self.reserve for used in self.used(peaks))
+
     def device_layers(self) -> list[list[tuple[int, int]]]:
         """Per device, the layer ranges of the stages it holds, in stage order (empty lists for a bare profile)."""
         held: list[list[tuple[int, int]]] = [[] for _ in self.static_bytes]

@@ -16,6 +16,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, PositiveInt, model_vali
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel
+from zbsolve.base.kinds import MODEL
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite duration in seconds."""
@@ -158,6 +159,7 @@ class Model(InputModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     what: ClassVar[str] = "model"
+    file_kind: ClassVar[str | None] = MODEL
 
     name: str = "model"
     """Short name, e.g. "llama3-8b"."""

@@ -12,6 +12,7 @@ from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
 from zbsolve.base.inputs import InputModel, load_mapping
+from zbsolve.base.kinds import MODEL, PROBLEM, PROFILE, check_kind, file_kind
 from zbsolve.core.profile import Profile
 
 
@@ -21,6 +22,7 @@ class Problem(InputModel):
 
     model_config = ConfigDict(extra="forbid")
     what: ClassVar[str] = "problem"
+    file_kind: ClassVar[str | None] = PROBLEM
 
     name: str = "problem"
     """Short name, e.g. "1.5b-p8-m24"."""
@@ -39,7 +41,11 @@ class Problem(InputModel):
     description: str = ""
     """Where the problem comes from."""
     published: dict[str, FiniteFloat] = Field(default_factory=dict)
-    """Published bubble rates (paper definition) by schedule name, for comparison."""
+    """The paper's bubble (``paper_bubble``) of each schedule in the paper's table for this p and m, by name."""
+    time_unit: str = ""
+    """The unit of the profile's times, as tables and charts name it (e.g. "us"); empty when the file says none."""
+    memory_unit: str = ""
+    """The unit of the profile's memory figures, likewise (e.g. "Table 1 units")."""
 
     @model_validator(mode="after")
     def _one_limit(self) -> "Problem":
@@ -48,22 +54,26 @@ class Problem(InputModel):
         return self
 
 
-def load_input(path: str | Path) -> Problem | Model | Profile:
-    """What a file given to ``zbsolve solve`` holds, told by its keys: a model (``layers``), a problem
-    (``num_devices``/``num_microbatches``), or else a bare per-stage profile (as ``zbsolve profile`` writes it)."""
+def load_input(path: str | Path, taker: str = "load_input") -> Problem | Model | Profile:
+    """What a file given to ``zbsolve solve`` holds, told by its keys (``base.kinds.file_kind``): a model, a problem
+    (or a file of no kind known: a bare per-stage profile, as ``zbsolve profile`` writes it); a file of another kind
+    is an ``InputError`` saying what ``taker`` takes."""
     data = load_mapping(path)
-    if "layers" in data:
+    check_kind(data, str(path), [PROBLEM, MODEL, PROFILE], taker)
+    given = file_kind(data)
+    if given == MODEL:
         return Model.load(path)
-    if "num_devices" in data or "num_microbatches" in data:
+    if given == PROBLEM:
         return Problem.load(path)
     return Profile.load(path)
 
 
-def load_costs(path: str | Path) -> Model | Profile:
+def load_costs(path: str | Path, taker: str = "load_costs") -> Model | Profile:
     """The model or the bare per-stage profile in the file at ``path``, for ``solve`` and ``plan`` from Python; a
     problem file is refused with what to do instead."""
-    given = load_input(path)
+    given = load_input(path, taker)
     if isinstance(given, Problem):
-        raise InputError(f"{path}: a problem file (num_devices, num_microbatches and a limit): pass "
-                         "Problem.load(path).profile with them, or run zbsolve solve on it")
+        raise InputError(f"{path} is a {PROBLEM}; {taker} takes a {MODEL} or a {PROFILE}: pass "
+                         "Problem.load(path).profile with its num_devices and num_microbatches, or run zbsolve solve "
+                         "on it")
     return given

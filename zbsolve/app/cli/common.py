@@ -62,7 +62,7 @@ def cli_errors(fn: Callable) -> Callable:
 
 def read_profile(path: Optional[Path]) -> Profile:
     """The profile in ``path``, or unit times when none is given."""
-    return UNIT if path is None else Profile.load(path)
+    return UNIT if path is None else Profile.load(path, "--profile")
 
 
 def device_count(devices: Optional[int], stages: Optional[int]) -> int:

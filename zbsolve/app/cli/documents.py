@@ -28,7 +28,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     """
     from zbsolve.problem.costs import check_fits, memory_figures
 
-    loaded = load_document(file)
+    loaded = load_document(file, "zbsolve check")
     sched, costs = loaded.schedule, loaded.costs
     timeline = simulate(sched)
     if costs is not None:
@@ -58,7 +58,7 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
     from zbsolve.present.plot import check_chart_path, save_chart
 
     check_chart_path(output, "--output", [file])
-    loaded = load_document(file)
+    loaded = load_document(file, "zbsolve plot")
     save_chart(simulate(loaded.schedule), output, memory=memory, costs=loaded.costs)
     if not quiet:
         out.print(f"wrote {output}", markup=False)
@@ -93,7 +93,7 @@ def export(
             err.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
 
     written, text = export_document(file, fmt, output, microbatch_size=microbatch_size, renames=rename or (),
-                                    note=note)
+                                    note=note, taker="zbsolve export")
     if not written:
         out.print(text, markup=False, highlight=False, soft_wrap=True)
     elif not quiet:

@@ -44,7 +44,7 @@ def frontier(
         check_output(output, "--output", [problem])
     if chart:
         check_chart(chart, "--chart", [problem])
-    prob = Problem.load(problem)
+    prob = Problem.load(problem, "zbsolve frontier")
     values = numbers(factors, "--factors")
     names = tuple(x.strip() for x in placements.split(",") if x.strip())
     with interruptible("before any solve finished"):

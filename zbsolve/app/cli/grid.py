@@ -41,7 +41,7 @@ def grid(
     from zbsolve.app.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
     from zbsolve.base.interrupt import exit_code, signals_as_interrupt
 
-    spec = Grid.load(file)
+    spec = Grid.load(file, "zbsolve grid")
     inputs = [file, *spec.problems, *spec.models]
     check_output(output, "--output", inputs)
     if summary is not None:

@@ -124,7 +124,7 @@ def plan(
     if chart:
         check_chart_path(chart, "--chart", [model])
     with interruptible("before the first plan was found"):
-        loaded = Model.load(model)
+        loaded = Model.load(model, "zbsolve plan")
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
             result = run_plan(loaded, device_memory=device_memory, progress=update, **args.keywords())
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
@@ -158,7 +158,7 @@ def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: boo
     options = args.keywords()  # --chunks checked before the chart's path
     if chart:
         check_chart(chart, "--chart", [path])
-    loaded = Model.load(path)
+    loaded = Model.load(path, "zbsolve plan")
     with interruptible("before the frontier was finished"):
         with progress(f"{loaded.name}: frontier over {len(memories)} device memories", quiet or as_json) as update:
             points = plan_frontier(loaded, memories, progress=update, **options)

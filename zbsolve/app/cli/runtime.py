@@ -56,7 +56,7 @@ def run(
     from zbsolve.runtime.launch import torchrun_rank
     from zbsolve.runtime.modules import ModelSpec
 
-    loaded = load_document(file)
+    loaded = load_document(file, "zbsolve run")
     sched = loaded.schedule
     spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
     options = RunOptions(model=spec, steps=steps, device=device, check=check, batch_size=batch_size,

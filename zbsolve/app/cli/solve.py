@@ -73,7 +73,7 @@ def solve(
     if chart:
         check_chart_path(chart, "--chart", [problem])
     with interruptible("before the first schedule was built"):
-        given = load_input(problem)
+        given = load_input(problem, "zbsolve solve")
         published: dict[str, float] = {}
         if isinstance(given, Problem):
             costs: Profile | Model = given.profile

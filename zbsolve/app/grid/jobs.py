@@ -17,6 +17,7 @@ from zbsolve.planning.planner import search_placements
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import Problem
 from zbsolve.base.inputs import load_mapping, pydantic_message
+from zbsolve.base.kinds import GRID, check_kind
 from zbsolve.core.profile import Profile
 from zbsolve.problem.request import Request, SolverName
 from zbsolve.core.placement import PlacementName, PlanPlacement
@@ -90,10 +91,12 @@ class Grid(BaseModel):
         return self
 
     @classmethod
-    def load(cls, path: str | Path) -> "Grid":
-        """Read a grid file; problem paths become relative to it."""
+    def load(cls, path: str | Path, taker: str = "Grid.load") -> "Grid":
+        """Read a grid file; problem paths become relative to it. A file of another kind is an ``InputError`` saying
+        what ``taker`` (a command) takes."""
         path = Path(path)
         data = load_mapping(path)
+        check_kind(data, str(path), [GRID], taker)
         try:
             grid = cls.model_validate(data)
         except ValidationError as exc:
@@ -181,7 +184,7 @@ def _plans(grid: Grid) -> list[PlanJob]:
     jobs = []
     for i, path in enumerate(grid.models):
         try:
-            model = Model.load(path)
+            model = Model.load(path, "the grid's models list")
         except InputError as exc:
             raise InputError(f"{grid.source}: models.{i}: {exc}") from None
         memories = [None] if a.device_memory is None else \
@@ -203,7 +206,7 @@ def _problems(grid: Grid) -> list[Problem]:
         problems = []
         for i, path in enumerate(grid.problems):
             try:
-                problems.append(Problem.load(path))
+                problems.append(Problem.load(path, "the grid's problems list"))
             except InputError as exc:
                 raise InputError(f"{grid.source}: problems.{i}: {exc}") from None
         return problems

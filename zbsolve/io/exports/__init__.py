@@ -4,12 +4,13 @@ baselines and the exports all read ``RUNTIMES``, so no plan for a target is refu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
-from zbsolve.io.document import read_document
+from zbsolve.io.document import document_of, from_document, load_document, read_document
 from zbsolve.io.exports.megatron import MEGATRON, MEGATRON_CORE_VERSION, megatron_args, megatron_export, \
     megatron_recompute, megatron_schedule
 from zbsolve.io.exports.plan import Plan, read_plan
@@ -38,29 +39,40 @@ def check_target(target: str) -> Runtime:
     return RUNTIMES[target]
 
 
-def export_document(path: str | Path, fmt: str, output: str | Path | None, *, microbatch_size: int | None = None,
-                    renames: Sequence[str] = (), note: Callable[[str], None] | None = None) -> tuple[list[Path], str]:
-    """Export the schedule document at ``path`` in format ``fmt`` (one of ``FORMATS``) to ``output``: a file for
-    torch-csv and megatron, a folder for torchtitan; megatron alone may go without (nothing is written). Returns the
-    files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's arguments. No file written
-    may be the document. ``microbatch_size`` (default 1), ``renames`` and ``note`` (``export_torchtitan``'s lines
-    for the user) apply to torchtitan only."""
+def export_document(document: str | Path | dict, fmt: str, output: str | Path | None, *,
+                    microbatch_size: int | None = None, renames: Sequence[str] = (),
+                    note: Callable[[str], None] | None = None,
+                    taker: str = "export_document") -> tuple[list[Path], str]:
+    """Export a schedule document in format ``fmt`` (one of ``FORMATS``) to ``output``: a file for torch-csv and
+    megatron, a folder for torchtitan; megatron alone may go without (nothing is written). The document is the file
+    at ``document``, or ``document`` itself (a result's ``to_json()``), exported as its file would be. Returns the
+    files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's arguments. No file written may be
+    the document. ``microbatch_size`` (default 1), ``renames`` and ``note`` (``export_torchtitan``'s lines for the
+    user) apply to torchtitan only; a file of another kind than a schedule document is an ``InputError`` saying what
+    ``taker`` takes."""
     if fmt not in FORMATS:
         raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
     if fmt != "torchtitan" and (microbatch_size is not None or renames):
         given = f"microbatch_size = {microbatch_size}" if microbatch_size is not None else f"rename = {renames[0]!r}"
         raise InputError(f"{given} applies to format 'torchtitan' only, not {fmt!r}")
+    if output is None and fmt != "megatron":
+        raise InputError(f"output is missing: format {fmt!r} writes files")
+    inputs = [] if isinstance(document, dict) else [document]
+    if output is not None and fmt != "torchtitan":  # a file; torchtitan's folder is checked by its export
+        check_output(output, "output", inputs)
+    if isinstance(document, dict):  # read as its file would be: lists for tuples, JSON's numbers
+        document = json.loads(json.dumps(document))
+    if fmt == "torch-csv":  # the schedule alone: its costs, if any, are not read
+        schedule = (from_document(document, taker=taker) if isinstance(document, dict)
+                    else read_document(document, taker))[0]
+        return [Path(output)], export_schedule(schedule, output)  # type: ignore[arg-type]
+    loaded = document_of(document, taker=taker) if isinstance(document, dict) else load_document(document, taker)
     if output is None:
-        if fmt != "megatron":
-            raise InputError(f"output is missing: format {fmt!r} writes files")
-        return [], megatron_export(read_plan(path, fmt))
+        return [], megatron_export(read_plan(loaded, fmt))
     if fmt == "torchtitan":
-        files = export_torchtitan(read_plan(path, fmt), output, 1 if microbatch_size is None else microbatch_size,
-                                  renames, [path], note)
+        files = export_torchtitan(read_plan(loaded, fmt), output,
+                                  1 if microbatch_size is None else microbatch_size, renames, inputs, note)
         return list(files), files[Path(output) / CSV_NAME]
-    check_output(output, "output", [path])
-    if fmt == "torch-csv":
-        return [Path(output)], export_schedule(read_document(path)[0], output)
-    text = megatron_export(read_plan(path, fmt))
+    text = megatron_export(read_plan(loaded, fmt))
     write_atomic(output, text + "\n")
     return [Path(output)], text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
-from zbsolve.io.document import load_document
+from zbsolve.io.document import Loaded, load_document
 from zbsolve.io.exports.runtime import Runtime, refused
 from zbsolve.problem.model import Model
 from zbsolve.problem.recompute import stage_blocks
@@ -62,14 +62,14 @@ def counted(stages: Sequence[tuple[list[int], list[int]]]) -> str:
             f"{[len(blocks) for blocks, _ in stages]} blocks")
 
 
-def read_plan(path: str | Path, fmt: str) -> Plan:
-    """The plan in the schedule document at ``path``; a document without a "partition" section is an
-    ``InputError`` naming it and the format ``fmt`` that needs it."""
-    loaded = load_document(path)
+def read_plan(document: str | Path | Loaded, fmt: str) -> Plan:
+    """The plan in the schedule document at ``document`` (or read: ``io.document.Loaded``); a document without a
+    "partition" section is an ``InputError`` naming it and the format ``fmt`` that needs it."""
+    loaded = document if isinstance(document, Loaded) else load_document(document)
     section, costs = loaded.data.get("partition"), loaded.costs
     if section is None:
-        raise InputError(f"{path}: partition is missing; format {fmt!r} needs the model's layers and stages (solve "
-                         "a model description, e.g. problems/models/llama3-8b.yaml)")
+        raise InputError(f"{loaded.where}: partition is missing; format {fmt!r} needs the model's layers and stages "
+                         "(solve a model description, e.g. problems/models/llama3-8b.yaml)")
     assert costs is not None and costs.model is not None  # the partition section is there
     records = section["layers"]
     layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})

@@ -15,6 +15,7 @@ from typing import Any
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import load_mapping
+from zbsolve.base.kinds import HF_CONFIG, check_kind
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """The dense decoders' ``model_type`` values of config.json that ``estimate`` takes."""
@@ -255,11 +256,14 @@ def _deepseek(data: dict, kind: str, where: str) -> dict[str, Any]:
 
 
 def read_config(config: dict | str | Path) -> tuple[dict, str]:
-    """The config's mapping and the name its errors start with."""
+    """The config's mapping and the name its errors start with; a file of another kind (``base.kinds``) is an
+    ``InputError`` saying that ``zbsolve estimate`` takes a Hugging Face config.json."""
     if isinstance(config, dict):
         return config, "config"
     if isinstance(config, (str, Path)):
-        return load_mapping(config), str(config)
+        data = load_mapping(config)
+        check_kind(data, str(config), [HF_CONFIG], "zbsolve estimate")
+        return data, str(config)
     raise InputError(f"config = {config!r}: should be a mapping or the path of a config.json")
 
 
