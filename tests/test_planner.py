@@ -282,3 +282,65 @@ def test_plan_command_refuses_chunks_that_are_no_count(chunks):
                               "--chunks", chunks])
     assert run.exit_code == 2
     assert f"error: --chunks = '{chunks}' must be a whole number >= 1 or auto" in " ".join(run.output.split())
+
+
+def test_placements_dropped_from_the_search_are_named_with_why():
+    """``--chunks 100`` over 8 devices of 83 layers leaves the sequential placement alone, and says so; an odd count
+    drops the V-shape alone (``auto`` takes it for the interleaved placement too); counts of ``--chunks auto`` over
+    the layers or the size limit are named together."""
+    from zbsolve.planning.planner import search_placements
+
+    def searched(*args):
+        notes: list[str] = []
+        return search_placements(*args, notes.append), notes
+
+    assert searched("auto", 100, 8, 83, 64) == ([("sequential", 1)], [
+        "interleaved x100: not searched: 800 stages over 8 devices, more than the model's 83 layers",
+        "vshape x100: not searched: 800 stages over 8 devices, more than the model's 83 layers"])
+    assert searched("auto", 3, 8, 83, 64) == ([("sequential", 1), ("interleaved", 3)], [
+        "vshape x3: not searched: the V-shape needs an even number of stages per device"])
+    kept, notes = searched("auto", "auto", 16, 83, 64)
+    assert ("interleaved", 5) in kept and ("interleaved", 6) not in kept and ("vshape", 6) not in kept
+    assert notes == ["interleaved x6, x7, x8: not searched: 96 or more stages over 16 devices, more than the "
+                     "model's 83 layers",
+                     "vshape x6, x8: not searched: 96 or more stages over 16 devices, more than the model's 83 layers"]
+    kept, notes = searched("interleaved", "auto", 8, 83, 100_000)
+    assert kept == [("interleaved", c) for c in (2, 3, 4)]
+    assert notes == ["interleaved x5, x6, x7, x8: not searched: 40 or more stages over 8 devices are over the size "
+                     "limit (40 stages x 100000 microbatches would be 12,000,000 passes; the limit is 10,000,000: "
+                     "give fewer --devices or --microbatches)"]
+    assert searched("auto", None, 4, 15, 8) == ([("sequential", 1), ("interleaved", 2), ("vshape", 2)], [])
+
+
+def test_chunks_asked_for_with_a_placement_that_cannot_take_them_is_refused_naming_chunks(tmp_path):
+    from zbsolve.planning.planner import search_placements
+
+    with pytest.raises(InputError, match=r"^chunks = 100: interleaved over 8 devices with 100 stages per device is "
+                                         r"800 stages, and the model has 83 layers \(at most 10 stages per device\)$"):
+        search_placements("interleaved", 100, 8, 83, 64)
+    path = tmp_path / "heavy.yaml"
+    heavy_head().save(path)
+    done = runner.invoke(app, ["plan", str(path), "-p", "4", "-m", "8", "--device-memory", "16GiB", "--placement",
+                               "vshape", "--chunks", "4", "--jobs", "1"])
+    assert done.exit_code == 2
+    assert done.output.strip().splitlines() == ["error: chunks = 4: vshape over 4 devices with 4 stages per device is "
+                                                "16 stages, and the model has 15 layers (at most 3 stages per device)"]
+
+
+def test_a_plan_says_which_placements_it_did_not_search(tmp_path):
+    """The log of the plan and, on the command line, a note on stderr; an odd --chunks plans without the V-shape
+    (it was refused whole)."""
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = plan(heavy_head(), num_devices=2, num_microbatches=4, device_memory="32GiB", reserve=0, chunks=3,
+                      time_limit=5, executor=pool)
+    assert "vshape x3: not searched: the V-shape needs an even number of stages per device" in result.log.splitlines()
+    assert {(c.placement, c.chunks) for c in result.candidates} == {("sequential", 1), ("interleaved", 3)}
+    path = tmp_path / "heavy.yaml"
+    heavy_head().save(path)
+    done = runner.invoke(app, ["plan", str(path), "-p", "4", "-m", "8", "--device-memory", "16GiB", "--chunks", "100",
+                               "--time-limit", "5", "--jobs", "1", "--json"])
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines() == [
+        "note: interleaved x100: not searched: 400 stages over 4 devices, more than the model's 15 layers",
+        "note: vshape x100: not searched: 400 stages over 4 devices, more than the model's 15 layers"]
+    assert json.loads(done.stdout)["placement"] == "sequential"

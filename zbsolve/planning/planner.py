@@ -57,11 +57,19 @@ FINISH_SECONDS = 0.5
 """Seconds kept after the final solves for re-simulating and returning the plan."""
 
 
+NOT_SEARCHED = "not searched"
+"""What the log line of a placement dropped from the search says after its name: ``"interleaved x100: not searched:
+800 stages over 8 devices, more than the model's 83 layers"``."""
+
+
 def search_placements(placement: str, chunks: int | str | None, num_devices: int, num_layers: int,
-                      num_microbatches: int) -> list[tuple[str, int]]:
+                      num_microbatches: int, note: Callable[[str], None] | None = None) -> list[tuple[str, int]]:
     """(placement, stages per device) a plan searches: those asked for with no more stages than layers; with
     ``chunks`` "auto", every count from 2 to ``MAX_CHUNKS`` (even ones for the V-shape) within the size limit.
-    None left, or a count asked for that is over the size limit (``check_size``), is an ``InputError``."""
+    ``note`` hears one line per placement dropped (with "auto": more stages than layers, an odd count for the
+    V-shape; with ``chunks`` "auto": a count over the size limit), naming it, its counts and why. None left, a
+    placement and count asked for by name that cannot be, or a count asked for that is over the size limit
+    (``check_size``), is an ``InputError``."""
     check_placement(placement, ("auto", *SUPPORTED_PLACEMENTS))
     names = [name for name, _ in AUTO_PLACEMENTS] if placement == "auto" else [placement]
     if chunks == "auto":
@@ -73,16 +81,51 @@ def search_placements(placement: str, chunks: int | str | None, num_devices: int
         raise InputError(f"chunks = {chunks!r} must be a whole number >= 1 or 'auto'")
     if placement == "vshape":
         check_chunks(placement, asked[0][1])
-    fitting = [(name, c) for name, c in asked if c * num_devices <= num_layers]
+    fitting: list[tuple[str, int]] = []
+    dropped: dict[tuple[str, str], list[int]] = {}
+    for name, c in asked:
+        if name == "vshape" and c % 2:
+            why = "odd"  # only with "auto", which takes --chunks for the interleaved placement as well
+        elif c * num_devices > num_layers:
+            why = "layers"
+        elif chunks == "auto" and name != "sequential" and not _within_size(c * num_devices, num_microbatches):
+            why = "size"
+        else:
+            fitting.append((name, c))
+            continue
+        dropped.setdefault((name, why), []).append(c)
     if not fitting:
-        raise InputError(f"num_devices = {num_devices}: {asked[0][1] * num_devices} stages need at least as many "
-                         f"layers, and the model has {num_layers}")
-    if chunks == "auto":
-        fitting = [(name, c) for name, c in fitting if name == "sequential" or _within_size(c * num_devices,
-                                                                                             num_microbatches)]
+        name, c = asked[0]
+        if isinstance(chunks, int) and name != "sequential" and placement != "auto" and num_devices <= num_layers:
+            most = num_layers // num_devices
+            raise InputError(f"chunks = {c}: {name} over {num_devices} devices with {c} stages per device is "
+                             f"{c * num_devices} stages, and the model has {num_layers} layers (at most {most} "
+                             f"stage{'s' if most > 1 else ''} per device)")
+        if c * num_devices > num_layers:
+            raise InputError(f"num_devices = {num_devices}: {c * num_devices} stages need at least as many "
+                             f"layers, and the model has {num_layers}")
+        check_size(c * num_devices, num_microbatches)  # every count over the size limit: the least one's refusal
     for _, c in fitting:
         check_size(c * num_devices, num_microbatches)
+    for (name, why), counts in dropped.items():
+        if note is not None:
+            note(f"{name} {', '.join(f'x{c}' for c in counts)}: {NOT_SEARCHED}: "
+                 f"{_why_dropped(why, min(counts), len(counts) > 1, num_devices, num_layers, num_microbatches)}")
     return fitting
+
+
+def _why_dropped(why: str, chunks: int, more: bool, num_devices: int, num_layers: int, num_microbatches: int) -> str:
+    """Why a placement with ``chunks`` stages per device (the least of several when ``more``) is not searched."""
+    if why == "odd":
+        return "the V-shape needs an even number of stages per device"
+    stages = f"{chunks * num_devices}{' or more' if more else ''} stages over {num_devices} devices"
+    if why == "layers":
+        return f"{stages}, more than the model's {num_layers} layers"
+    try:
+        check_size(chunks * num_devices, num_microbatches)
+    except InputError as exc:
+        return f"{stages} are over the size limit ({exc})"
+    return stages
 
 
 def _within_size(num_stages: int, num_microbatches: int) -> bool:
@@ -118,7 +161,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     time in local worker processes (default: all cores; ``zbsolve.base.parallel.start_method``: a script without
     ``if __name__ == "__main__":`` and a notebook work as they are) or on ``executor``
     ("dask://HOST:PORT" or a ``concurrent.futures.Executor``); the final CP-SAT solves run in this process. An
-    interrupt returns the best plan found so far."""
+    interrupt (``KeyboardInterrupt``) returns the best plan found so far, with ``interrupted`` set and the log saying
+    so; one before the search has timed a partition that fits propagates (nothing is planned yet). ``progress``
+    hears each line of the log, the placements not searched (``NOT_SEARCHED``) first."""
     began = time.monotonic()
     p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
     if isinstance(model, (str, os.PathLike)):
@@ -139,8 +184,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         layout_counts(model, baseline_layout, p)  # refused before the search when it does not suit the model
     if jobs is not None:
         check_count("jobs", jobs)
-    placements = runnable(target, model, search_placements(placement, "auto" if chunks == "auto" else request.chunks,
-                                                           p, len(model.layers), m), placement, p, m)
+    notes: list[str] = []  # said once the search's log exists
+    asked = chunks if chunks in (None, "auto") else request.chunks  # None: the default, which no one asked for
+    placements = runnable(target, model, search_placements(placement, asked, p, len(model.layers), m, notes.append),
+                          placement, p, m)
     options = [(name, c, rc) for name, c in placements for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
@@ -152,16 +199,26 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     interrupted, finished = False, False
     bound = math.inf
     try:
+        for line in notes:
+            search.say(line)
         bound = bounds(search, options, time_limit * BOUND_SHARE, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
         local_search(search, options, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
         finished = True
     except KeyboardInterrupt:
         interrupted = True
+        if best_of(search, lambda x: True) is None:  # nothing to plan with: an interrupt, not "does not fit"
+            raise
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
     setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends)
-    rows = baseline_rows(setting)
+    try:
+        rows = baseline_rows(setting)
+    except KeyboardInterrupt:
+        if best_of(search, lambda x: True) is None:
+            raise
+        interrupted, rows = True, []
+        search.say("interrupted while timing the baselines: planning with the best partition found, beside none")
     # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched.
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
                and may_take(target, recompute, b.recompute) and b.counts is not None and search.accepts(b.counts)]
@@ -169,7 +226,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
                               f"{_closest(search)}")
-    timeline, source, costs, chosen = _schedule(search, interrupted)
+    timeline, source, costs, chosen, interrupted = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(setting, top)
@@ -220,25 +277,39 @@ def _closest(search: Search) -> str:
 
 
 
-def _schedule(search: Search, interrupted: bool) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str]]:
+def _schedule(search: Search, interrupted: bool
+              ) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str], bool]:
     """The ``FINALISTS`` best candidates solved by CP-SAT in turn, each given an equal share of the time left (the
-    best candidate's heuristic schedule when no time is left); the best schedule of them."""
+    best candidate's heuristic schedule when no time is left, or after an interrupt); the best schedule of them, and
+    whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves no more)."""
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
     if not ranked:
-        return None, "", None, ("", 0, "none")
+        return None, "", None, ("", 0, "none"), interrupted
     finalists = ranked[:FINALISTS] if search.left() > FINALISTS and not interrupted else ranked[:1]
     best: tuple[Timeline | None, str, Costs | None, tuple[str, int, str]] = (None, "", None, ("", 0, "none"))
     for k, candidate in enumerate(finalists):
         left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
         solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
-        result = solve_request(search.model, search.request.model_copy(update={
+        request = search.request.model_copy(update={
             "placement": candidate.placement, "chunks": candidate.chunks, "recompute": candidate.recompute,
-            "partition": candidate.counts, "solver": solver, "time_limit": max(left, 0.05)}), search.progress)
+            "partition": candidate.counts, "solver": solver, "time_limit": max(left, 0.05)})
+        try:
+            result = solve_request(search.model, request, search.progress)
+        except KeyboardInterrupt:  # before this solve had a schedule: the best one so far, or the heuristic's
+            interrupted = True
+            search.say(f"interrupted: {solver} on {candidate.label()} {list(candidate.counts)} stopped before it had "
+                       "a schedule")
+            if best[0] is not None:
+                break
+            solver = "heuristic"
+            result = solve_request(search.model, request.model_copy(update={"solver": solver}), search.progress)
         search.say(f"{solver} on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s "
                    f"({result.status})")
         if best[0] is None or result.step_time < best[0].makespan:
             best = (result.timeline, solver, result.costs, (candidate.placement, candidate.chunks,
                                                              candidate.recompute))
-    return best
-
-
+        if result.interrupted:
+            interrupted = True
+            search.say("interrupted: the final solves stop here, with the best schedule found so far")
+            break
+    return (*best, interrupted)

@@ -42,7 +42,9 @@ RESERVE = typer.Option(f"{DEFAULT_RESERVE / GIB:g}GiB", "--reserve",
 
 def cli_errors(fn: Callable) -> Callable:
     """Turn zbsolve's errors into one line on stderr (never wrapped, markup in it shown as is) and the documented
-    exit code: 2 for bad input, 1 for an invalid schedule, an infeasible problem or another failure."""
+    exit code: 2 for bad input, 1 for an invalid schedule, an infeasible problem or another failure; and an interrupt
+    that no ``interruptible`` block answered (one while the command checks its options and inputs, say) into one line
+    and 130 (143 after SIGTERM), never a traceback."""
     def fail(label: str, exc: Exception, code: int) -> typer.Exit:
         err.print(f"[red]{label}:[/red] {escape(' '.join(str(exc).split()))}", highlight=False, soft_wrap=True)
         return typer.Exit(code)
@@ -57,6 +59,10 @@ def cli_errors(fn: Callable) -> Callable:
             raise fail("invalid", exc, 1) from None
         except ZbsolveError as exc:
             raise fail("error", exc, 1) from None
+        except KeyboardInterrupt:
+            err.print(f"interrupted: zbsolve {fn.__name__} stopped before it finished", highlight=False, markup=False,
+                      soft_wrap=True)
+            raise typer.Exit(exit_code()) from None
     return wrapper
 
 
@@ -83,26 +89,27 @@ def numbers(text: str, option: str) -> list[float]:
 
 
 @contextmanager
-def interruptible(before: str) -> Iterator[None]:
+def interruptible(before: str, left: str = "nothing written") -> Iterator[None]:
     """SIGINT and SIGTERM stop the work inside as Ctrl-C does (the work keeps what it finished); an interrupt that
-    escapes it came ``before`` any result existed: one line says so and the command exits 130 (143)."""
+    escapes it came ``before`` any result existed: one line says so and what is ``left`` (``interrupted BEFORE:
+    LEFT``), and the command exits 130 (143)."""
     with signals_as_interrupt():
         try:
             yield
         except KeyboardInterrupt:
-            err.print(f"interrupted {before}: nothing written", highlight=False, markup=False, soft_wrap=True)
+            err.print(f"interrupted {before}: {left}", highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(exit_code()) from None
 
 
 @contextmanager
 def progress(description: str, quiet: bool, counted: bool = False) -> Iterator[Callable[..., None]]:
-    """A transient progress line on stderr (none when ``quiet``), and the callback that updates it: with a
-    spinner and the work's last log line (``update(line)``), or ``counted``, a bar of the jobs done
-    (``update(done, total)``)."""
+    """A transient progress line on stderr (none when ``quiet``, or when stderr is no terminal: a log file gets no
+    stray empty line), and the callback that updates it: with a spinner and the work's last log line
+    (``update(line)``), or ``counted``, a bar of the jobs done (``update(done, total)``)."""
     columns = ((TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) if counted
                else (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                      TextColumn("{task.fields[line]}")))
-    with Progress(*columns, console=err, transient=True, disable=quiet) as bar:
+    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as bar:
         task = bar.add_task(description, total=None, line="")
         if counted:
             yield lambda done, total: bar.update(task, completed=done, total=total)

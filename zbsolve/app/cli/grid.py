@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import QUIET, app, cli_errors, err, out
+from zbsolve.app.cli.common import QUIET, app, cli_errors, err, interruptible, out
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 
@@ -38,18 +38,20 @@ def grid(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from zbsolve.app.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
     from zbsolve.base.interrupt import exit_code, signals_as_interrupt
 
-    spec = Grid.load(file, "zbsolve grid")
-    inputs = [file, *spec.problems, *spec.models]
-    check_output(output, "--output", inputs)
-    if summary is not None:
-        check_output(summary, "--summary", [*inputs, output])  # the results file is read to resume
-    job_list = expand(spec)
-    keys = {job.key for job in job_list}
-    total, done = pending(job_list, output, retry_failed)
-    failures = 0 if retry_failed else sum(failed(r) for r in read_results(output) if r["hash"] in keys)
+    with interruptible("before any job ran"):  # reading the grid, its models and the results to resume from
+        from zbsolve.app.grid import Grid, expand, failed, pending, read_results, solve_grid, write_summary
+
+        spec = Grid.load(file, "zbsolve grid")
+        inputs = [file, *spec.problems, *spec.models]
+        check_output(output, "--output", inputs)
+        if summary is not None:
+            check_output(summary, "--summary", [*inputs, output])  # the results file is read to resume
+        job_list = expand(spec)
+        keys = {job.key for job in job_list}
+        total, done = pending(job_list, output, retry_failed)
+        failures = 0 if retry_failed else sum(failed(r) for r in read_results(output) if r["hash"] in keys)
     ran = 0
     interrupted = False
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[fail]}"),

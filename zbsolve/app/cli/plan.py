@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import JSON, QUIET, RESERVE, app, cli_errors, interruptible, print_result, progress, wide
+from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, app, cli_errors, err, interruptible, print_result, progress,
+                                    wide)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import gib, parse_bytes
 from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
+from zbsolve.planning.planner import NOT_SEARCHED
 from zbsolve.planning.planner import plan as run_plan
 from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart
@@ -105,7 +108,9 @@ def plan(
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
 
-    Ctrl-C (or SIGTERM) stops the search and plans with the best partition found so far.
+    Ctrl-C (or SIGTERM) stops the search, plans with the best partition found so far and exits 130 (143); before
+    the search has timed a partition that fits, it stops with nothing planned. A placement or stages per device
+    that --placement auto or --chunks asks for and the model cannot take is named on stderr, not searched.
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
@@ -123,15 +128,20 @@ def plan(
         check_output(output, "--output", [model])
     if chart:
         check_chart_path(chart, "--chart", [model])
-    with interruptible("before the first plan was found"):
+    with interruptible("before the search timed a partition that fits", "nothing planned yet, nothing written"):
         loaded = Model.load(model, "zbsolve plan")
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
-            result = run_plan(loaded, device_memory=device_memory, progress=update, **args.keywords())
+            result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, quiet),
+                              **args.keywords())
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
         if chart:
             save_plan_chart(result, chart)
+    if result.interrupted or late:
+        written = [str(path) for path in (output, chart) if path]
+        err.print(f"interrupted: the best plan found so far{' is in ' + ', '.join(written) if written else ''} "
+                  f"({len(result.candidates)} partitions timed)", highlight=False, markup=False, soft_wrap=True)
     if not quiet:
         summary = {"model": loaded.name, **result.summary()}
         if as_json:
@@ -141,6 +151,16 @@ def plan(
             wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
     if result.interrupted or late:
         raise typer.Exit(exit_code())
+
+
+def _noting(update: Callable[[str], None], quiet: bool) -> Callable[[str], None]:
+    """The plan's progress callback: each log line on the transient progress line, and those naming a placement not
+    searched (``NOT_SEARCHED``) kept on stderr as well, unless ``quiet``."""
+    def hear(line: str) -> None:
+        if not quiet and f": {NOT_SEARCHED}: " in line:
+            err.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+        update(line)
+    return hear
 
 
 def _chunks(text: Optional[str]) -> int | str | None:
