@@ -132,3 +132,22 @@ def test_an_interrupt_while_a_long_command_starts_is_one_line_and_exit_130(monke
     assert done.exit_code == 130, done.output
     assert done.output.strip().splitlines() == [said]
     assert not out.exists()
+
+
+def test_an_interrupt_while_the_command_line_imports_is_one_line(monkeypatch, capsys):
+    import builtins
+
+    from zbsolve.app import entry
+
+    real_import = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "zbsolve.app.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        entry.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "interrupted: zbsolve stopped while starting\n"

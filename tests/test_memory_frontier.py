@@ -3,6 +3,7 @@ that fits there, beside the V-shape building blocks; the chart and the JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from typer.testing import CliRunner
@@ -56,3 +57,20 @@ def test_building_blocks_are_the_families_simulated_with_their_memory():
     point = next(b for b in blocks if b.name == "zb-v" and b.recompute == "full")
     assert point.step_time == zbv.makespan
     assert point.memory == max(s + a for s, a in zip(costs.static_bytes, zbv.peak_memory)) + GIB
+
+
+def test_an_interrupted_plan_is_the_frontier_last_point(monkeypatch):
+    from zbsolve.planning import memory_frontier
+    from zbsolve.planning.planner import plan
+
+    calls: list[int] = []
+
+    def interrupted_plan(model, **kwargs):
+        calls.append(kwargs["device_memory"])
+        result = plan(model, **{**kwargs, "time_limit": 2, "jobs": 1})
+        return dataclasses.replace(result, interrupted=True)
+
+    monkeypatch.setattr(memory_frontier, "plan", interrupted_plan)
+    points = memory_frontier.plan_frontier(act_heavy(), [16 * GIB, 24 * GIB, 32 * GIB], num_devices=2,
+                                           num_microbatches=8, time_limit=6)
+    assert calls == [16 * GIB] and len(points) == 1 and points[0].step_time is not None

@@ -53,10 +53,12 @@ WATCH_SECONDS = 0.5
 
 
 def watch_parent(parent: int) -> None:
-    """Run in each worker as it starts: ignore Ctrl-C (the parent stops its workers), and watch in a thread
-    that the parent process ``parent`` is alive; once it is gone, however it died, kill this worker's own child
-    processes (a CBC solve) and the worker itself."""
+    """Run in each worker as it starts: ignore Ctrl-C and end at once on SIGTERM (the parent stops its workers; a
+    handler inherited from the parent would raise in them), and watch in a thread that the parent process ``parent``
+    is alive; once it is gone, however it died, kill this worker's own child processes (a CBC solve) and the worker
+    itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def alive() -> bool:
         try:

@@ -42,6 +42,8 @@ class MemoryPoint:
     """The fastest baseline that fits without recomputation (None: none fits)."""
     baseline_recomputed: float | None
     """The fastest baseline that fits with recomputation."""
+    recompute: str | None = None
+    """What the plan recomputes (``PlanResult.recompute``: "none" for nothing; None: no plan)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def plan_frontier(model: Model, memories: Sequence[int], *, num_devices: int, nu
                   time_limit: float, progress: Callable[[str], None] | None = None,
                   **options: object) -> list[MemoryPoint]:
     """``plan`` at each of ``memories`` (bytes), ``time_limit`` shared equally, ``options`` as ``plan`` takes them;
-    each point the better of its plan and the one below it."""
+    each point the better of its plan and the one below it. An interrupted plan is the last point."""
     points: list[MemoryPoint] = []
     for memory in memories:
         try:
@@ -81,9 +83,12 @@ def plan_frontier(model: Model, memories: Sequence[int], *, num_devices: int, nu
         step = result.step_time if result else None
         if below is not None and below.step_time is not None and (step is None or below.step_time < step):
             points.append(MemoryPoint(memory, below.step_time, below.plan, below.carried or below.device_memory,
-                                      best["none"], best["recomputed"]))
+                                      best["none"], best["recomputed"], below.recompute))
         else:
-            points.append(MemoryPoint(memory, step, shown, None, best["none"], best["recomputed"]))
+            points.append(MemoryPoint(memory, step, shown, None, best["none"], best["recomputed"],
+                                      result.recompute if result else None))
+        if result is not None and result.interrupted:  # the memories left are not planned
+            break
     return points
 
 

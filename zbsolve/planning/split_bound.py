@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from zbsolve.base.interrupt import run_interruptible
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import TIMES, comm_time
 from zbsolve.core.placement import Placement
@@ -94,7 +95,10 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = workers
-    status = solver.solve(model_)
+    outcome = run_interruptible(solver, model_)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    status = outcome.status
     # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
