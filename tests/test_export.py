@@ -241,9 +241,11 @@ TORCHTITAN_PARALLELISM_KEYS = {
 """The ``ParallelismConfig`` fields the torchtitan export writes, read in torchtitan 0.3.0 (the PyPI wheel),
 ``torchtitan/config/configs.py``, class ``ParallelismConfig`` (l.112; these fields at l.174-226). On torchtitan main
 ``pipeline_parallel_microbatch_size`` is gone (``num_pp_microbatches`` instead, 2026-08-20)."""
-TORCHTITAN_TRAINING_KEYS = {"local_batch_size"}
-"""The ``TrainingConfig`` fields it writes: torchtitan 0.3.0 ``torchtitan/config/configs.py`` l.37; the pipeline
-runs ``local_batch_size // pipeline_parallel_microbatch_size`` microbatches (``pipeline_parallel.py`` l.303)."""
+TORCHTITAN_TRAINING_KEYS = {"local_batch_size", "disable_cuda_graphs"}
+"""The ``TrainingConfig`` fields it writes for a plan without a setting: torchtitan 0.3.0
+``torchtitan/config/configs.py`` l.37 and l.65; the pipeline runs ``local_batch_size //
+pipeline_parallel_microbatch_size`` microbatches (``pipeline_parallel.py`` l.303), and ``Trainer.Config`` refuses
+pipeline parallelism unless ``disable_cuda_graphs`` (``_validate_cuda_graphs``, ``torchtitan/trainer.py`` l.179)."""
 SCHEDULE_NAMES = {"sequential": "1F1B", "interleaved": "Interleaved1F1B", "vshape": "ZBVZeroBubble"}
 MEGATRON_STAGE = r"E?(?:t(?:\*\d+)?)?L?"
 MEGATRON_LAYOUT = re.compile(rf"{MEGATRON_STAGE}(?:\|{MEGATRON_STAGE})*")
@@ -361,7 +363,7 @@ def test_torchtitan_renames_and_microbatch_size(tmp_path: Path) -> None:
     config = torchtitan_config(plan, "s.csv", 2, ["output=output", "norm=final_norm"])
     assert config["parallelism"]["module_fqns_per_model_part"][-1][-2:] == ["final_norm", "output"]
     assert config["parallelism"]["pipeline_parallel_microbatch_size"] == 2 and config["training"] == {
-        "local_batch_size": 8}
+        "local_batch_size": 8, "disable_cuda_graphs": True}
     for renames, message in ((["norm"], r"^rename = 'norm' should be OLD=NEW"),
                              (["head=x"], r"^rename = 'head=x': the partition has no layer 'head'$"),
                              (["norm=lm_head"], r"^rename = \['norm=lm_head'\]: module FQN 'lm_head' would name two")):
@@ -401,16 +403,21 @@ def test_torchtitan_export_says_where_the_csv_is_and_what_it_renames(tmp_path: P
                 "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
     rename_note = ("module_fqns_per_model_part: layer 'output' is renamed 'lm_head', torchtitan 0.3.0's name of the "
                    "head (--rename output=output keeps it)")
+    # The toy has no setting: a last line says which settings the export could not write.
+    setting_note = ("partition.setting is missing (the model has no setting): torchtitan.json has no "
+                    "tensor_parallel_degree, context_parallel_degree, expert_parallel_degree, data_parallel_*_degree, "
+                    "seq_len, global_batch_size or mixed_precision_param, and pipeline_parallel_microbatch_size is "
+                    "--microbatch-size (default 1); add those of the setting the plan's costs are for")
     notes: list[str] = []
     export_document(doc, "torchtitan", folder, note=notes.append)
-    assert notes == [csv_note, rename_note]
+    assert notes == [csv_note, rename_note, setting_note]
     notes.clear()
     export_document(doc, "torchtitan", folder, renames=["output=output"], note=notes.append)
-    assert notes == [csv_note]
+    assert notes == [csv_note, setting_note]
     run = subprocess.run([sys.executable, "-m", "zbsolve", "export", str(doc), "-f", "torchtitan", "-o", str(folder)],
                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "100000"})
     assert run.returncode == 0, run.stderr
-    assert run.stderr.splitlines() == [f"note: {csv_note}", f"note: {rename_note}"]
+    assert run.stderr.splitlines() == [f"note: {csv_note}", f"note: {rename_note}", f"note: {setting_note}"]
 
 
 def test_export_never_overwrites_its_document(tmp_path: Path) -> None:
@@ -516,7 +523,7 @@ def test_export_command_formats(tmp_path: Path) -> None:
     assert result.stdout.strip() == f"wrote {folder / 'schedule.csv'}, {folder / 'torchtitan.json'}, " \
                                     f"{folder / 'torchtitan-args.txt'}"
     config = json.loads((folder / "torchtitan.json").read_text())
-    assert config["training"] == {"local_batch_size": 8}
+    assert config["training"] == {"local_batch_size": 8, "disable_cuda_graphs": True}
     assert config["parallelism"]["module_fqns_per_model_part"][-1][-1] == "output"
     result = _zbsolve("export", doc, "-f", "megatron")
     assert result.exit_code == 0

@@ -1,6 +1,7 @@
 """Exports carry the plan's recomputation: Megatron's --recompute-* arguments and torchtitan's activation_checkpoint
-policy say which blocks recompute exactly as the document's "partition.recompute" does, or the export is refused in
-one line; the torch CSV does not change."""
+policy (or, for some blocks only, zbsolve's PlannedAC through torchtitan's --override.imports) say which blocks
+recompute exactly as the document's "partition.recompute" does, or the export is refused in one line; the torch CSV
+does not change."""
 
 from __future__ import annotations
 
@@ -137,25 +138,34 @@ def test_megatron_refuses_what_one_n_cannot_say(tmp_path: Path, recomputed: list
 def test_torchtitan_policy(tmp_path: Path, placement: str, recompute: str, policy: str) -> None:
     folder = tmp_path / "tt"
     export_document(_document(tmp_path, placement, recompute), "torchtitan", folder)
-    assert json.loads((folder / "torchtitan.json").read_text())["activation_checkpoint"] == policy
+    config = json.loads((folder / "torchtitan.json").read_text())
+    assert config["activation_checkpoint"] == policy and "override" not in config
+    assert not (folder / "plan.json").exists()
     # tyro takes a subcommand after the flags only.
     args = shlex.split((folder / "torchtitan-args.txt").read_text())
     assert args[-1] == f"activation-checkpoint:{policy}" and not any(a.startswith("activation") for a in args[:-1])
 
 
 @pytest.mark.parametrize("recompute,recomputed,counts", [("uniform:1", None, [1, 1]), ("none", [1, 4, 5], [1, 2])])
-def test_torchtitan_refuses_anything_but_all_or_none(tmp_path: Path, recompute: str, recomputed: list[int] | None,
-                                                     counts: list[int]) -> None:
+def test_torchtitan_runs_anything_but_all_or_none_through_planned_ac(tmp_path: Path, recompute: str,
+                                                                      recomputed: list[int] | None,
+                                                                      counts: list[int]) -> None:
+    """No torchtitan policy recomputes some blocks only: the export hands them to zbsolve's PlannedAC through
+    torchtitan's --override.imports, with the document beside the CSV, in place of a full policy."""
     doc = _document(tmp_path, "sequential", recompute)
     if recomputed is not None:
         doc = _recomputing(doc, recomputed)
-    folder = tmp_path / "tt"
-    with pytest.raises(InputError) as refused:
-        export_document(doc, "torchtitan", folder)
-    assert str(refused.value) == (f"partition.recompute: stages 0-1 recompute {counts} of their [3, 3] blocks; "
-                                  "torchtitan 0.3.0 applies one activation_checkpoint policy to every block of every "
-                                  "model part (full: all of them, none: none)")
-    assert not folder.exists()
+    folder, notes = tmp_path / "tt", []
+    written, _ = export_document(doc, "torchtitan", folder, note=notes.append)
+    assert written[-1] == folder / "plan.json" and (folder / "plan.json").read_text() == doc.read_text()
+    config = json.loads((folder / "torchtitan.json").read_text())
+    target = "zbsolve.runtime.torchtitan_recompute.planned_recompute"
+    assert config["override"] == {"imports": [[target, {"plan": "plan.json"}]]}
+    assert config["activation_checkpoint"] == "full"
+    args = shlex.split((folder / "torchtitan-args.txt").read_text())
+    assert args[-3:] == ["--override.imports", f'{target}={{"plan": "plan.json"}}', "activation-checkpoint:full"]
+    assert any(note.startswith(f"partition.recompute/selective: stages 0-1 recompute {counts} of their [3, 3] blocks "
+                               "whole, which no torchtitan policy does") for note in notes)
 
 
 @pytest.mark.parametrize("recompute", ["full", "uniform:1"])

@@ -29,19 +29,36 @@ runner = CliRunner()
 
 
 def test_each_target_runs_only_its_recomputation_choices():
-    assert recompute_choices("torchtitan", "auto") == ("none", "full")
-    assert "per-stage" in recompute_choices("zbsolve", "auto")
+    # torchtitan runs any blocks, whole or selective, through zbsolve's PlannedAC: as zbsolve does.
+    assert recompute_choices("torchtitan", "auto") == recompute_choices("zbsolve", "auto") == (
+        "none", "full", "per-stage", "selective", "selective+per-stage")
     assert recompute_choices("megatron", "uniform:2") == ("uniform:2",)
-    with pytest.raises(InputError, match=r"recompute = 'per-stage': torchtitan runs only none, full"):
-        recompute_choices("torchtitan", "per-stage")
-    with pytest.raises(InputError, match=r"recompute = 'uniform:1': torchtitan runs only none, full"):
-        recompute_choices("torchtitan", "uniform:1")
+    assert recompute_choices("torchtitan", "per-stage") == ("per-stage",)
+    assert recompute_choices("torchtitan", "selective+uniform:1") == ("selective+uniform:1",)
     with pytest.raises(InputError, match=r"recompute = 'per-stage:1,2': megatron runs only none, full, uniform"):
         recompute_choices("megatron", "per-stage:1,2")
     with pytest.raises(InputError, match=r"target = 'deepspeed' is unknown"):
         recompute_choices("deepspeed", "none")
-    assert may_take("torchtitan", "auto", "full") and not may_take("torchtitan", "auto", "uniform:2")
+    assert may_take("torchtitan", "auto", "full") and may_take("torchtitan", "auto", "uniform:2")
+    assert may_take("torchtitan", "auto", "selective") and not may_take("megatron", "auto", "selective")
     assert may_take("megatron", "per-stage", "uniform:3") and not may_take("zbsolve", "none", "full")
+
+
+def test_torchtitan_recomputes_only_dense_blocks_selectively():
+    """A model with experts (an all-to-all in its blocks' F and B): torchtitan's row takes no selective block with
+    experts (PlannedAC is built for the dense llama3 block), so neither the choices nor a baseline's may be
+    selective; zbsolve's row takes them."""
+    moe = Model.load(Path(__file__).parent.parent / "problems" / "models" / "qwen3-30b-a3b.yaml")
+    assert recompute_choices("torchtitan", "auto", moe) == ("none", "full", "per-stage")
+    assert "selective" in recompute_choices("zbsolve", "auto", moe)
+    assert recompute_choices("torchtitan", "auto", act_heavy()) == recompute_choices("torchtitan", "auto")
+    with pytest.raises(InputError, match=r"^recompute = 'selective\+per-stage': blocks layers\.0, layers\.1, "
+                                         r"layers\.2, \.\.\. have experts: torchtitan 0\.3\.0 recomputes only dense "
+                                         r"blocks selectively \(runtime table: torchtitan\.selective_experts\)$"):
+        recompute_choices("torchtitan", "selective+per-stage", moe)
+    assert not may_take("torchtitan", "auto", "selective", moe) and may_take("torchtitan", "auto", "full", moe)
+    assert may_take("zbsolve", "auto", "selective", moe)
+    assert RUNTIMES["torchtitan"].selective and not RUNTIMES["torchtitan"].selective_experts
 
 
 @pytest.mark.parametrize("target", ["torchtitan", "megatron"])
@@ -49,7 +66,7 @@ def test_a_plan_for_a_runtime_searches_and_returns_only_what_it_runs(target):
     with cf.ThreadPoolExecutor(1) as pool:
         result = plan(act_heavy(), num_devices=2, num_microbatches=8, device_memory=7 * GIB, reserve=0,
                       recompute="auto", target=target, time_limit=10, executor=pool)
-    modes = {"torchtitan": {"none", "full"}, "megatron": {"none", "full", "uniform"}}[target]
+    modes = {"torchtitan": {"none", "full", "uniform", "per-stage"}, "megatron": {"none", "full", "uniform"}}[target]
     assert {parse_recompute(c.recompute).mode for c in result.candidates} <= modes
     assert parse_recompute(result.recompute).mode in modes
     if target == "megatron":
@@ -65,8 +82,8 @@ def test_plan_refuses_what_the_target_cannot_run_in_one_line(tmp_path):
     for args, line in ((["--placement", "vshape", "--target", "megatron"],
                         "placement = 'vshape': Megatron (megatron-core 0.16.1) builds sequential x1, interleaved (stages per device), not "
                             "vshape x2 (runtime table: megatron.placements)"),
-                       (["--recompute", "per-stage", "--target", "torchtitan"],
-                        "recompute = 'per-stage': torchtitan runs only none, full"),
+                       (["--recompute", "per-stage", "--target", "megatron"],
+                        "recompute = 'per-stage': megatron runs only none, full, uniform"),
                        (["--baseline-layout", "Et*3|t*4L"], "layout = 'Et*3|t*4L'")):
         out = runner.invoke(app, ["plan", str(path), "-p", "2", "-m", "8", "--device-memory", "7GiB", *args])
         assert out.exit_code == 2, out.output

@@ -1,5 +1,6 @@
 """The costs a schedule document records, read and written: the "partition" section (the model's layers, the stage
-ranges, the recomputed and the selective blocks), "device_memory" and "reserve" (docs/schedule-format.md)."""
+ranges, the recomputed and the selective blocks, the training setting the costs are for), "device_memory" and
+"reserve" (docs/schedule-format.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def costs_section(costs: Costs) -> dict[str, object]:
                             "layers": [layer_record(layer) for layer in costs.model.layers],
                             "stages": [list(r) for r in costs.ranges],
                             **({"recompute": list(costs.recomputed)} if costs.recomputed else {}),
-                            **({"selective": list(costs.selective)} if costs.selective else {})}
+                            **({"selective": list(costs.selective)} if costs.selective else {}),
+                            **({"setting": costs.model.setting.model_dump(exclude_none=True)}
+                               if costs.model.setting is not None else {})}
     if costs.device_memory is not None:
         doc["device_memory"] = costs.device_memory
         doc["reserve"] = costs.reserve
@@ -40,15 +43,15 @@ def layer_record(layer: Layer) -> dict[str, object]:
 
 
 def check_partition(section: object, profile: Profile, num_stages: int,
-                    where: str) -> tuple[list[Layer], list[tuple[int, int]], frozenset[int], frozenset[int]]:
-    """The layers, stage ranges, recomputed and selective layers of a schedule document's "partition" section,
-    checked (a block in both is an ``InputError``): every
-    stage's profile figures are the sums over its layers (``recompute_costs.stage_costs``). An ``InputError`` naming the
-    stage and figure otherwise."""
+                    where: str) -> tuple[Model, list[tuple[int, int]], frozenset[int], frozenset[int]]:
+    """The model (its layers and, where the section has one, its setting), stage ranges, recomputed and selective
+    layers of a schedule document's "partition" section, checked (a block in both is an ``InputError``, a bad
+    setting one naming its key): every stage's profile figures are the sums over its layers
+    (``recompute_costs.stage_costs``). An ``InputError`` naming the stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
         raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
-    model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"]},
-                        f"{where}: partition")
+    model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"],
+                         **({"setting": section["setting"]} if "setting" in section else {})}, f"{where}: partition")
     stages = section.get("stages")
     if not isinstance(stages, list):
         raise InputError(f"{where}: partition.stages = {stages!r} must be a list of [first, end) layer ranges")
@@ -70,7 +73,7 @@ def check_partition(section: object, profile: Profile, num_stages: int,
             if abs(total - value) > slack(total, value, floor=0.0):
                 raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
                                  f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
-    return model.layers, ranges, recomputed, selective
+    return model, ranges, recomputed, selective
 
 
 def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
@@ -83,10 +86,10 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     recomputed: frozenset[int] = frozenset()
     selective: frozenset[int] = frozenset()
     if section is not None:
-        layers, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
-                                                                      where)
-        model, ranges = Model(name=str(section.get("model", "model")), layers=layers), tuple(stage_ranges)
-        static = device_static_bytes(layers, stage_ranges, schedule.placement)
+        model, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
+                                                                     where)
+        ranges = tuple(stage_ranges)
+        static = device_static_bytes(model.layers, stage_ranges, schedule.placement)
     memory = None
     if device_memory is not None:
         if isinstance(device_memory, bool) or not isinstance(device_memory, int) or device_memory <= 0:

@@ -17,12 +17,15 @@ TARGETS = tuple(RUNTIMES)
 """The runtimes a plan is for: zbsolve's own executor runs any plan; torchtitan and Megatron as their rows say."""
 
 
-def recompute_choices(target: str, recompute: str) -> tuple[str, ...]:
-    """The recomputation choices a plan for ``target`` times each candidate with: the row's ``auto_recompute`` for
-    "auto", else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming the row otherwise."""
+def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:
+    """The recomputation choices a plan for ``target`` (of ``model``, where given) times each candidate with: the
+    row's ``auto_recompute`` for "auto" (without the selective ones where the row cannot recompute ``model``'s expert
+    blocks selectively), else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming the row
+    otherwise."""
     row = check_target(target)
+    experts = _selective_refusal(target, model)
     if recompute == "auto":
-        return row.auto_recompute
+        return tuple(c for c in row.auto_recompute if experts is None or not parse_recompute(c).selective)
     choice = parse_recompute(recompute)
     if choice.mode not in row.recompute:
         raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(row.recompute)} (one setting "
@@ -32,7 +35,19 @@ def recompute_choices(target: str, recompute: str) -> tuple[str, ...]:
         raise InputError(f"recompute = {recompute!r}: {target} cannot run zbsolve's selective recomputation (the "
                          f"norms and MLP activation function of a block; runtime table: {target}.selective); use "
                          "--target zbsolve")
+    if choice.selective and experts is not None:
+        raise InputError(f"recompute = {recompute!r}: {experts}")
     return (recompute,)
+
+
+def expert_blocks(model: Model) -> list[str]:
+    """The names of ``model``'s blocks with experts (``Layer.comm_f`` set: their all-to-all)."""
+    return [layer.name for layer in model.layers if layer.block and layer.comm_f is not None]
+
+
+def _selective_refusal(target: str, model: Model | None) -> str | None:
+    """Why ``target``'s row cannot recompute ``model``'s blocks selectively, for its expert blocks, or None."""
+    return None if model is None else check_target(target).selective_refusal(expert_blocks(model))
 
 
 def runnable(target: str, model: Model, placements: list[tuple[str, int]], placement: str,
@@ -66,11 +81,13 @@ def partition_refusal(target: str, model: Model, counts: Sequence[int], num_devi
     return None
 
 
-def may_take(target: str, recompute: str, chosen: str) -> bool:
-    """Whether a plan asked for ``recompute`` may take a baseline that recomputes as ``chosen``: the same choice, or
-    any ``target`` can run when the plan decides ("auto", or per-stage counts not given)."""
+def may_take(target: str, recompute: str, chosen: str, model: Model | None = None) -> bool:
+    """Whether a plan asked for ``recompute`` (of ``model``, where given) may take a baseline that recomputes as
+    ``chosen``: the same choice, or any ``target`` can run when the plan decides ("auto", or per-stage counts not
+    given), selective only where the row recomputes the model's blocks so."""
     if recompute == "auto" or parse_recompute(recompute).undecided:
         choice = parse_recompute(chosen)
         row = check_target(target)
-        return choice.mode in row.recompute and (row.selective or not choice.selective)
+        return choice.mode in row.recompute and (not choice.selective or (row.selective and _selective_refusal(
+            target, model) is None))
     return chosen == str(parse_recompute(recompute))

@@ -12,12 +12,12 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.io.document import document_of, from_document, load_document, read_document
 from zbsolve.io.exports.megatron import MEGATRON, MEGATRON_CORE_VERSION, megatron_args, megatron_export, \
-    megatron_recompute, megatron_schedule
+    megatron_notes, megatron_recompute, megatron_schedule, megatron_setting
 from zbsolve.io.exports.plan import Plan, read_plan
 from zbsolve.io.exports.runtime import ZBSOLVE, Runtime
-from zbsolve.io.exports.torchtitan import ARGS_NAME, CONFIG_NAME, CSV_NAME, HEAD_RENAME, TORCHTITAN, \
-    TORCHTITAN_VERSION, export_torchtitan, torchtitan_args, torchtitan_checkpointing, torchtitan_config, \
-    torchtitan_schedule_name
+from zbsolve.io.exports.torchtitan import ARGS_NAME, CONFIG_NAME, CSV_NAME, HEAD_RENAME, OVERRIDE_TARGET, PLAN_NAME, \
+    TORCHTITAN, TORCHTITAN_VERSION, export_torchtitan, torchtitan_args, torchtitan_checkpointing, torchtitan_config, \
+    torchtitan_notes, torchtitan_planned, torchtitan_schedule_name, torchtitan_setting
 from zbsolve.io.torch_csv import export_schedule
 
 RUNTIMES: dict[str, Runtime] = {row.name: row for row in (ZBSOLVE, TORCHTITAN, MEGATRON)}
@@ -26,10 +26,11 @@ FORMATS = ("torch-csv", "torchtitan", "megatron")
 """Formats ``export_document`` writes: torch's CSV for any torch runtime, and one per runtime of the table."""
 
 __all__ = ["ARGS_NAME", "CONFIG_NAME", "CSV_NAME", "FORMATS", "HEAD_RENAME", "MEGATRON", "MEGATRON_CORE_VERSION",
-           "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE", "Plan", "Runtime", "check_target",
-           "export_document", "export_torchtitan", "megatron_args", "megatron_export", "megatron_recompute",
-           "megatron_schedule", "read_plan", "torchtitan_args", "torchtitan_checkpointing", "torchtitan_config",
-           "torchtitan_schedule_name"]
+           "OVERRIDE_TARGET", "PLAN_NAME", "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE", "Plan", "Runtime",
+           "check_target", "export_document", "export_torchtitan", "megatron_args", "megatron_export", "megatron_notes",
+           "megatron_recompute", "megatron_schedule", "megatron_setting", "read_plan", "torchtitan_args",
+           "torchtitan_checkpointing", "torchtitan_config", "torchtitan_notes", "torchtitan_planned",
+           "torchtitan_schedule_name", "torchtitan_setting"]
 
 
 def check_target(target: str) -> Runtime:
@@ -47,8 +48,9 @@ def export_document(document: str | Path | dict, fmt: str, output: str | Path | 
     megatron, a folder for torchtitan; megatron alone may go without (nothing is written). The document is the file
     at ``document``, or ``document`` itself (a result's ``to_json()``), exported as its file would be. Returns the
     files written and the main text: the CSV (torch-csv, torchtitan) or Megatron's arguments. No file written may be
-    the document. ``microbatch_size`` (default 1), ``renames`` and ``note`` (``export_torchtitan``'s lines for the
-    user) apply to torchtitan only; a file of another kind than a schedule document is an ``InputError`` saying what
+    the document. ``microbatch_size`` (default: the setting's, else 1) and ``renames`` apply to torchtitan only;
+    ``note`` hears the lines for the user of torchtitan's export (``export_torchtitan``) and Megatron's
+    (``megatron_notes``); a file of another kind than a schedule document is an ``InputError`` saying what
     ``taker`` takes."""
     if fmt not in FORMATS:
         raise InputError(f"format = {fmt!r} is unknown; choose one of {', '.join(FORMATS)}")
@@ -67,12 +69,14 @@ def export_document(document: str | Path | dict, fmt: str, output: str | Path | 
                     else read_document(document, taker))[0]
         return [Path(output)], export_schedule(schedule, output)  # type: ignore[arg-type]
     loaded = document_of(document, taker=taker) if isinstance(document, dict) else load_document(document, taker)
-    if output is None:
-        return [], megatron_export(read_plan(loaded, fmt))
-    if fmt == "torchtitan":
-        files = export_torchtitan(read_plan(loaded, fmt), output,
-                                  1 if microbatch_size is None else microbatch_size, renames, inputs, note)
-        return list(files), files[Path(output) / CSV_NAME]
-    text = megatron_export(read_plan(loaded, fmt))
-    write_atomic(output, text + "\n")
-    return [Path(output)], text
+    plan = read_plan(loaded, fmt)
+    if fmt == "torchtitan":  # the document as it is, for PlannedAC to read where it recomputes
+        text = json.dumps(document, indent=1) + "\n" if isinstance(document, dict) else Path(document).read_text()
+        files = export_torchtitan(plan, output, microbatch_size, renames, inputs, note, text)  # type: ignore[arg-type]
+        return list(files), files[Path(output) / CSV_NAME]  # type: ignore[arg-type]
+    text = megatron_export(plan)
+    if output is not None:
+        write_atomic(output, text + "\n")
+    for line in megatron_notes(plan) if note is not None else ():
+        note(line)
+    return ([] if output is None else [Path(output)]), text

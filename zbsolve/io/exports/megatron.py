@@ -8,7 +8,13 @@ methods, per block of one virtual stage), ``megatron/core/transformer/transforme
 (``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``, which Megatron-LM's
 ``megatron/training/arguments.py`` makes its ``--recompute-*`` arguments) and
 ``megatron/core/pipeline_parallel/schedules.py`` (its own 1F1B and interleaved 1F1B orders; tag core_v0.16.1,
-55ac708).
+55ac708). The setting's arguments are Megatron-LM's at the same tag (``megatron/training/arguments.py``, which makes
+``--tensor-model-parallel-size`` ... ``--bf16`` from megatron-core's ``ModelParallelConfig`` fields and
+``--micro-batch-size``, ``--global-batch-size`` from ``megatron/training/training_config.py``; ``--seq-length`` and
+``--use-distributed-optimizer`` it declares itself), and ``megatron/core/parallel_state.py``
+(``initialize_model_parallel``: the data-parallel size is the world size over tp x cp x pp; expert-tensor x expert
+x pipeline parallel must divide the world size) and ``num_microbatches_calculator.py`` (global batch / (micro-batch
+size x dp) microbatches).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import shlex
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
+from zbsolve.problem.model import Setting
 from zbsolve.problem.recompute import leading_counts
 from zbsolve.problem.splits import megatron_layout
 
@@ -26,10 +33,10 @@ MEGATRON_CORE_VERSION = "0.16.1"
 MEGATRON = Runtime(
     name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
     placements={"sequential": (1,), "interleaved": None}, order="own", recompute=("none", "full", "uniform"),
-    selective=False, auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False, mtp=True,
-    grouped_microbatches=True, layout_only=True,
+    selective=False, selective_experts=False, auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False,
+    mtp=True, grouped_microbatches=True, layout_only=True,
     source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
-           "pipeline_parallel/schedules.py")
+           "pipeline_parallel/schedules.py, parallel_state.py")
 """Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
 interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all
 (``--recompute-modules`` has layernorm and the whole dense mlp, no MLP activation function alone), runs no F&B pair
@@ -85,17 +92,69 @@ def megatron_recompute(plan: Plan) -> list[str]:
     return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)]
 
 
+DTYPE_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}
+"""Megatron's flag for each ``Setting.dtype`` (fp32: none, its default)."""
+SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
+                 "--expert-tensor-parallel-size", "--seq-length", "--micro-batch-size", "--global-batch-size",
+                 "--bf16", "--fp16", "--sequence-parallel", "--use-distributed-optimizer")
+"""The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
+
+
 def megatron_args(plan: Plan) -> list[str]:
     """Megatron's arguments for ``plan``: ``--pipeline-model-parallel-size`` p, ``--pipeline-model-parallel-layout``
-    (``zbsolve.problem.splits.megatron_layout``) and ``megatron_recompute``'s. Megatron places stage i on pipeline
-    rank i % p, so any other placement (a V-shape, DualPipe's two routes) is an ``InputError`` naming ``MEGATRON``'s
-    row, and so is what else the row refuses. The arguments give Megatron the partition, placement and
-    recomputation; it runs its own schedule on them (``megatron_schedule``)."""
+    (``zbsolve.problem.splits.megatron_layout``), ``megatron_recompute``'s and, where the document has the setting
+    the costs are for, ``megatron_setting``'s (the valued ones first, the flags that take no value last). Megatron
+    places stage i on pipeline rank i % p, so any other placement (a V-shape, DualPipe's two routes) is an
+    ``InputError`` naming ``MEGATRON``'s row, and so is what else the row refuses. The arguments give Megatron the
+    partition, placement, recomputation and setting; it runs its own schedule on them (``megatron_schedule``)."""
     placement = plan.schedule.placement
     plan.check(MEGATRON)
     layout = megatron_layout(plan.model, plan.stages, placement.num_devices)
-    return ["--pipeline-model-parallel-size", str(placement.num_devices), "--pipeline-model-parallel-layout", layout,
-            *megatron_recompute(plan)]
+    sizes, batch, switches = megatron_setting(plan.model.setting, plan.schedule.num_microbatches)
+    return [*sizes[:2], "--pipeline-model-parallel-size", str(placement.num_devices), *sizes[2:], *batch,
+            "--pipeline-model-parallel-layout", layout, *megatron_recompute(plan), *switches]
+
+
+def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[list[str], list[str], list[str]]:
+    """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context 1,
+    expert with experts whole, ``--expert-tensor-parallel-size 1``, for a model with experts), the batch
+    (``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp) and
+    the flags (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation
+    over the tensor-parallel group, ``--use-distributed-optimizer`` for ZeRO-1); none without a setting."""
+    if setting is None:
+        return [], [], []
+    sizes = ["--tensor-model-parallel-size", str(setting.tp), "--context-parallel-size", "1"]
+    if setting.ep is not None:
+        sizes += ["--expert-model-parallel-size", str(setting.ep), "--expert-tensor-parallel-size", "1"]
+    batch = ["--seq-length", str(setting.seq_len), "--micro-batch-size", str(setting.microbatch_size),
+             "--global-batch-size", str(setting.microbatch_size * num_microbatches * setting.dp)]
+    switches = [*DTYPE_FLAGS.get(setting.dtype, []), *(["--sequence-parallel"] if setting.tp > 1 else []),
+                *(["--use-distributed-optimizer"] if setting.zero == 1 else [])]
+    return sizes, batch, switches
+
+
+def megatron_notes(plan: Plan) -> list[str]:
+    """Lines for the user on what ``megatron_args`` could not write or Megatron takes from elsewhere: the setting's
+    arguments without one, a dtype Megatron has no flag for, the world size to launch on, and an expert-parallel
+    size megatron-core's ranks cannot hold."""
+    setting, m = plan.model.setting, plan.schedule.num_microbatches
+    if setting is None:
+        return [f"partition.setting is missing (the model has no setting): the line has no "
+                f"{', '.join(SETTING_FLAGS)}; add those of the setting the plan's costs are for (--global-batch-size = "
+                f"micro-batch size x {m} microbatches x data-parallel size)"]
+    p = plan.schedule.num_devices
+    notes = [f"Megatron takes the data-parallel size from the world size: launch on tp x cp x pp x dp = {setting.tp} "
+             f"x 1 x {p} x {setting.dp} = {setting.tp * p * setting.dp} GPUs, so that --global-batch-size "
+             f"{setting.microbatch_size * m * setting.dp} is {m} microbatches of {setting.microbatch_size} per "
+             "data-parallel rank, the plan's"]
+    if setting.dtype not in DTYPE_FLAGS:
+        notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: Megatron's flags are --bf16, "
+                     "--fp16 or none (fp32)")
+    if setting.ep is not None and (setting.tp * setting.dp) % setting.ep:
+        notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x dp "
+                     f"= {setting.tp * setting.dp} ranks per pipeline stage to be a multiple of {setting.ep} "
+                     "(megatron-core's initialize_model_parallel refuses it otherwise)")
+    return notes
 
 
 def megatron_export(plan: Plan) -> str:

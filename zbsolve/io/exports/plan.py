@@ -27,7 +27,8 @@ class Plan:
 
     schedule: Schedule
     model: Model
-    """The partition's layers; a layer is a block where its record says so, else where its name is ``INDEXED``."""
+    """The partition's layers, a layer a block where its record says so, else where its name is ``INDEXED``; and the
+    training setting the costs are for ("partition.setting"), where the document has one."""
     stages: tuple[tuple[int, int], ...]
     """Half-open layer ranges per stage, in stage order."""
     recomputed: frozenset[int] = frozenset()
@@ -47,6 +48,11 @@ class Plan:
             raise InputError(f"partition.selective = {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: "
                              f"{runtime.label} cannot recompute just a block's norms and MLP activation function "
                              "(runtime table: " f"{runtime.name}.selective); plan with --target {runtime.name}")
+        layers = self.model.layers
+        why = runtime.selective_refusal([layers[i].name for i in sorted(self.selective)
+                                         if layers[i].comm_f is not None])
+        if why is not None:
+            raise InputError(f"partition.selective: {why}; plan with --target {runtime.name}")
         return named
 
     def stage_recompute(self) -> list[tuple[list[int], list[int]]]:
@@ -74,6 +80,6 @@ def read_plan(document: str | Path | Loaded, fmt: str) -> Plan:
     records = section["layers"]
     layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})
               for layer, record in zip(costs.model.layers, records)]
-    return Plan(loaded.schedule, Model(name=costs.model.name, layers=layers), costs.ranges,
-                frozenset(costs.recomputed), frozenset(costs.selective))
+    model = Model(name=costs.model.name, setting=costs.model.setting, layers=layers)
+    return Plan(loaded.schedule, model, costs.ranges, frozenset(costs.recomputed), frozenset(costs.selective))
 

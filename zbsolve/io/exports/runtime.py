@@ -29,6 +29,8 @@ class Runtime:
     "per-stage" is among them)."""
     selective: bool
     """Whether it recomputes just a block's norms and MLP activation function."""
+    selective_experts: bool
+    """Whether it does so in blocks with experts too (``Layer.comm_f`` set), else in dense blocks only."""
     auto_recompute: tuple[str, ...]
     """The recomputation choices ``plan --recompute auto`` times every candidate with."""
     pairs: bool
@@ -75,6 +77,13 @@ class Runtime:
                                          "passes one at a time")
         return None
 
+    def selective_refusal(self, expert_blocks: list[str]) -> str | None:
+        """Why this runtime cannot recompute ``expert_blocks`` (blocks with experts) selectively, or None."""
+        if expert_blocks and not self.selective_experts:
+            return self._refuse("selective_experts", f"blocks {_listed(expert_blocks)} have experts: {self.label} "
+                                                     "recomputes only dense blocks selectively")
+        return None
+
     def check_placement(self, placement: Placement, num_microbatches: int | None = None) -> tuple[str, int]:
         """(name, stages per device) of ``placement`` when this runtime builds it (and runs ``num_microbatches`` on
         it, where given); an ``InputError`` naming the row otherwise."""
@@ -90,6 +99,11 @@ class Runtime:
         return named
 
 
+def _listed(names: list[str]) -> str:
+    """The first three of ``names``, joined, with ", ..." when there are more."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def refused(why: str | None) -> None:
     """An ``InputError`` of ``why`` when there is one."""
     if why is not None:
@@ -99,7 +113,7 @@ def refused(why: str | None) -> None:
 ZBSOLVE = Runtime(
     name="zbsolve", label="zbsolve's executor (zbsolve run)",
     placements={"sequential": None, "interleaved": None, "vshape": None, "bidirectional": None},
-    order="planned", recompute=("none", "full", "uniform", "per-stage"), selective=True,
+    order="planned", recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=True,
     auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=True, mtp=True,
     grouped_microbatches=False, layout_only=False, source="zbsolve/runtime/executor.py")
 """zbsolve's own executor runs the schedule document as it is: any placement, order, recomputation and pair."""

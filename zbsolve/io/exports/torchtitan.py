@@ -10,7 +10,15 @@ part gets the same ``ac_config``). ``torchtitan/distributed/activation_checkpoin
 (``ActivationCheckpointingConfig``: the tyro subcommands selective, full, memory-budget and none;
 ``ActivationCheckpointing.apply``: the policy wraps every child of the part's ``layers``; ``FullAC``: each block
 recomputed whole), ``torchtitan/trainer.py`` (``Trainer.Config.activation_checkpoint``, selective by default) and
-``torchtitan/models/deepseek_v3/mtp.py`` (``MTPDecoder``: "MTP does not support pipeline parallelism yet").
+``torchtitan/models/deepseek_v3/mtp.py`` (``MTPDecoder``: "MTP does not support pipeline parallelism yet"). The
+setting's keys: ``ParallelismConfig`` (``tensor_parallel_degree``, ``enable_sequence_parallel``,
+``context_parallel_degree``, ``expert_parallel_degree``, ``data_parallel_replicate_degree``,
+``data_parallel_shard_degree``) and ``TrainingConfig`` (``seq_len``, ``global_batch_size``,
+``mixed_precision_param``, ``disable_cuda_graphs``: ``Trainer.Config._validate_cuda_graphs`` refuses pipeline
+parallelism without it), ``torchtitan/distributed/parallel_dims.py`` (expert parallelism borrows its ranks from
+dp_shard x cp x tp) and ``torchtitan/config/override.py`` (``OverrideConfig.imports``: a target with its keyword
+arguments, ``target={json}`` on the command line), through which ``zbsolve.runtime.torchtitan_recompute``'s
+``PlannedAC`` recomputes a plan's blocks one by one.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from zbsolve.core.placement import Placement
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
 from zbsolve.io.torch_csv import checked_csv
+from zbsolve.problem.model import Setting
 
 TORCHTITAN_VERSION = "0.3.0"
 """The torchtitan release whose config keys, stage placement and activation checkpointing the torchtitan export
@@ -34,21 +43,32 @@ follows."""
 TORCHTITAN = Runtime(
     name="torchtitan", label=f"torchtitan {TORCHTITAN_VERSION}",
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
-    recompute=("none", "full"), selective=False, auto_recompute=("none", "full"), pairs=True, mtp=False,
+    recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
+    auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=True, mtp=False,
     grouped_microbatches=False, layout_only=False,
-    source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py")
+    source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
+           "config/override.py; zbsolve/runtime/torchtitan_recompute.py")
 """torchtitan runs the exported CSV (any order, F&B pairs as OVERLAP_F_B) on the stages its schedule's name places
-(looped, or a V with two stages per rank), applies one activation-checkpointing policy to every block of every model
-part (none or full; its op-level selective policy keeps other tensors than zbsolve's selective choice), and refuses
-MTP layers under pipeline parallelism."""
+(looped, or a V with two stages per rank) and refuses MTP layers under pipeline parallelism. Its own policies
+recompute every block or none (its op-level selective policy keeps other tensors than zbsolve's selective choice);
+zbsolve's ``PlannedAC`` (``zbsolve/runtime/torchtitan_recompute.py``, put in place by ``--override.imports``)
+recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only."""
 CSV_NAME = "schedule.csv"
 """The torch CSV in a torchtitan export's folder."""
 CONFIG_NAME = "torchtitan.json"
-"""The config fragment in a torchtitan export's folder: ``{"parallelism": {...}, "training": {...},
-"activation_checkpoint": "full" | "none"}``."""
+"""The config fragment in a torchtitan export's folder: ``{"parallelism": {...}, "training": {...}, "override":
+{...} (where PlannedAC recomputes), "activation_checkpoint": "full" | "none"}``."""
 ARGS_NAME = "torchtitan-args.txt"
 """The same settings as torchtitan command-line overrides (``--parallelism.<key> value``, then
 ``activation-checkpoint:<policy>``), one shell line."""
+PLAN_NAME = "plan.json"
+"""The schedule document in a torchtitan export's folder, which ``PlannedAC`` reads, where the plan's recomputation
+is not one policy for every block."""
+OVERRIDE_TARGET = "zbsolve.runtime.torchtitan_recompute.planned_recompute"
+"""The ``override.imports`` target that makes torchtitan recompute with ``PlannedAC``
+(``zbsolve.runtime.torchtitan_recompute.OVERRIDE``)."""
+MIXED_PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
+"""``training.mixed_precision_param`` of each ``Setting.dtype`` torchtitan 0.3.0 takes (no fp16)."""
 HEAD_RENAME = "output=lm_head"
 """The rename applied by default: zbsolve's models (and torchtitan up to 0.2.2) call the head ``output``,
 torchtitan 0.3.0 calls it ``lm_head``."""
@@ -71,78 +91,186 @@ TorchtitanConfig = dict[str, dict[str, object] | str]
 
 
 def torchtitan_checkpointing(plan: Plan) -> str:
-    """The ``activation_checkpoint`` policy that recomputes ``plan``'s blocks in torchtitan: "full" when every block
-    recomputes (``FullAC``: each block of every model part recomputed whole), "none" when none does (torchtitan's
-    default is per-op selective checkpointing, which zbsolve's cost model does not describe). torchtitan applies
-    one policy to every block of every model part, so any other choice is an ``InputError`` naming the stages'
-    counts. The runtime table's refusals (``Plan.check``) come first."""
+    """The ``activation_checkpoint`` policy for ``plan``: "none" when no block recomputes (torchtitan's default is
+    per-op selective checkpointing, which zbsolve's cost model does not describe), else "full": ``FullAC``, which
+    recomputes every block of every model part whole, or, where ``torchtitan_planned``, the policy ``PlannedAC``
+    replaces. The runtime table's refusals (``Plan.check``) come first."""
     plan.check(TORCHTITAN)
-    if not plan.recomputed:
-        return "none"
+    return "full" if plan.recomputed or plan.selective else "none"
+
+
+def torchtitan_planned(plan: Plan) -> bool:
+    """Whether ``plan``'s recomputation is not one policy for every block (some blocks whole, or selective ones),
+    so that torchtitan runs it with ``PlannedAC``."""
     stages = plan.stage_recompute()
-    if all(chosen == blocks for blocks, chosen in stages):
-        return "full"
-    raise InputError(f"partition.recompute: {counted(stages)}; torchtitan {TORCHTITAN_VERSION} applies one "
-                     "activation_checkpoint policy to every block of every model part (full: all of them, none: "
-                     "none)")
+    return bool(plan.selective) or (bool(plan.recomputed) and any(chosen != blocks for blocks, chosen in stages))
 
 
-def torchtitan_config(plan: Plan, csv_path: str | Path, microbatch_size: int = 1,
-                      renames: Sequence[str] = ()) -> TorchtitanConfig:
-    """torchtitan's settings for ``plan``: ``{"parallelism": {...}, "training": {"local_batch_size": ...},
+def torchtitan_config(plan: Plan, csv_path: str | Path, microbatch_size: int | None = None,
+                      renames: Sequence[str] = (), plan_path: str | Path = PLAN_NAME) -> TorchtitanConfig:
+    """torchtitan's settings for ``plan``: ``{"parallelism": {...}, "training": {...}, "override": {...},
     "activation_checkpoint": ...}``, fields of torchtitan's ``Trainer.Config``. ``local_batch_size`` is the
-    schedule's microbatches times ``microbatch_size``, so torchtitan cuts each step into the schedule's
-    microbatches. ``module_fqns_per_model_part`` lists each stage's layer names, renamed by ``renames``
-    (``OLD=NEW``; the default ``HEAD_RENAME`` applies unless a rename of the same layer replaces it).
-    ``activation_checkpoint`` is ``torchtitan_checkpointing``'s policy."""
-    schedule = plan.schedule
+    schedule's microbatches times ``microbatch_size`` (the setting's, else 1; another than the setting's is an
+    ``InputError``), so torchtitan cuts each step into the schedule's microbatches; ``disable_cuda_graphs``, without
+    which torchtitan refuses pipeline parallelism; and the setting's keys (``torchtitan_setting``).
+    ``module_fqns_per_model_part`` lists each stage's layer names, renamed by ``renames`` (``OLD=NEW``; the default
+    ``HEAD_RENAME`` applies unless a rename of the same layer replaces it). ``activation_checkpoint`` is
+    ``torchtitan_checkpointing``'s policy; "override" (where ``torchtitan_planned``) imports ``OVERRIDE_TARGET``
+    with the schedule document at ``plan_path``."""
+    schedule, setting = plan.schedule, plan.model.setting
     name = torchtitan_schedule_name(schedule.placement)
-    check_count("microbatch_size", microbatch_size)
+    size = _microbatch_size(setting, microbatch_size)
     fqns = _fqns([layer.name for layer in plan.model.layers], renames)
-    return {"parallelism": {"pipeline_parallel_degree": schedule.num_devices,
-                            "pipeline_parallel_schedule": name,
-                            "pipeline_parallel_schedule_csv": str(csv_path),
-                            "pipeline_parallel_microbatch_size": microbatch_size,
-                            "module_fqns_per_model_part": [fqns[a:b] for a, b in plan.stages]},
-            "training": {"local_batch_size": schedule.num_microbatches * microbatch_size},
-            "activation_checkpoint": torchtitan_checkpointing(plan)}
+    policy = torchtitan_checkpointing(plan)
+    parallelism, training = torchtitan_setting(setting, schedule.num_microbatches)
+    config: TorchtitanConfig = {
+        "parallelism": {"pipeline_parallel_degree": schedule.num_devices, "pipeline_parallel_schedule": name,
+                        "pipeline_parallel_schedule_csv": str(csv_path), "pipeline_parallel_microbatch_size": size,
+                        "module_fqns_per_model_part": [fqns[a:b] for a, b in plan.stages], **parallelism},
+        "training": {"local_batch_size": schedule.num_microbatches * size, "disable_cuda_graphs": True, **training}}
+    if torchtitan_planned(plan):
+        config["override"] = {"imports": [[OVERRIDE_TARGET, {"plan": str(plan_path)}]]}
+    config["activation_checkpoint"] = policy
+    return config
+
+
+def torchtitan_setting(setting: Setting | None, num_microbatches: int) -> tuple[dict[str, object], dict[str, object]]:
+    """The ``parallelism`` and ``training`` keys of ``setting`` for a step of ``num_microbatches``: the tensor,
+    context (1) and, for a model with experts, expert parallel degrees, sequence parallelism where tp > 1 (the cost
+    model divides every activation over the tensor-parallel group), the data-parallel degree (``_data_parallel``),
+    ``seq_len``, ``global_batch_size`` (microbatch size x microbatches x dp: one gradient accumulation step) and the
+    mixed precision's dtype (``MIXED_PRECISION``); none without a setting."""
+    if setting is None:
+        return {}, {}
+    parallelism = {"tensor_parallel_degree": setting.tp,
+                   **({"enable_sequence_parallel": True} if setting.tp > 1 else {}), "context_parallel_degree": 1,
+                   **({} if setting.ep is None else {"expert_parallel_degree": setting.ep}),
+                   **dict(zip(("data_parallel_replicate_degree", "data_parallel_shard_degree"),
+                              (1, setting.dp) if _sharded(setting) else (setting.dp, 1)))}
+    training = {"seq_len": setting.seq_len,
+                "global_batch_size": setting.microbatch_size * num_microbatches * setting.dp,
+                **({"mixed_precision_param": MIXED_PRECISION[setting.dtype]} if setting.dtype in MIXED_PRECISION
+                   else {})}
+    return parallelism, training
+
+
+def _sharded(setting: Setting) -> bool:
+    """Whether the export puts the data-parallel degree in ``data_parallel_shard_degree`` (FSDP) rather than
+    ``data_parallel_replicate_degree`` (every replica holds whole weights, gradients and optimizer states, as the
+    costs count them under ZeRO 0): under ZeRO-1, which torchtitan has no closer form of, and where the
+    expert-parallel degree does not divide tp (torchtitan's expert parallelism borrows ranks from FSDP and TP)."""
+    return setting.zero == 1 or (setting.ep is not None and setting.tp % setting.ep != 0)
+
+
+def torchtitan_notes(plan: Plan) -> list[str]:
+    """Lines for the user on what ``torchtitan_config`` could not write or writes otherwise than the costs say:
+    the setting's keys without one, a dtype torchtitan has no mixed precision for, FSDP in place of ZeRO-1, an
+    expert-parallel degree torchtitan's ranks cannot hold, and ``PlannedAC``."""
+    setting, notes = plan.model.setting, []
+    if setting is None:
+        notes.append("partition.setting is missing (the model has no setting): torchtitan.json has no "
+                     "tensor_parallel_degree, context_parallel_degree, expert_parallel_degree, data_parallel_*_degree, "
+                     "seq_len, global_batch_size or mixed_precision_param, and pipeline_parallel_microbatch_size is "
+                     "--microbatch-size (default 1); add those of the setting the plan's costs are for")
+    else:
+        if setting.dtype not in MIXED_PRECISION:
+            notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: torchtitan "
+                         f"{TORCHTITAN_VERSION}'s training.mixed_precision_param is bfloat16 or float32")
+        if _sharded(setting):
+            why = ("torchtitan has no ZeRO-1 (optimizer states alone sharded)" if setting.zero == 1 else
+                   f"torchtitan's expert parallelism borrows its ranks from FSDP and TP, and ep = {setting.ep} does "
+                   f"not divide tp = {setting.tp}")
+            notes.append(f"data_parallel_shard_degree = {setting.dp} (FSDP): {why}; FSDP shards the weights and "
+                         "gradients too, so each device holds less than the plan's static bytes and gathers weights "
+                         "in F and B")
+        ranks = setting.tp * (setting.dp if _sharded(setting) else 1)
+        if setting.ep is not None and ranks % setting.ep:
+            notes.append(f"expert_parallel_degree = {setting.ep} must divide dp_shard x cp x tp = {ranks}: torchtitan "
+                         f"{TORCHTITAN_VERSION} builds no mesh for it (torchtitan/distributed/parallel_dims.py)")
+    if torchtitan_planned(plan):
+        notes.append(f"partition.recompute/selective: {_recomputing(plan)}, which no torchtitan policy does: "
+                     f"override.imports {OVERRIDE_TARGET} runs zbsolve's PlannedAC in place of "
+                     f"activation_checkpoint (full), reading {PLAN_NAME} (the schedule document, copied into the "
+                     "folder) as the CSV is read; zbsolve must be importable on every rank "
+                     "(docs/torchtitan-recompute.md)")
+    return notes
+
+
+def _recomputing(plan: Plan) -> str:
+    """The blocks each stage recomputes whole and selectively, counted."""
+    whole = [len(chosen) for _, chosen in plan.stage_recompute()]
+    selective = [sum(i in plan.selective for i in blocks) for blocks, _ in plan.stage_recompute()]
+    total = [len(blocks) for blocks, _ in plan.stage_recompute()]
+    return (f"stages 0-{len(total) - 1} recompute {whole} of their {total} blocks whole"
+            + (f" and {selective} selectively" if plan.selective else ""))
+
+
+def _microbatch_size(setting: Setting | None, given: int | None) -> int:
+    """The sequences per microbatch: ``given``, the setting's, else 1; one other than the setting's is an
+    ``InputError``."""
+    if given is None:
+        return 1 if setting is None else setting.microbatch_size
+    check_count("microbatch_size", given)
+    if setting is not None and given != setting.microbatch_size:
+        raise InputError(f"microbatch_size = {given}: the plan's costs are for partition.setting.microbatch_size = "
+                         f"{setting.microbatch_size}")
+    return given
 
 
 def torchtitan_args(config: TorchtitanConfig) -> list[str]:
-    """``config`` as torchtitan command-line overrides: ``--<section>.<key> value``, a list of lists as one
-    comma-joined argument per inner list (torchtitan's tyro rule for ``list[str]``); then a subcommand as
-    ``<field>:<name>`` (``activation-checkpoint:full``), after every flag, where tyro takes it."""
+    """``config`` as torchtitan command-line overrides: ``--<section>.<key> value``; a list of lists as one
+    comma-joined argument per inner list (torchtitan's tyro rule for ``list[str]``), an override import as
+    ``target={json}`` (its rule for ``override.imports``), a boolean as ``--<section>.<key>`` or
+    ``--<section>.no_<key>`` (tyro's flags); then a subcommand as ``<field>:<name>`` (``activation-checkpoint:full``),
+    after every flag, where tyro takes it."""
     flags, subcommands = [], []
     for field, values in config.items():
         if isinstance(values, str):
             subcommands.append(f"{field.replace('_', '-')}:{values}")
             continue
         for key, value in values.items():
+            if isinstance(value, bool):
+                flags.append(f"--{field}.{key}" if value else f"--{field}.no_{key}")
+                continue
             flags.append(f"--{field}.{key}")
-            flags.extend([",".join(part) for part in value] if isinstance(value, list) else [str(value)])
+            flags.extend([_token(item) for item in value] if isinstance(value, list) else [str(value)])
     return flags + subcommands
 
 
-def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int = 1, renames: Sequence[str] = (),
-                      inputs: Iterable[str | Path] = (), note: Callable[[str], None] | None = None) -> dict[Path, str]:
+def _token(item: list) -> str:
+    """One command-line argument of a list's ``item``: an override import ``[target, kwargs]`` as
+    ``target={json}``, a list of names comma-joined."""
+    if len(item) == 2 and isinstance(item[1], dict):
+        return f"{item[0]}={json.dumps(item[1])}"
+    return ",".join(item)
+
+
+def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int | None = None,
+                      renames: Sequence[str] = (), inputs: Iterable[str | Path] = (),
+                      note: Callable[[str], None] | None = None, document: str | None = None) -> dict[Path, str]:
     """Write ``CSV_NAME``, ``CONFIG_NAME`` and ``ARGS_NAME`` into ``folder`` (made if missing, its parent must
-    exist) and return each path written with its text. The config names the CSV by its path relative to the folder
-    (``CSV_NAME``), so the folder can be copied to the cluster as it is. Everything is checked before anything is
-    written, none of the files may be one of ``inputs``; each file is replaced whole. ``note`` is called with one
-    line on the CSV's relative path and, when the export renames the head (``HEAD_RENAME``), one naming the
-    rename."""
+    exist), and ``PLAN_NAME`` (``document``, the schedule document's text) where ``PlannedAC`` recomputes the plan's
+    blocks (``torchtitan_planned``), and return each path written with its text. The config names the CSV and the
+    document by their paths relative to the folder, so the folder can be copied to the cluster as it is. Everything
+    is checked before anything is written, none of the files may be one of ``inputs``; each file is replaced whole.
+    ``note`` is called with one line on the CSV's relative path, one naming the rename when the export renames the
+    head (``HEAD_RENAME``), and ``torchtitan_notes``'s."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"output = {folder} is a file; format 'torchtitan' writes a folder")
-    paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME]
+    config = torchtitan_config(plan, CSV_NAME, microbatch_size, renames, PLAN_NAME)
+    planned = "override" in config
+    if planned and document is None:
+        raise InputError(f"partition.recompute/selective: {_recomputing(plan)}; PlannedAC reads the schedule "
+                         f"document, which the export writes as {PLAN_NAME}: export the document, not a Plan")
+    paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME, *([folder / PLAN_NAME] if planned else [])]
     for path in paths if folder.exists() else [folder]:
         check_output(path, "output", inputs)
-    config = torchtitan_config(plan, CSV_NAME, microbatch_size, renames)
     texts = dict(zip(paths, (checked_csv(plan.schedule), json.dumps(config, indent=1) + "\n",
-                             shlex.join(torchtitan_args(config)) + "\n")))
+                             shlex.join(torchtitan_args(config)) + "\n", *([document] if planned else []))))
     folder.mkdir(exist_ok=True)
     for path, text in texts.items():
-        write_atomic(path, text)
+        write_atomic(path, text)  # type: ignore[arg-type]
     if note is not None:
         note(f"pipeline_parallel_schedule_csv = {CSV_NAME} is relative to the export folder {folder}: start "
              "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
@@ -150,7 +278,9 @@ def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int = 1, 
             old, _, new = HEAD_RENAME.partition("=")
             note(f"module_fqns_per_model_part: layer {old!r} is renamed {new!r}, torchtitan {TORCHTITAN_VERSION}'s "
                  f"name of the head (--rename {old}={old} keeps it)")
-    return texts
+        for line in torchtitan_notes(plan):
+            note(line)
+    return texts  # type: ignore[return-value]
 
 
 def _fqns(names: list[str], renames: Sequence[str]) -> list[str]:
