@@ -169,7 +169,7 @@ def test_render_formats_figures():
     assert table.title == "t" and table.row_count == 4 and list(table.columns[1].cells) == ["optimal", "0", "4, 3.5",
                                                                                             "<a&b>"]
     records = records_table([{"schedule": "1f1b", "makespan": 27.0}, {"schedule": "zb-h1"}], "r")
-    assert [c.header for c in records.columns] == ["schedule", "makespan"]
+    assert [c.header for c in records.columns] == ["schedule", "step time with barrier (profile's unit)"]
     assert [c.justify for c in records.columns] == ["left", "right"]
     assert list(records.columns[1].cells) == ["27", "-"]
 

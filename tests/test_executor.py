@@ -27,7 +27,8 @@ from zbsolve.schedulers.families import make_schedule
 from zbsolve.core.placement import sequential
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.runtime import executor
-from zbsolve.runtime.executor import REPORT_COLUMNS, RunOptions, report_table, run_schedule
+from zbsolve.present.run_report import REPORT_COLUMNS, report_table
+from zbsolve.runtime.executor import RunOptions, run_schedule
 from zbsolve.runtime.launch import LaunchError
 from zbsolve.runtime.modules import ModelSpec, build_partitioned, build_stages, load_model
 from zbsolve.core.schedule import BW, F, Pass, build, passes_of

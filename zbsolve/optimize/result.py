@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zbsolve.base.shown import Shown
+from zbsolve.core.measures import FIGURES, OBJECTIVE_FIGURES
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
@@ -99,6 +100,17 @@ class SolveResult(Shown):
     def peak_memory(self) -> tuple[float, ...]:
         """Peak activation memory per device."""
         return self.timeline.peak_memory
+
+    def title(self, name: str) -> str:
+        """What was solved and which schedule was kept, as a chart's title names them: "NAME: the step time with
+        barrier minimised by cpsat; the schedule kept is zb-h1's (cpsat found none shorter), proven optimal"."""
+        maker = self.schedule.name
+        kept = f"{maker}'s" + ("" if maker == self.solver or self.solver == "heuristic"
+                               else f" ({self.solver} found none shorter)")
+        proof = ("proven optimal" if self.status == "optimal" else "which meets the lower bound" if self.bound_met
+                 else f"{self.gap:.1%} above the lower bound")
+        return (f"{name}: the {FIGURES[OBJECTIVE_FIGURES[self.objective_kind]].name} minimised by {self.solver}; "
+                f"the schedule kept is {kept}, {proof}" + (" (interrupted)" if self.interrupted else ""))
 
     def summary(self) -> dict[str, object]:
         """The headline figures as plain values: step times and bubbles first, then the paper's bubble; memory per

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 
 from zbsolve.base.shown import Shown
-from zbsolve.core.measures import gap
+from zbsolve.core.measures import STEP_TIME, gap
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
@@ -151,6 +151,17 @@ class PlanResult(Shown):
         """The fastest baseline that fits (on ``split`` alone when given)."""
         fitting = [b for b in self.baselines if b.fits and b.step_time is not None and split in (None, b.split)]
         return min(fitting, key=lambda b: b.step_time, default=None)
+
+    def title(self) -> str:
+        """What was planned and which schedule was kept, as a chart's title names them: the model, the placement,
+        the recomputation (or none), the partition and whose schedule it is."""
+        maker, source = self.timeline.schedule.name, self.source
+        kept = (f"the {source}" if source.startswith("baseline") else f"{maker}'s" if maker == source
+                else f"{maker}'s ({source} found none shorter)")
+        recompute = "no recomputation" if self.recompute == "none" else f"recompute {self.recompute}"
+        name = self.costs.model.name if self.costs.model is not None else "plan"
+        return (f"{name}: plan for the {STEP_TIME.name}: {self.placement} x{self.chunks}, {recompute}, partition "
+                f"{list(self.counts)}; the schedule kept is {kept}" + (" (interrupted)" if self.interrupted else ""))
 
     def summary(self) -> dict[str, object]:
         """The headline figures as plain values."""

@@ -1,5 +1,5 @@
-"""The forms of results in the terminal and in Jupyter: each a table of its headline figures; and their charts
-(``result.plot()``)."""
+"""The forms of results in the terminal and in Jupyter: each a table of its headline figures, named and with their
+units as the command line's tables show them (``present.figures``); and their charts (``result.plot()``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 from zbsolve.base.shown import CHARTS, FORMS, Forms
 from zbsolve.optimize.result import SolveResult
 from zbsolve.planning.result import PlanResult
+from zbsolve.present.figures import Units, shown
 from zbsolve.present.tables import figures_html, figures_table
 
 if TYPE_CHECKING:
@@ -18,8 +19,14 @@ if TYPE_CHECKING:
 
 
 def solve_figures(result: SolveResult) -> dict[str, object]:
-    """A solve's summary as its table shows it: the status as ``status_text`` reads it."""
-    return {**result.summary(), "status": result.status_text}
+    """A solve's summary as its table shows it: each figure by its name with its unit, the status as
+    ``status_text`` reads it."""
+    return shown({**result.summary(), "status": result.status_text}, Units.of(result.costs))
+
+
+def plan_figures(result: PlanResult) -> dict[str, object]:
+    """A plan's summary as its table shows it: each figure by its name with its unit."""
+    return shown(result.summary(), Units.of(result.costs))
 
 
 def solve_table(result: SolveResult) -> Table:
@@ -29,24 +36,23 @@ def solve_table(result: SolveResult) -> Table:
 
 def plan_table(result: PlanResult) -> Table:
     """A plan's figures as a terminal table."""
-    return figures_table(result.summary(), "zbsolve plan")
+    return figures_table(plan_figures(result), "zbsolve plan")
 
 
 FORMS[SolveResult] = Forms(solve_table, lambda result: figures_html(solve_figures(result)))
-FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(result.summary()))
+FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(plan_figures(result)))
 
 
 def solve_chart(result: SolveResult, path: str | Path | None = None) -> Figure:
-    """A solve's Gantt chart with its memory panel, titled as ``zbsolve solve --chart`` titles it (the model's name,
-    else "solve"); written to ``path`` (.png or .svg) when given."""
+    """A solve's Gantt chart with its memory panel, titled as ``zbsolve solve --chart`` titles it
+    (``SolveResult.title``: the model's name, else "solve"), in its units; written to ``path`` (.png or .svg) when
+    given."""
     from zbsolve.present.plot import check_chart_path, plot_timeline, save_figure  # matplotlib, when first drawn
 
     if path is not None:
         check_chart_path(path, "path")
     model = result.costs.model if result.costs is not None else None
-    title = (f"{model.name if model is not None else 'solve'}: {result.solver}, {result.status_text}; the schedule "
-             f"is {result.schedule.name}'s")
-    fig = plot_timeline(result.timeline, memory=True, costs=result.costs, title=title)
+    fig = plot_timeline(result, memory=True, title=result.title(model.name if model is not None else "solve"))
     if path is not None:
         save_figure(fig, path)
     return fig

@@ -12,6 +12,7 @@ from zbsolve.base.files import write_with
 from zbsolve.base.units import gib
 from zbsolve.planning.frontier import Frontier
 from zbsolve.planning.memory_frontier import BlockPoint, MemoryPoint
+from zbsolve.present.figures import Units, label
 from zbsolve.present.plot import check_chart_path
 
 FRONTIER_FORMATS = (".png", ".svg", ".pdf")
@@ -37,7 +38,7 @@ def plot_frontier(frontier: Frontier, title: str = "memory-bubble frontier") -> 
         ax.scatter([f.factor], [f.paper_bubble], marker="x", color="black")
         ax.annotate(f.name, (f.factor, f.paper_bubble), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("memory limit / 1F1B's peak")
-    ax.set_ylabel("paper bubble rate")
+    ax.set_ylabel(label("paper_bubble"))
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -53,26 +54,39 @@ def save_frontier_chart(frontier: Frontier, path: str | Path, title: str = "memo
 def plot_memory_frontier(points: Sequence[MemoryPoint], blocks: Sequence[BlockPoint],
                          title: str = "step time against device memory") -> Figure:
     """The plan's step time at each device memory, the best fitting baselines without and with recomputation, and
-    the V-shape building blocks as labelled points at the memory they need."""
+    the V-shape building blocks as labelled points at the memory they need; under ``title``, what the plan
+    recomputes at each memory (``recomputes``)."""
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for label, values, style in (("plan", [p.step_time for p in points], "o-"),
-                                 ("best baseline", [p.baseline for p in points], "s--"),
-                                 ("best baseline, recomputing", [p.baseline_recomputed for p in points], "^--")):
+    for name, values, style in (("plan", [p.step_time for p in points], "o-"),
+                                ("best baseline", [p.baseline for p in points], "s--"),
+                                ("best baseline, recomputing", [p.baseline_recomputed for p in points], "^--")):
         pts = [(gib(p.device_memory), v) for p, v in zip(points, values) if v is not None]
         if pts:
-            ax.plot(*zip(*pts), style, label=label)
+            ax.plot(*zip(*pts), style, label=name)
     for b in blocks:
         marker = "x" if b.recompute == "none" else "+"
         ax.scatter([gib(b.memory)], [b.step_time], marker=marker, color="black")
         ax.annotate(b.name + ("" if b.recompute == "none" else f", {b.recompute}"), (gib(b.memory), b.step_time),
                     textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("device memory (GiB)")
-    ax.set_ylabel("step time with the optimizer barrier (s)")
-    ax.set_title(title)
+    ax.set_ylabel(label("step_time", Units("s")))
+    ax.set_title(f"{title}\n{recomputes(points)}" if recomputes(points) else title)
     ax.grid(alpha=0.3)
     ax.legend()
     return fig
+
+
+def recomputes(points: Sequence[MemoryPoint]) -> str:
+    """What the plan recomputes at each device memory, by the form's name (``per-stage``, ``full``, ...), memories of
+    one form together: "the plan recomputes: per-stage at 48, 64 GiB; none at 80 GiB"; empty where no plan says."""
+    forms: dict[str, list[str]] = {}
+    for p in points:
+        if p.recompute is not None:
+            forms.setdefault(p.recompute.split(":")[0], []).append(f"{gib(p.device_memory):g}")
+    if not forms:
+        return ""
+    return "the plan recomputes: " + "; ".join(f"{form} at {', '.join(at)} GiB" for form, at in forms.items())
 
 
 def save_memory_frontier_chart(points: Sequence[MemoryPoint], blocks: Sequence[BlockPoint], path: str | Path,

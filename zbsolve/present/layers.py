@@ -10,6 +10,8 @@ from zbsolve.problem.model import BLOCK, Layer, Model
 
 LAYER_COLUMNS = ("layer", "F ms", "B ms", "W ms", "mem_f MiB", "mem_b MiB", "mem_w MiB", "static GiB", "out MiB")
 """Columns of ``layer_rows``."""
+LAYER_HEADERS = tuple(name.replace(" ", "\n") for name in LAYER_COLUMNS)
+"""``LAYER_COLUMNS`` as a terminal table heads them, each unit under its figure, so the table fits 100 columns."""
 _COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes")
 
 

@@ -27,9 +27,12 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_with
 from zbsolve.core.schedule import B, BW, F, KINDS, W, Pair, Schedule
 from zbsolve.core.simulator import Timeline
-from zbsolve.base.units import GIB, gib
+from zbsolve.base.units import GIB
+from zbsolve.core.measures import FIGURES
+from zbsolve.present.figures import Units, label
 
 if TYPE_CHECKING:
+    from zbsolve.optimize.result import SolveResult
     from zbsolve.planning.result import PlanResult
 
 COLORS = {F: "#4c72b0", B: "#e1812c", W: "#8c6bb1", BW: "#3a923a"}
@@ -183,11 +186,6 @@ def _memory(ax: Axes, timeline: Timeline, scale: float, unit: str) -> None:
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
-def _units(costs: Costs | None) -> tuple[bool, bool]:
-    """Whether the times are seconds (a model's) and the memory bytes (a model's, or given a device memory)."""
-    return costs is not None and costs.model is not None, costs is not None and costs.in_bytes
-
-
 def _left_in(labels: Sequence[str]) -> float:
     """Inches of left margin that fit the longest of ``labels`` (tick labels beside the axes)."""
     return max(_LEFT_IN, _LABEL_IN * max(map(len, labels), default=0))
@@ -197,30 +195,38 @@ def _number(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1e5 else f"{x:.6g}"
 
 
-def _title(timeline: Timeline, title: str | None, costs: Costs | None = None) -> str:
-    """``title`` (default: the schedule's name), then the figures: in seconds and GiB where ``costs`` are."""
+def _title(timeline: Timeline, title: str | None, units: Units) -> str:
+    """``title`` (default: the schedule's name), then the figures by their names (``present.figures``), each with
+    its unit."""
     schedule = timeline.schedule
     head = schedule.name if title is None else title
-    seconds, in_bytes = _units(costs)
-    step = f"step time {timeline.makespan:.4g} s" if seconds else f"makespan {_number(timeline.makespan)}"
-    peak = f"peak activations {gib(timeline.peak):.2f} GiB" if in_bytes else f"peak memory {_number(timeline.peak)}"
-    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, {step}, "
-            f"bubble rate {timeline.bubble_rate:.2%} (paper's {timeline.paper_bubble:.2%}), {peak}")
+    step = f"{timeline.makespan:.4g}" if units.time == "s" else _number(timeline.makespan)
+    peak = f"{units.memory_value(timeline.peak):.2f}" if units.in_bytes else _number(timeline.peak)
+    return (f"{head}\np={schedule.num_devices}, m={schedule.num_microbatches}, {FIGURES['step_time'].name} "
+            f"{step} {units.time}, {FIGURES['bubble_rate'].name} {timeline.bubble_rate:.2%}, "
+            f"{FIGURES['paper_bubble'].name} {timeline.paper_bubble:.2%}, {FIGURES['peak_memory'].name} {peak} "
+            f"{units.memory}")
 
 
-def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None = None,
-                  ax: Axes | None = None, rows: Sequence[str] | None = None, costs: Costs | None = None) -> Figure:
-    """Gantt chart of ``timeline``; ``memory`` adds a panel of activation memory per device.
+def plot_timeline(timeline: "Timeline | SolveResult | PlanResult", *, memory: bool = False, title: str | None = None,
+                  ax: Axes | None = None, rows: Sequence[str] | None = None, costs: Costs | None = None,
+                  units: Units | None = None) -> Figure:
+    """Gantt chart of ``timeline`` (or of a solve's or a plan's result: its timeline, with its costs); ``memory``
+    adds a panel of activation memory per device.
 
     The title's first line is ``title`` (default: the schedule's name), the second its figures. ``rows`` labels
-    the devices (default: their numbers, with the model's layers they hold when ``costs`` has a model). With
-    ``costs`` of a model, times are in seconds and memory in GiB. With ``ax`` the chart is drawn there (no memory
-    panel) and ``ax``'s figure is returned.
+    the devices (default: their numbers, with the model's layers they hold when ``costs`` has a model). Times and
+    memory carry their units: with ``costs`` of a model seconds and GiB (GiB too where a device memory is given),
+    else ``units`` (``Units(time="us", memory=...)``, as a problem file states them; default "profile's unit").
+    With ``ax`` the chart is drawn there (no memory panel) and ``ax``'s figure is returned.
     """
-    seconds, in_bytes = _units(costs)
-    if rows is None and seconds:
-        rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]  # type: ignore[union-attr]
-    xlabel = "seconds" if seconds else "time"
+    if not isinstance(timeline, Timeline):
+        costs = costs if costs is not None else timeline.costs
+        timeline = timeline.timeline
+    units = Units.of(costs, units.time if units else None, units.memory if units else None)
+    if rows is None and costs is not None and costs.model is not None:
+        rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]
+    xlabel = f"time ({units.time})"
     if ax is not None and memory:
         raise InputError("memory = True needs a figure of its own: leave ax = None")
     if ax is None:
@@ -233,14 +239,14 @@ def plot_timeline(timeline: Timeline, *, memory: bool = False, title: str | None
                             hspace=2 * _GAP_IN / (gantt_in + _MEMORY_IN))
         if memory:
             ax, memory_ax = fig.subplots(2, 1, sharex=True, height_ratios=[gantt_in, _MEMORY_IN])
-            _memory(memory_ax, timeline, GIB if in_bytes else 1.0, "GiB" if in_bytes else "")
+            _memory(memory_ax, timeline, GIB if units.in_bytes else 1.0, units.memory)
             memory_ax.set_xlabel(xlabel)
         else:
             ax = fig.subplots()
     _gantt(ax, timeline, rows)
     if not memory:
         ax.set_xlabel(xlabel)
-    ax.set_title(_title(timeline, title, costs), loc="left", fontsize=10)
+    ax.set_title(_title(timeline, title, units), loc="left", fontsize=10)
     return ax.get_figure()
 
 
@@ -262,17 +268,17 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
 
 
 def save_chart(timeline: Timeline, path: str | Path, *, memory: bool = False, title: str | None = None,
-               costs: Costs | None = None) -> Path:
+               costs: Costs | None = None, units: Units | None = None) -> Path:
     """Write the chart of ``timeline`` (``plot_timeline``) as PNG or SVG, chosen by ``path``'s suffix, whole or not
     at all; return the path."""
     check_chart_path(path)
-    return save_figure(plot_timeline(timeline, memory=memory, title=title, costs=costs), path)
+    return save_figure(plot_timeline(timeline, memory=memory, title=title, costs=costs, units=units), path)
 
 
 def plot_plan(result: "PlanResult") -> Figure:
-    """The plan's Gantt chart, each device labelled with the model's layers it holds, titled with the placement, the
-    partition and the source as the plan's table names them (and the schedule's own name where it differs), above
-    the step times of the plan and of the baselines (hatched: does not fit the device memory)."""
+    """The plan's Gantt chart, each device labelled with the model's layers it holds, titled with what was planned
+    and whose schedule was kept (``PlanResult.title``: the placement, the recomputation, the partition), above the
+    step times of the plan and of the baselines (hatched: does not fit the device memory)."""
     timeline, costs = result.timeline, result.costs
     p = timeline.schedule.num_devices
     rows = [f"{d}: {names}" for d, names in enumerate(costs.device_names())]
@@ -287,19 +293,15 @@ def plot_plan(result: "PlanResult") -> Figure:
                         bottom=_BOTTOM_IN / height, hspace=4 * _GAP_IN / (gantt_in + bars_in))
     ax, bar_ax = fig.subplots(2, 1, height_ratios=[gantt_in, bars_in])
     _gantt(ax, timeline, rows)
-    ax.set_xlabel("seconds")
-    maker = timeline.schedule.name
-    head = (f"{costs.model.name}: plan, {result.placement} x{result.chunks}, "  # type: ignore[union-attr]
-            f"partition {list(result.counts)}, source {result.source}"
-            + ("" if maker == result.source else f"; the schedule is {maker}'s"))
-    ax.set_title(_title(timeline, head, costs), loc="left", fontsize=10)
+    ax.set_xlabel("time (s)")
+    ax.set_title(_title(timeline, result.title(), Units.of(costs)), loc="left", fontsize=10)
     names, times, fits = zip(*bars)
     y = range(len(bars))
     bar_ax.barh(y, times, color=["#3a923a" if k == 0 else "#4c72b0" for k in y],
                 hatch=[None if ok else "//" for ok in fits], edgecolor="white")
     bar_ax.set_yticks(y, names, fontsize=7)
     bar_ax.set_ylim(len(bars) - 0.5, -0.5)
-    bar_ax.set_xlabel("step time with the optimizer barrier (s); hatched: does not fit the device memory")
+    bar_ax.set_xlabel(f"{label('step_time', Units.of(costs))}; hatched: does not fit the device memory")
     return fig
 
 

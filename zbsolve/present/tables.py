@@ -13,13 +13,19 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.optimize.result import status_text
+from zbsolve.present.figures import Units, label
 
 if TYPE_CHECKING:
     from zbsolve.planning.frontier import Frontier
 
 FRONTIER_COLUMNS = ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap")
 """Columns of the frontier table: a row per (placement, limit), then a row per family point."""
+
+
+SHORT = 24
+"""The longest text that ``records_table`` keeps on one line: the columns of numbers wrap their headers first."""
 
 
 def fmt(value: object) -> str:
@@ -41,9 +47,9 @@ def fmt(value: object) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
-def figures_table(figures: Mapping[str, object], title: str) -> Table:
-    """A two-column table: one row per figure, its name and value."""
-    table = Table(title=title)
+def figures_table(figures: Mapping[str, object], title: str, caption: str | None = None) -> Table:
+    """A two-column table: one row per figure, its name and value (names as given: ``figures.shown`` names them)."""
+    table = Table(title=title, caption=caption, caption_justify="left")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, value in figures.items():
@@ -59,36 +65,41 @@ def figures_html(figures: Mapping[str, object]) -> str:
 
 
 def records_table(records: Sequence[Mapping[str, object]], title: str,
-                  columns: Sequence[str] | None = None) -> Table:
-    """One row per record, one column per name in ``columns`` (default: the first record's names); a
-    column holding numbers is right-aligned, a missing value shows as "-"."""
+                  columns: Sequence[str] | None = None, units: Units | None = None,
+                  caption: str | None = None) -> Table:
+    """One row per record, one column per name in ``columns`` (default: the first record's names), headed by the
+    figure's name with its unit in ``units`` (``figures.label``); a column holding numbers is right-aligned, a
+    column of texts up to ``SHORT`` long never wraps (a longer text folds: none is cut), a missing value shows as
+    "-"."""
     names = list(columns if columns is not None else records[0] if records else ())
-    table = Table(title=title)
+    table = Table(title=title, caption=caption, caption_justify="left")
     for name in names:
         numeric = any(isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool) for r in records)
-        table.add_column(name, justify="right" if numeric else "left")
+        short = not numeric and max((len(fmt(r.get(name))) for r in records), default=0) <= SHORT
+        table.add_column(label(name, units), justify="right" if numeric else "left", no_wrap=short, overflow="fold")
     for record in records:
         table.add_row(*(fmt(record.get(name)) for name in names))
     return table
 
 
 def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str, caption: str | None = None) -> Table:
-    """A table of rows already formatted as text, every column right-aligned."""
-    table = Table(title=title, caption=caption)
+    """A table of rows already formatted as text, every column right-aligned; a text too long for its column folds
+    (none is cut)."""
+    table = Table(title=title, caption=caption, caption_justify="left")
     for name in columns:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", overflow="fold")
     for row in rows:
         table.add_row(*row)
     return table
 
 
-def frontier_table(frontier: Frontier, title: str) -> Table:
+def frontier_table(frontier: Frontier, title: str, units: Units | None = None) -> Table:
     """The frontier's rows (their status as ``status_text`` reads it), then each family point as a row named
-    "family (placement)" whose mem_limit is the family's peak memory."""
+    "family (placement)" whose mem_limit is the family's peak memory; figures named with their ``units``."""
     rows = [{**r.as_dict(), "status": status_text(r.status, r.bound_met)} for r in frontier.rows]
     points = [{"placement": f"{f.name} ({f.placement})", "factor": f.factor, "mem_limit": f.peak_memory,
                "paper_bubble": f.paper_bubble, "status": "family"} for f in frontier.families]
-    return records_table(rows + points, title, FRONTIER_COLUMNS)
+    return records_table(rows + points, title, FRONTIER_COLUMNS, units, BUBBLES_NOTE)
 
 
 PER_DEVICE = ("static_gib", "activation_gib", "memory_gib")
@@ -108,3 +119,29 @@ def device_memory_table(figures: Mapping[str, object], title: str) -> Table:
     rows = [[str(d), names[d], *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
             for d in range(n)]
     return text_table(DEVICE_COLUMNS, rows, title)
+
+
+BASELINE_COLUMNS = ("split", "schedule", "recompute", "step_time", "bubble", "max GiB", "fits")
+"""Columns of ``baselines_table`` (``Baseline.row()``'s keys; the blocks recomputed per stage beside the
+recomputation), which fit 100 columns."""
+BASELINE_UNITS = Units("s", "GiB", True)
+"""The baselines are a model's: seconds and GiB."""
+
+
+def baselines_table(rows: Sequence[Mapping[str, object]], title: str, wide: bool = False) -> Table:
+    """The baselines (``Baseline.row()`` each): every column with ``wide``; else ``BASELINE_COLUMNS``, the blocks
+    recomputed per stage in brackets after the recomputation, and the rows without a figure under the table, one
+    line per reason naming their schedules."""
+    if wide:
+        return records_table(rows, title, None, BASELINE_UNITS)
+    timed, missing = [], {}
+    for row in rows:
+        if row.get("step_time") is None:
+            recompute = "" if row.get("recompute") in (None, "none") else f" recompute {row['recompute']}"
+            missing.setdefault((f"{row['split']}{recompute}", row.get("note") or "no figure"), []).append(
+                str(row["schedule"]))
+            continue
+        recomputed = f" ({row['recomputed']})" if row.get("recomputed") else ""
+        timed.append({**row, "recompute": f"{row['recompute']}{recomputed}", "fits": "yes" if row["fits"] else "no"})
+    caption = "\n".join(f"no figure for {split} {', '.join(names)}: {note}" for (split, note), names in missing.items())
+    return records_table(timed, title, BASELINE_COLUMNS, BASELINE_UNITS, caption or None)

@@ -364,37 +364,3 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
                 for key, chosen in (("recomputed", spec.recompute), ("selective", spec.selective))}}
             for row in _with_predictions(schedule, rows, costs)]
 
-
-REPORT_COLUMNS = ("rank", "stages", "F ms", "B ms", "W ms", "BW ms", "bubble", "sim bubble", "sim bubble (measured t)",
-                  "makespan ms", "sim makespan ms", "plan makespan ms", "peak MiB", "sim peak MiB", "sim peak",
-                  "grad check")
-"""Columns of ``report_table``."""
-
-
-def report_note(rows: list[dict]) -> str | None:
-    """The line under ``report_table`` when blocks recompute: which, and what the measured and the plan's peaks
-    count; None when none does."""
-    names, selective = ([name for row in rows for name in row.get(key, ())] for key in ("recomputed", "selective"))
-    if not names and not selective:
-        return None
-    return (f"recomputed: {', '.join(names) or '-'}; selective: {', '.join(selective) or '-'}. peak MiB counts their "
-            "inputs from F and their recomputed activations from the backward that recomputes them (B; W on the first "
-            "stage) to W's end; sim peak is the plan's, which holds those from B's end on every stage and counts a "
-            "recomputing B's input twice (mem_r)")
-
-
-def report_table(rows: list[dict]) -> list[list[str]]:
-    """``run_schedule``'s rows as strings under ``REPORT_COLUMNS``: measured beside simulated."""
-    def ms(row: dict, kind: str) -> str:
-        return f"{row['pass_ms'][kind]:.2f}" if kind in row["pass_ms"] else "-"
-
-    def plan(row: dict) -> str:
-        return "-" if row["plan_makespan_ms"] is None else f"{row['plan_makespan_ms']:.1f}"
-
-    def peak(row: dict) -> str:
-        return f"{row['sim_peak']:g}" if row["plan_peak_mib"] is None else f"{row['plan_peak_mib']:.3f} MiB"
-
-    return [[str(r["rank"]), ",".join(map(str, r["stages"])), ms(r, F), ms(r, B), ms(r, W), ms(r, BW),
-             f"{r['bubble']:.3f}", f"{r['sim_bubble']:.3f}", f"{r['sim_bubble_measured']:.3f}",
-             f"{r['makespan_ms']:.1f}", f"{r['sim_makespan_ms']:.1f}", plan(r), f"{r['peak_saved_mib']:.3f}",
-             f"{r['sim_peak_mib']:.3f}", peak(r), r["grad_check"]] for r in rows]

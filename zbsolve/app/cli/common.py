@@ -4,30 +4,57 @@ helpers, and the figures table."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from zbsolve.base.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
+from zbsolve.base.inputs import load_mapping
 from zbsolve.base.interrupt import exit_code, signals_as_interrupt
 from zbsolve.base.units import GIB
+from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.optimize.result import status_text
+from zbsolve.present.figures import UNIT_PROFILE, Units, shown
 from zbsolve.present.tables import LAYER_LABELS, PER_DEVICE, device_memory_table, figures_table
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 
 app = typer.Typer(help="Find and check pipeline-parallel training schedules (zero bubble).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-out = Console()
+TABLE_WIDTH = 100
+"""Columns the tables are laid out for: stdout's width where no terminal (and no COLUMNS) says one."""
+
+
+class _Out(Console):
+    """stdout as a console whose width, where COLUMNS is unset and no standard stream is a terminal (rich would take
+    80), is ``TABLE_WIDTH``: a file or a pipe gets the tables as a 100-column terminal does."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self._width is None and "COLUMNS" not in os.environ and not any(_tty(fd) for fd in (0, 1, 2)):
+            return ConsoleDimensions(TABLE_WIDTH, size.height)
+        return size
+
+
+def _tty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+out = _Out()
 err = Console(stderr=True)
 wide = Console(width=max(out.width, 180))
-"""For tables with many columns, which a narrow or non-terminal output would squeeze."""
+"""For tables with many columns, with ``--wide``: they fit 100 columns otherwise."""
 
 DEVICES = typer.Option(None, "--devices", "-p", min=1, show_default=False,
                        help="Number of pipeline devices p (required).")
@@ -35,6 +62,7 @@ DEVICES_ALIAS = typer.Option(None, "--stages", min=1, hidden=True, help="Another
 MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
 PROFILE = typer.Option(None, "--profile", help="Profile YAML/JSON (default: unit times, no communication, M_B=1).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
+WIDE = typer.Option(False, "--wide", help="Print the tables whole, every column, over 100 columns wide.")
 QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 RESERVE = typer.Option(f"{DEFAULT_RESERVE / GIB:g}GiB", "--reserve",
                        help="Memory per device kept free of stages and activations.")
@@ -117,22 +145,31 @@ def progress(description: str, quiet: bool, counted: bool = False) -> Iterator[C
             yield lambda line: bar.update(task, line=line[:100])
 
 
-SECONDS = ("value", "lower_bound", "step_time", "step_time_no_barrier", "makespan")
-"""Figures in the profile's time unit, which is seconds for a model."""
 RAW_MEMORY = ("peak_memory", "peak_memory_per_device")
 """Figures in the profile's memory unit, which the table of memory per device shows in GiB when it is bytes."""
 
 
-def print_result(summary: dict[str, object], published: dict[str, float], costs: Optional[Costs],
-                 title: str) -> None:
-    """The figures table (times in seconds for a model, the status as ``status_text`` reads it), then memory per
-    device in GiB with the layers each device holds when it is in bytes."""
+def file_units(path: Optional[Path]) -> Units:
+    """The units of the profile in the file at ``path`` as its top-level ``time_unit`` and ``memory_unit`` state them
+    (a problem file, or a profile under a ``profile:`` key); the unit profile's when ``path`` is None."""
+    if path is None:
+        return UNIT_PROFILE
+    data = load_mapping(path)
+    return Units.of(None, str(data.get("time_unit") or ""), str(data.get("memory_unit") or ""))
+
+
+def print_result(summary: dict[str, object], costs: Optional[Costs], title: str, *, units: Optional[Units] = None,
+                 extra: Optional[dict[str, object]] = None, note: Optional[str] = None) -> None:
+    """The figures table (each figure under its name with its unit, ``present.figures``: ``units``, default the
+    costs'; the status as ``status_text`` reads it; ``extra`` rows after the figures; what tells the bubbles apart
+    and ``note`` under it), then memory per device in GiB with the layers each device holds when it is in bytes."""
     in_bytes = costs is not None and costs.in_bytes
-    seconds = costs is not None and costs.model is not None
-    shown = {(f"{key} (s)" if seconds and key in SECONDS else key): value for key, value in summary.items()
-             if key != "bound_met" and not (in_bytes and key in (*PER_DEVICE, *LAYER_LABELS, *RAW_MEMORY))}
+    figures = {key: value for key, value in summary.items()
+               if not (in_bytes and key in (*PER_DEVICE, *LAYER_LABELS, *RAW_MEMORY))}
     if "bound_met" in summary:
-        shown["status"] = status_text(str(summary["status"]), bool(summary["bound_met"]))
-    out.print(figures_table({**shown, **{f"published {key}": value for key, value in published.items()}}, title))
+        figures["status"] = status_text(str(summary["status"]), bool(summary["bound_met"]))
+    rows = shown(figures, units or Units.of(costs))
+    notes = [BUBBLES_NOTE] if "paper_bubble" in summary and "bubble_rate" in summary else []
+    out.print(figures_table({**rows, **(extra or {})}, title, "\n".join(notes + ([note] if note else [])) or None))
     if in_bytes:
-        wide.print(device_memory_table(summary, "memory per device"))
+        out.print(device_memory_table(summary, "memory per device"))

@@ -40,7 +40,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **figures, "planned_drift": drift}, indent=1))
         return
-    print_result({"name": escape(sched.name), **figures}, {}, costs, f"{escape(str(file))}: valid")
+    print_result({"name": escape(sched.name), **figures}, costs, f"{escape(str(file))}: valid")
     if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 

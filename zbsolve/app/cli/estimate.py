@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, out, wide
+from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, out
+from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.units import mib
 from zbsolve.present.tables import text_table
@@ -21,27 +22,35 @@ def estimate(
     config: Path = typer.Argument(..., help="Hugging Face config.json of a dense decoder (Llama, Mistral, Qwen2, "
                                             "GPT-2, GPT-NeoX) or a mixture of experts (Mixtral, Qwen2-MoE, "
                                             "Qwen3-MoE, DeepSeek-V2/V3)."),
-    gpu: str = typer.Option("h100", "--gpu", help="GPU preset: h100, h200, a100 or b200."),
-    seq_len: int = typer.Option(..., "--seq-len", min=1, help="Tokens per sequence."),
-    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", min=1, help="Sequences per microbatch."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (with sequence parallelism)."),
-    dp: int = typer.Option(1, "--dp", min=1, help="Data-parallel degree (shards the optimizer under --zero 1)."),
-    zero: int = typer.Option(0, "--zero", min=0, max=1, help="ZeRO stage: 1 shards the optimizer states over --dp."),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16 or fp16."),
-    efficiency: float = typer.Option(0.4, "--efficiency", help="Fraction of the GPU's peak a pass reaches."),
-    flash_attention: bool = typer.Option(True, "--flash-attention/--no-flash-attention",
-                                         help="Flash attention keeps no s x s attention probabilities."),
-    link: str = typer.Option("nvlink", "--link", help="Link between stages: nvlink or network."),
-    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree: the devices that share out the routed "
-                                                  "experts (whole, not split by --tp)."),
-    a2a_link: Optional[str] = typer.Option(None, "--a2a-link", help="Link of the experts' all-to-all: nvlink or "
-                                                                    "network (default: nvlink while --ep fits a "
-                                                                    "node of the GPU, else network)."),
-    method: str = typer.Option("formula", "--method", help="FLOPs and activation bytes from the closed form "
-                                                           "(formula: fused kernels), or counted by torch on "
-                                                           "transformers' eager modules (count: an upper bound)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Model name (default: the config file's name)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Model description to write (.yaml or .json)."),
+    gpu: str = typer.Option("h100", "--gpu", metavar="GPU", help="GPU preset: h100, h200, a100 or b200."),
+    seq_len: int = typer.Option(..., "--seq-len", min=1, metavar="N", help="Tokens per sequence."),
+    microbatch_size: int = typer.Option(..., "--microbatch-size", "-b", min=1, metavar="N",
+                                       help="Sequences per microbatch."),
+    tp: int = typer.Option(1, "--tp", min=1, metavar="N", help="Tensor-parallel degree (with sequence parallelism)."),
+    dp: int = typer.Option(1, "--dp", min=1, metavar="N",
+                           help="Data-parallel degree (shards the optimizer under --zero 1)."),
+    zero: int = typer.Option(0, "--zero", min=0, max=1, metavar="N",
+                             help="ZeRO stage: 1 shards the optimizer states over --dp."),
+    dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE", help="bf16 or fp16."),
+    efficiency: float = typer.Option(0.4, "--efficiency", metavar="SHARE",
+                                     help="Fraction of the GPU's peak a pass reaches."),
+    eager_attention: bool = typer.Option(False, "--no-flash-attention", metavar="",
+                                         help="Keep the s x s attention probabilities (default: flash attention "
+                                              "keeps none)."),
+    flash: bool = typer.Option(False, "--flash-attention", hidden=True, help="The default (flash attention)."),
+    link: str = typer.Option("nvlink", "--link", metavar="LINK", help="Link between stages: nvlink or network."),
+    ep: int = typer.Option(1, "--ep", min=1, metavar="N", help="Expert-parallel degree (routed experts whole, not "
+                                                               "split by --tp)."),
+    a2a_link: Optional[str] = typer.Option(None, "--a2a-link", metavar="LINK",
+                                           help="Link of the experts' all-to-all: nvlink or network (default: nvlink "
+                                                "while --ep fits a node)."),
+    method: str = typer.Option("formula", "--method", metavar="METHOD",
+                               help="formula (the closed form: fused kernels) or count (torch on transformers' "
+                                    "eager modules: an upper bound)."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME",
+                                       help="Model name (default: the config file's name)."),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE",
+                                help="Model description to write (.yaml or .json)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """Estimate a model's per-layer costs from its config (docs/cost-model.md) and write the model description;
@@ -53,9 +62,12 @@ def estimate(
     from zbsolve.problem.estimate.formula import flops_note, method_note
     from zbsolve.problem.estimate.gpus import get_gpu
     from zbsolve.problem.estimate.hf_config import architecture
-    from zbsolve.present.layers import LAYER_COLUMNS, layer_rows
+    from zbsolve.present.layers import LAYER_HEADERS, layer_rows
 
     check_output(output, "--output", [config])
+    if flash and eager_attention:
+        raise InputError("--flash-attention and --no-flash-attention: give one (flash attention is the default)")
+    flash_attention = not eager_attention
     experts = architecture(config).experts is not None
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
                f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
@@ -84,6 +96,6 @@ def estimate(
     if exchange is not None:
         comm += (f"; all-to-all of a block with experts: {1e3 * exchange:.3f} ms in F and in B (2 of ep {ep} over "
                  f"{a2a_link or get_gpu(gpu).expert_link(ep)}, in t_f and t_b)")
-    wide.print(text_table(LAYER_COLUMNS, layer_rows(model), title), highlight=False)
+    out.print(text_table(LAYER_HEADERS, layer_rows(model), title), highlight=False)
     for line in (method_note(method), comm, note, f"wrote {output}"):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

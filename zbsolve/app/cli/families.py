@@ -18,14 +18,17 @@ from zbsolve.app.cli.common import (
     app,
     cli_errors,
     device_count,
+    file_units,
     out,
     read_profile,
 )
 from zbsolve.base.checks import check_size
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
+from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.core.simulator import simulate
 from zbsolve.io.document import write_document
+from zbsolve.present.figures import shown
 from zbsolve.present.tables import figures_table, records_table
 from zbsolve.schedulers.families import FAMILIES, make_schedule
 
@@ -58,7 +61,8 @@ def schedule(
     if as_json and not quiet:
         print(json.dumps({family: timeline.figures()}, indent=1))
     elif not quiet:
-        out.print(figures_table(timeline.figures(), f"{family}: p={p}, m={microbatches}"))
+        out.print(figures_table(shown(timeline.figures(), file_units(profile)), f"{family}: p={p}, m={microbatches}",
+                                BUBBLES_NOTE))
 
 
 
@@ -79,13 +83,16 @@ def compare(devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, 
             figures[name] = simulate(make_schedule(name, prof, p, microbatches)).figures()
         except InputError as exc:
             skipped[name] = str(exc)
+    units = file_units(profile)
     if as_json and not quiet:
-        print(json.dumps({"figures": figures, "skipped": skipped}, indent=1))
+        print(json.dumps({"figures": figures, "skipped": skipped,
+                          "units": {"time": units.time, "memory": units.memory}}, indent=1))
         return
     if not quiet:
         out.print(records_table([{"schedule": name, **f} for name, f in figures.items()],
                                 f"families: p={p}, m={microbatches}",
-                                ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak_memory")))
+                                ("schedule", "makespan", "bubble_rate", "paper_bubble", "peak_memory"), units,
+                                BUBBLES_NOTE))
         for name, why in skipped.items():
             out.print(f"{name}: skipped ({why})", highlight=False, markup=False)
 

@@ -8,11 +8,12 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, interruptible, numbers, progress, wide
+from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, interruptible, numbers, out, progress
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS
 from zbsolve.planning.frontier import DEFAULT_PLACEMENTS
+from zbsolve.present.figures import Units
 from zbsolve.present.frontier_chart import check_chart, save_frontier_chart
 from zbsolve.present.tables import fmt, frontier_table
 from zbsolve.problem.problem_file import Problem
@@ -63,7 +64,8 @@ def frontier(
     if as_json:
         print(json.dumps(doc, indent=1))
     elif not quiet:
-        wide.print(frontier_table(result, f"{prob.name}: memory-bubble frontier "
-                                          f"(1F1B peak {fmt(result.reference_peak)})"))
+        units = Units.of(None, prob.time_unit, prob.memory_unit)
+        out.print(frontier_table(result, f"{prob.name}: memory-bubble frontier (1F1B peak "
+                                         f"{fmt(result.reference_peak)} {units.memory})", units))
     if result.interrupted or late:
         raise typer.Exit(exit_code())

@@ -77,7 +77,8 @@ def grid(
                   "rerun the command to resume", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exit_code())
     failures = sum(failed(r) for r in records if r["hash"] in keys)
-    line = f"{total} jobs: {done} already done, {ran} run, {failures} failed; results in {output}"
+    line = (f"{total} jobs: {done} already done, {ran} run, {failures} failed; results in {output}"
+            + ("" if summary is None else f", summary in {summary}"))
     if failures:
         err.print(f"{line}; --retry-failed runs the failed jobs again", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)

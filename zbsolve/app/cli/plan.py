@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, app, cli_errors, err, interruptible, print_result, progress,
-                                    wide)
+from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, WIDE, app, cli_errors, err, interruptible, out, print_result,
+                                    progress, wide)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -21,7 +21,7 @@ from zbsolve.planning.planner import NOT_SEARCHED
 from zbsolve.planning.planner import plan as run_plan
 from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart
-from zbsolve.present.tables import records_table
+from zbsolve.present.tables import baselines_table, records_table
 from zbsolve.problem.model import Model
 from zbsolve.problem.request import PLAN_TIME_LIMIT
 
@@ -104,7 +104,7 @@ def plan(
                                            help="Device memories, e.g. 40GiB,48GiB,64GiB,80GiB: the plan at each "
                                                 "(the time limit shared) beside the baselines and V-Half/V-Min; "
                                                 "--chart draws step time against memory."),
-    as_json: bool = JSON, quiet: bool = QUIET,
+    as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE,
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
 
@@ -122,7 +122,7 @@ def plan(
             raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
         if device_memory is not None:
             raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
-        _frontier(model, parse_memories(frontier), chart, quiet, as_json, args)
+        _frontier(model, parse_memories(frontier), chart, quiet, as_json, args, whole)
         return
     if output:
         check_output(output, "--output", [model])
@@ -147,8 +147,9 @@ def plan(
         if as_json:
             print(json.dumps({**summary, "baselines": [b.row() for b in result.baselines]}, indent=1, default=str))
         else:
-            print_result(summary, {}, result.costs, f"{loaded.name}: plan")
-            wide.print(records_table([b.row() for b in result.baselines], "baselines on the same costs"))
+            print_result(summary, result.costs, f"{loaded.name}: plan")
+            (wide if whole else out).print(baselines_table([b.row() for b in result.baselines],
+                                                           "baselines on the same costs", whole))
     if result.interrupted or late:
         raise typer.Exit(exit_code())
 
@@ -173,8 +174,9 @@ def _chunks(text: Optional[str]) -> int | str | None:
 
 
 def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: bool, as_json: bool,
-              args: PlanArgs) -> None:
-    """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart."""
+              args: PlanArgs, whole: bool = False) -> None:
+    """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart; the tables fit 100
+    columns unless ``whole`` (``--wide``)."""
     options = args.keywords()  # --chunks checked before the chart's path
     if chart:
         check_chart(chart, "--chart", [path])
@@ -196,5 +198,6 @@ def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: boo
     if as_json:
         print(json.dumps({"model": loaded.name, "frontier": rows, "building blocks": marks}, indent=1, default=str))
     else:
-        wide.print(records_table(rows, f"{loaded.name}: step time against device memory"))
-        wide.print(records_table(marks, "V-shape building blocks on the uniform split"))
+        console = wide if whole else out
+        console.print(records_table(rows, f"{loaded.name}: step time against device memory"))
+        console.print(records_table(marks, "V-shape building blocks on the uniform split"))

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, out, wide
+from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, err, out, wide
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.io.document import load_document
@@ -37,7 +37,7 @@ def run(
     layers: Optional[int] = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
     seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a silent peer is an error."),
-    as_json: bool = JSON, quiet: bool = QUIET,
+    as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE,
 ) -> None:
     """Run a schedule on torch.distributed (one process per device, or under torchrun) and print the
     measured compute times, bubble and memory beside the simulator's prediction. A document with a "partition"
@@ -45,14 +45,17 @@ def run(
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.runtime.executor import (
+    from zbsolve.present.figures import Units
+    from zbsolve.present.run_report import (
+        MEMORY_COLUMNS,
         REPORT_COLUMNS,
-        RunOptions,
-        oversubscription,
+        memory_table,
         report_note,
         report_table,
-        run_schedule,
+        step_line,
+        time_table,
     )
+    from zbsolve.runtime.executor import RunOptions, oversubscription, run_schedule
     from zbsolve.runtime.launch import torchrun_rank
     from zbsolve.runtime.modules import ModelSpec
 
@@ -72,9 +75,15 @@ def run(
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    note = report_note(rows)
-    wide.print(text_table(REPORT_COLUMNS, report_table(rows), f"{escape(str(file))}: measured vs simulated",
-                          None if note is None else escape(note)))
+    note, units, name = report_note(rows), Units.of(loaded.costs), escape(str(file))
+    if whole:
+        wide.print(text_table(REPORT_COLUMNS, report_table(rows, units), f"{name}: measured vs simulated",
+                              None if note is None else escape(note)))
+        return
+    columns, times = time_table(rows)
+    out.print(text_table(columns, times, f"{name}: measured vs simulated, per rank", escape(step_line(rows))))
+    out.print(text_table(MEMORY_COLUMNS, memory_table(rows, units), f"{name}: peak memory per rank",
+                         None if note is None else escape(note)))
 
 
 @app.command()
@@ -128,7 +137,7 @@ def profile(
                              device=device, threads=threads, seed=seed, memory_model=memory_model)
     header = profile_header(spec, stages, options)
     if per_layer:
-        from zbsolve.present.layers import LAYER_COLUMNS, layer_rows
+        from zbsolve.present.layers import LAYER_HEADERS, layer_rows
         from zbsolve.runtime.layer_profiler import profile_layers
 
         gpt = (f" --layers {layers or 1} --hidden {hidden} --heads {heads} --vocab {vocab} --seq-len {seq_len}"
@@ -140,7 +149,7 @@ def profile(
                                    seq_len=seq_len if model == "gpt" else None)
         described.save(output)
         if not quiet:
-            wide.print(text_table(LAYER_COLUMNS, layer_rows(described), header), highlight=False)
+            out.print(text_table(LAYER_HEADERS, layer_rows(described), header), highlight=False)
         return
     measurement = measure(load_model(spec, stages), options)
     write_profile(measurement, output, header)

@@ -9,7 +9,18 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import JSON, QUIET, RESERVE, app, cli_errors, err, interruptible, print_result, progress
+from zbsolve.app.cli.common import (
+    JSON,
+    QUIET,
+    RESERVE,
+    app,
+    cli_errors,
+    err,
+    file_units,
+    interruptible,
+    print_result,
+    progress,
+)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -17,6 +28,7 @@ from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS
 from zbsolve.core.profile import Profile
 from zbsolve.core.objective import OBJECTIVES
 from zbsolve.optimize.solve import solve_request
+from zbsolve.present.figures import Units, published_rows
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
 from zbsolve.problem.model import Model
@@ -75,9 +87,11 @@ def solve(
     with interruptible("before the first schedule was built"):
         given = load_input(problem, "zbsolve solve")
         published: dict[str, float] = {}
+        table = (0, 0)  # the (p, m) of the paper's table, for a problem that holds its figures
         if isinstance(given, Problem):
             costs: Profile | Model = given.profile
             name, published = given.name, given.published
+            table = (given.num_devices, given.num_microbatches)
             p, m = devices or given.num_devices, microbatches or given.num_microbatches
             if mem_limit is None and mem_factor is None and device_memory is None:
                 mem_limit, mem_factor = given.mem_limit, given.mem_factor
@@ -95,12 +109,13 @@ def solve(
                           workers=workers, seed=seed, recompute=recompute)
         with progress(f"{name}: {solver}, limit {time_limit:g}s", quiet or as_json) as update:
             result = solve_request(costs, request, update, began)  # loading the problem counts against the limit
+    stated = file_units(problem)
+    units = Units.of(result.costs, stated.time, stated.memory)
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
         if chart:
-            save_chart(result.timeline, chart, memory=True, costs=result.costs,
-                       title=f"{name}: {solver}, {result.status_text}; the schedule is {result.schedule.name}'s")
+            save_chart(result.timeline, chart, memory=True, costs=result.costs, title=result.title(name), units=units)
     interrupted = result.interrupted or bool(late)
     if interrupted:
         written = [str(path) for path in (output, chart) if path]
@@ -109,9 +124,11 @@ def solve(
     if not quiet:
         summary = {"problem": name, **_costs_figures(result.costs, result.schedule.mem_limit), **result.summary()}
         if as_json:
-            print(json.dumps(summary, indent=1, default=str))
+            print(json.dumps({**summary, "units": {"time": units.time, "memory": units.memory}}, indent=1,
+                             default=str))
         else:
-            print_result(summary, published, result.costs, f"{name}: {solver}")
+            rows, note = published_rows(published, table, (p, m), objective)
+            print_result(summary, result.costs, f"{name}: {solver}", units=units, extra=rows, note=note)
     if interrupted:
         raise typer.Exit(exit_code())
 
