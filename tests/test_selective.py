@@ -136,19 +136,29 @@ def test_per_stage_on_selective_blocks_recomputes_whole_only_what_selective_cann
     assert chosen[5 * GIB] == "selective+per-stage:1,0" and chosen[16 * GIB] == "none"
 
 
-def test_only_zbsolve_runs_selective_and_the_exports_refuse_it(tmp_path):
-    assert "selective" in recompute_choices("zbsolve", "auto")
-    assert not any("selective" in c for t in ("torchtitan", "megatron") for c in recompute_choices(t, "auto"))
-    for target in ("torchtitan", "megatron"):
-        with pytest.raises(InputError, match=f"{target} cannot run zbsolve's selective recomputation"):
-            recompute_choices(target, "selective")
-        assert not may_take(target, "auto", "selective") and may_take("zbsolve", "auto", "selective+per-stage:1,0")
+def test_megatron_refuses_selective_and_torchtitan_runs_it_on_dense_blocks_only(tmp_path):
+    dense = selective_toy()
+    experts = Model(name="moe", layers=[layer.model_copy(update={"comm_f": 0.1, "comm_b": 0.1}) if layer.block
+                                        else layer for layer in dense.layers])
+    for target in ("zbsolve", "torchtitan"):
+        assert "selective" in recompute_choices(target, "auto", dense)
+        assert may_take(target, "auto", "selective+per-stage:1,0", dense)
+    assert not any("selective" in c for c in recompute_choices("megatron", "auto", dense))
+    with pytest.raises(InputError, match="megatron cannot run zbsolve's selective recomputation"):
+        recompute_choices("megatron", "selective")
+    assert not may_take("megatron", "auto", "selective")
+    assert not any("selective" in c for c in recompute_choices("torchtitan", "auto", experts))
+    with pytest.raises(InputError, match=r"runtime table: torchtitan\.selective_experts"):
+        recompute_choices("torchtitan", "selective", experts)
+    assert not may_take("torchtitan", "auto", "selective", experts) and may_take("zbsolve", "auto", "selective",
+                                                                                   experts)
     path = tmp_path / "plan.json"
-    solve(selective_toy(), num_devices=2, num_microbatches=4, recompute="selective", solver="heuristic",
+    solve(dense, num_devices=2, num_microbatches=4, recompute="selective", solver="heuristic",
           device_memory=8 * GIB, reserve=0).to_json(path)
-    for fmt, who in (("megatron", "Megatron"), ("torchtitan", "torchtitan")):
-        with pytest.raises(InputError, match=f"partition.selective = layers.0, layers.1, layers.2, ...: {who}"):
-            export_document(path, fmt, None if fmt == "megatron" else tmp_path / "s.csv")
+    with pytest.raises(InputError, match="partition.selective = layers.0, layers.1, layers.2, ...: Megatron"):
+        export_document(path, "megatron", None)
+    written, _ = export_document(path, "torchtitan", tmp_path / "tt")
+    assert (tmp_path / "tt" / "plan.json").read_bytes() == path.read_bytes()
     run = runner.invoke(app, ["export", str(path), "--format", "megatron"])
     assert run.exit_code == 2 and "plan with --target megatron" in " ".join(run.output.split())
 

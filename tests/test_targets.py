@@ -80,8 +80,8 @@ def test_plan_refuses_what_the_target_cannot_run_in_one_line(tmp_path):
     path = tmp_path / "act.yaml"
     act_heavy().save(path)
     for args, line in ((["--placement", "vshape", "--target", "megatron"],
-                        "placement = 'vshape': Megatron (megatron-core 0.16.1) builds sequential x1, interleaved (stages per device), not "
-                            "vshape x2 (runtime table: megatron.placements)"),
+                        "placement = 'vshape': Megatron (megatron-core 0.16.1) builds sequential x1, interleaved "
+                        "(stages per device), not vshape x2 (runtime table: megatron.placements)"),
                        (["--recompute", "per-stage", "--target", "megatron"],
                         "recompute = 'per-stage': megatron runs only none, full, uniform"),
                        (["--baseline-layout", "Et*3|t*4L"], "layout = 'Et*3|t*4L'")):
@@ -126,3 +126,15 @@ def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
     read_plan(doc, FORMAT[target]).check(row)
     written, text = export_document(doc, FORMAT[target], tmp_path / "export")
     assert written and text
+
+
+def test_a_placement_the_target_does_not_run_is_named_not_dropped_silently():
+    from zbsolve.planning.targets import runnable
+
+    notes: list[str] = []
+    kept = runnable("torchtitan", act_heavy(), [("vshape", 2), ("vshape", 4), ("interleaved", 3)], "auto", 2, 8,
+                    notes.append)
+    assert kept == [("vshape", 2), ("interleaved", 3)]
+    assert notes == ["vshape x4: not searched for --target torchtitan: torchtitan 0.3.0 builds sequential x1, "
+                     "interleaved, vshape x2 (stages per device), not vshape x4 (runtime table: "
+                     "torchtitan.placements)"]

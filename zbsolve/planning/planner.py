@@ -178,7 +178,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
                       **({} if chunks in (None, "auto") else {"chunks": chunks}),
                       **({} if recompute == "auto" else {"recompute": recompute}))
-    choices = tuple(c for c in recompute_choices(target, recompute)  # auto tries selective where the model says how
+    # "auto" tries selective where the model says how
+    choices = tuple(c for c in recompute_choices(target, recompute, model)
                     if recompute != "auto" or selective_known(model) or not parse_recompute(c).selective)
     if baseline_layout is not None:
         layout_counts(model, baseline_layout, p)  # refused before the search when it does not suit the model
@@ -187,7 +188,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     notes: list[str] = []  # said once the search's log exists
     asked = chunks if chunks in (None, "auto") else request.chunks  # None: the default, which no one asked for
     placements = runnable(target, model, search_placements(placement, asked, p, len(model.layers), m, notes.append),
-                          placement, p, m)
+                          placement, p, m, notes.append)
     options = [(name, c, rc) for name, c in placements for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
@@ -221,7 +222,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted while timing the baselines: planning with the best partition found, beside none")
     # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched.
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
-               and may_take(target, recompute, b.recompute) and b.counts is not None and search.accepts(b.counts)]
+               and may_take(target, recompute, b.recompute, model) and b.counts is not None
+               and search.accepts(b.counts)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"

@@ -5,7 +5,7 @@ cannot run, and no export of such a plan is refused."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports import RUNTIMES, check_target
@@ -50,11 +50,11 @@ def _selective_refusal(target: str, model: Model | None) -> str | None:
     return None if model is None else check_target(target).selective_refusal(expert_blocks(model))
 
 
-def runnable(target: str, model: Model, placements: list[tuple[str, int]], placement: str,
-             num_devices: int, num_microbatches: int) -> list[tuple[str, int]]:
+def runnable(target: str, model: Model, placements: list[tuple[str, int]], placement: str, num_devices: int,
+             num_microbatches: int, note: Callable[[str], None] | None = None) -> list[tuple[str, int]]:
     """The (placement, stages per device) of ``placements`` that ``target``'s row runs with ``num_microbatches``
-    on ``num_devices`` for ``model``; an ``InputError`` naming the row when none is left, or when the model holds
-    layers the row refuses."""
+    on ``num_devices`` for ``model``, ``note`` hearing one line for each one dropped; an ``InputError`` naming the
+    row when none is left, or when the model holds layers the row refuses."""
     row = check_target(target)
     mtp = row.mtp_refusal([layer.name for layer in model.layers if layer.mtp])
     if mtp is not None:
@@ -63,6 +63,9 @@ def runnable(target: str, model: Model, placements: list[tuple[str, int]], place
                                                                                     num_microbatches)
                 for name, c in placements}
     kept = [option for option, why in refusals.items() if why is None]
+    for (name, c), why in refusals.items():
+        if why is not None and kept and note is not None:
+            note(f"{name} x{c}: not searched for --target {target}: {why}")
     if not kept:
         raise InputError(f"placement = {placement!r}: {next(iter(refusals.values()))}")
     return kept
