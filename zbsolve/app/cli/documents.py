@@ -74,7 +74,8 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", show_default=False,
                                           help="Output file; a folder for torchtitan; megatron prints without it."),
     microbatch_size: Optional[int] = typer.Option(None, "--microbatch-size", min=1, show_default=False,
-                                                  help="torchtitan: sequences per microbatch (default: the setting's, else 1)."),
+                                                  help="torchtitan: sequences per microbatch (default: the "
+                                                       "setting's, else 1)."),
     rename: Optional[list[str]] = typer.Option(None, "--rename", metavar="OLD=NEW", show_default=False,
                                                help="torchtitan: a layer's module FQN, repeatable (output=lm_head "
                                                     "unless renamed, for torchtitan 0.3.0)."),
