@@ -237,5 +237,6 @@ def test_solve_takes_the_path_of_a_model_or_a_profile_file_and_refuses_a_problem
     result = solve(str(model), num_devices=4, num_microbatches=8, solver="heuristic")
     check_result(result)
     assert result.costs.model.name == "llama3-8b"
-    with pytest.raises(InputError, match="a problem file .*: pass Problem.load\\(path\\).profile"):
+    with pytest.raises(InputError, match="1.5b-p8-m24.yaml is a problem file; zbsolve.solve takes a model "
+                                         "description or a profile: pass Problem.load\\(path\\).profile"):
         solve(ROOT / "problems" / "iclr" / "1.5b-p8-m24.yaml", num_microbatches=24)
