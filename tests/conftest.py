@@ -26,6 +26,13 @@ from zbsolve.core.schedule import B, BW, F, W, Pass, Schedule, build
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.problem.model import Layer, Model
 
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands' output as a file or a pipe gets it: without the COLUMNS that pytest-xdist's workers set (80),
+    tables are laid out for 100 columns; a test that means a width sets COLUMNS itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: every path in the tests is built from it."""
 PROBLEMS = ROOT / "problems"

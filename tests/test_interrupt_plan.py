@@ -137,7 +137,7 @@ def test_an_interrupt_while_a_long_command_starts_is_one_line_and_exit_130(monke
 def test_an_interrupt_while_the_command_line_imports_is_one_line(monkeypatch, capsys):
     import builtins
 
-    from zbsolve.app import entry
+    import zbsolve_cli as entry
 
     real_import = builtins.__import__
 

@@ -36,6 +36,10 @@ class _Out(Console):
     """stdout as a console whose width, where COLUMNS is unset and no standard stream is a terminal (rich would take
     80), is ``TABLE_WIDTH``: a file or a pipe gets the tables as a 100-column terminal does."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._width = None  # COLUMNS is read at each table, not once at import
+
     @property
     def size(self) -> ConsoleDimensions:
         size = super().size

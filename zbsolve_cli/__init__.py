@@ -1,5 +1,6 @@
-"""The ``zbsolve`` command's entry point: the command line imported under a guard, so that an interrupt while it
-starts is one line and the interrupt's exit code, never a traceback."""
+"""The ``zbsolve`` command's entry point, apart from the ``zbsolve`` package so that importing it imports nothing
+else: the command line is imported under a guard, so that an interrupt while it starts is one line and the
+interrupt's exit code, never a traceback."""
 
 from __future__ import annotations
 
