@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
-from zbsolve.io.exports import export_document
+from zbsolve.io.exports import Exportable
 from zbsolve.problem.costs import Costs, memory_figures
 
 BOUND_MET = 1e-5
@@ -33,7 +32,7 @@ def meets_bound(gap: float | None) -> bool:
 
 
 @dataclass(frozen=True, repr=False)
-class SolveResult(Shown):
+class SolveResult(Shown, Exportable):
     """What ``solve`` found: a validated schedule, its figures, and how good it provably is."""
 
     schedule: Schedule
@@ -132,14 +131,6 @@ class SolveResult(Shown):
                  "solver": {**self.summary(), "log": self.solver_log}}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
-    def export(self, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
-               renames: Sequence[str] = ()) -> str:
-        """Export the schedule in ``format`` (one of ``zbsolve.io.exports.FORMATS``: torch-csv, torchtitan, megatron)
-        to ``path`` (a file; a folder for torchtitan; megatron prints without one), byte for byte as ``zbsolve
-        export`` exports the document ``to_json(path)`` writes (from memory: no document is written). Returns the
-        main text: the CSV, or Megatron's arguments. ``microbatch_size`` and ``renames`` are torchtitan's."""
-        return export_document(self.to_json(), format, path, microbatch_size=microbatch_size, renames=renames,
-                               taker="SolveResult.export")[1]
 
     def __repr__(self) -> str:
         return (f"SolveResult(status={self.status!r}, objective={self.objective:.6g}, gap={self.gap:.4g}, "

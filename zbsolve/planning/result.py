@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +14,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
-from zbsolve.io.exports import export_document
+from zbsolve.io.exports import Exportable
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import BUILTINS
 
@@ -92,7 +91,7 @@ class Baseline:
 
 
 @dataclass(frozen=True, repr=False)
-class PlanResult(Shown):
+class PlanResult(Shown, Exportable):
     """The plan: partition, placement, schedule, step times, the bound over partitions, and the baselines."""
 
     placement: str
@@ -183,14 +182,6 @@ class PlanResult(Shown):
         extra = {**costs_section(self.costs), "plan": _finite(plan)}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
-    def export(self, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
-               renames: Sequence[str] = ()) -> str:
-        """Export the schedule in ``format`` (one of ``zbsolve.io.exports.FORMATS``: torch-csv, torchtitan, megatron)
-        to ``path`` (a file; a folder for torchtitan; megatron prints without one), byte for byte as ``zbsolve
-        export`` exports the document ``to_json(path)`` writes (from memory: no document is written). Returns the
-        main text: the CSV, or Megatron's arguments. ``microbatch_size`` and ``renames`` are torchtitan's."""
-        return export_document(self.to_json(), format, path, microbatch_size=microbatch_size, renames=renames,
-                               taker="PlanResult.export")[1]
 
     def __repr__(self) -> str:
         return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "

@@ -26,11 +26,26 @@ FORMATS = ("torch-csv", "torchtitan", "megatron")
 """Formats ``export_document`` writes: torch's CSV for any torch runtime, and one per runtime of the table."""
 
 __all__ = ["ARGS_NAME", "CONFIG_NAME", "CSV_NAME", "FORMATS", "HEAD_RENAME", "MEGATRON", "MEGATRON_CORE_VERSION",
-           "OVERRIDE_TARGET", "PLAN_NAME", "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE", "Plan", "Runtime",
+           "Exportable", "OVERRIDE_TARGET", "PLAN_NAME", "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE",
+           "Plan", "Runtime",
            "check_target", "export_document", "export_torchtitan", "megatron_args", "megatron_export", "megatron_notes",
            "megatron_recompute", "megatron_schedule", "megatron_setting", "read_plan", "torchtitan_args",
            "torchtitan_checkpointing", "torchtitan_config", "torchtitan_notes", "torchtitan_planned",
            "torchtitan_schedule_name", "torchtitan_setting"]
+
+
+class Exportable:
+    """A result that exports the schedule document its ``to_json()`` gives, from memory."""
+
+    def export(self, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
+               renames: Sequence[str] = ()) -> str:
+        """Export the schedule in ``format`` (one of ``FORMATS``: torch-csv, torchtitan, megatron) to ``path`` (a
+        file; a folder for torchtitan; megatron prints without one), byte for byte as ``zbsolve export`` exports the
+        document ``to_json(path)`` writes (no document is written). Returns the main text: the CSV, or Megatron's
+        arguments. ``microbatch_size`` and ``renames`` are torchtitan's."""
+        document = self.to_json()  # type: ignore[attr-defined]
+        return export_document(document, format, path, microbatch_size=microbatch_size, renames=renames,
+                               taker=f"{type(self).__name__}.export")[1]
 
 
 def check_target(target: str) -> Runtime:
