@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,11 @@ def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
     name = placement_name(schedule.placement)
     assert name is not None and row.placement_refusal(*name) is None
     assert row.pairs or pair_count(schedule) == 0
+    assert target in result.runtimes and result.summary()["target"] == target
+    assert "zbsolve" in result.runtimes and (name[0] != "vshape" or "megatron" not in result.runtimes)
     doc = tmp_path / "plan.json"
     result.to_json(doc)
+    assert json.loads(doc.read_text())["plan"]["runs as planned on"] == ", ".join(result.runtimes)
     read_plan(doc, FORMAT[target]).check(row)
     written, text = export_document(doc, FORMAT[target], tmp_path / "export")
     assert written and text

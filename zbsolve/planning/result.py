@@ -14,7 +14,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
-from zbsolve.io.exports import Exportable
+from zbsolve.io.exports import Exportable, Plan, runs_as_planned
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import BUILTINS
 
@@ -120,6 +120,14 @@ class PlanResult(Shown, Exportable):
     """Which blocks recompute in the plan: the shortest of ``problem.recompute.RECOMPUTE_FORMS`` that says so
     (per-stage with its counts), or "layers" where none does (``costs.recomputed`` and ``costs.selective`` name
     them)."""
+    target: str = "zbsolve"
+    """The runtime the plan was made for (``plan --target``)."""
+
+    @cached_property
+    def runtimes(self) -> tuple[str, ...]:
+        """The runtimes whose export takes the plan as it is (``io.exports.runs_as_planned``)."""
+        return runs_as_planned(Plan(self.timeline.schedule, self.costs.model, self.costs.ranges,
+                                    frozenset(self.costs.recomputed), frozenset(self.costs.selective)))
 
     @property
     def step_time(self) -> float:
@@ -166,7 +174,7 @@ class PlanResult(Shown, Exportable):
         """The headline figures as plain values."""
         uniform, titan = self.best_baseline("uniform"), self.best_baseline("torchtitan")
         return {"placement": self.placement, "chunks": self.chunks, "partition": list(self.counts),
-                "recompute": self.recompute,
+                "recompute": self.recompute, "target": self.target, "runs as planned on": ", ".join(self.runtimes),
                 "source": self.source, **self.step_times.figures(), "lower_bound": self.lower_bound, "gap": self.gap,
                 "best uniform baseline": _named(uniform), "vs best uniform": _ratio(self.step_time, uniform),
                 "best torchtitan baseline": _named(titan), "vs best torchtitan": _ratio(self.step_time, titan),

@@ -27,11 +27,10 @@ FORMATS = ("torch-csv", "torchtitan", "megatron")
 
 __all__ = ["ARGS_NAME", "CONFIG_NAME", "CSV_NAME", "FORMATS", "HEAD_RENAME", "MEGATRON", "MEGATRON_CORE_VERSION",
            "Exportable", "OVERRIDE_TARGET", "PLAN_NAME", "RUNTIMES", "TORCHTITAN", "TORCHTITAN_VERSION", "ZBSOLVE",
-           "Plan", "Runtime",
-           "check_target", "export_document", "export_torchtitan", "megatron_args", "megatron_export", "megatron_notes",
-           "megatron_recompute", "megatron_schedule", "megatron_setting", "read_plan", "torchtitan_args",
-           "torchtitan_checkpointing", "torchtitan_config", "torchtitan_notes", "torchtitan_planned",
-           "torchtitan_schedule_name", "torchtitan_setting"]
+           "Plan", "Runtime", "check_target", "export_document", "export_torchtitan", "megatron_args",
+           "megatron_export", "megatron_notes", "megatron_recompute", "megatron_schedule", "megatron_setting",
+           "read_plan", "runs_as_planned", "torchtitan_args", "torchtitan_checkpointing", "torchtitan_config",
+           "torchtitan_notes", "torchtitan_planned", "torchtitan_schedule_name", "torchtitan_setting"]
 
 
 class Exportable:
@@ -46,6 +45,24 @@ class Exportable:
         document = self.to_json()  # type: ignore[attr-defined]
         return export_document(document, format, path, microbatch_size=microbatch_size, renames=renames,
                                taker=f"{type(self).__name__}.export")[1]
+
+
+_TAKES: dict[str, Callable[[Plan], object]] = {"zbsolve": lambda plan: plan.check(ZBSOLVE),
+                                               "torchtitan": lambda plan: torchtitan_config(plan, CSV_NAME),
+                                               "megatron": megatron_args}
+"""Per runtime of ``RUNTIMES``, what its export makes of a plan (an ``InputError`` where it refuses it)."""
+
+
+def runs_as_planned(plan: Plan) -> tuple[str, ...]:
+    """The runtimes of ``RUNTIMES`` whose export takes ``plan`` as it is; the others refuse it."""
+    taken = []
+    for name, take in _TAKES.items():
+        try:
+            take(plan)
+        except InputError:
+            continue
+        taken.append(name)
+    return tuple(taken)
 
 
 def check_target(target: str) -> Runtime:
