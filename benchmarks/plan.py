@@ -27,7 +27,7 @@ from zbsolve.base.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = [path for path in sorted((ROOT / "problems" / "models").glob("*.yaml"))
-          if all(layer.comm_f is None for layer in Model.load(path).layers)]
+          if not any(layer.experts for layer in Model.load(path).layers)]
 """The dense models of problems/models (no layer with experts' all-to-all): the mixtures of experts are left out."""
 DEVICES = (4, 8, 16)
 HEADLINE = ("llama3-8b", 8, 32)

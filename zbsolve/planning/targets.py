@@ -41,8 +41,8 @@ def recompute_choices(target: str, recompute: str, model: Model | None = None) -
 
 
 def expert_blocks(model: Model) -> list[str]:
-    """The names of ``model``'s blocks with experts (``Layer.comm_f`` set: their all-to-all)."""
-    return [layer.name for layer in model.layers if layer.block and layer.comm_f is not None]
+    """The names of ``model``'s blocks with experts (``Layer.experts``)."""
+    return [layer.name for layer in model.layers if layer.block and layer.experts]
 
 
 def _selective_refusal(target: str, model: Model | None) -> str | None:
@@ -56,7 +56,7 @@ def runnable(target: str, model: Model, placements: list[tuple[str, int]], place
     on ``num_devices`` for ``model``, ``note`` hearing one line for each one dropped; an ``InputError`` naming the
     row when none is left, or when the model holds layers the row refuses."""
     row = check_target(target)
-    mtp = row.mtp_refusal([layer.name for layer in model.layers if layer.mtp])
+    mtp = row.mtp_refusal(model.mtp_layers)
     if mtp is not None:
         raise InputError(f"target = {target!r}: {mtp}")
     refusals = {(name, c): row.placement_refusal(name, c) or row.microbatch_refusal(name, num_devices,

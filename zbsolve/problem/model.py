@@ -104,6 +104,11 @@ class Layer(InputModel):
         estimate`` names DeepSeek-V3's)."""
         return self.name.startswith(MTP_PREFIX)
 
+    @property
+    def experts(self) -> bool:
+        """Whether this layer has experts: its all-to-all (``comm_f``) is recorded."""
+        return self.comm_f is not None
+
 
 class Link(InputModel):
     """The link between consecutive stages: a transfer of n bytes takes n / bytes_per_s + latency_s."""
@@ -195,6 +200,11 @@ class Model(InputModel):
         text = (yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
                 if path.suffix in (".yaml", ".yml") else json.dumps(data, indent=1) + "\n")
         write_atomic(path, text)
+
+    @property
+    def mtp_layers(self) -> list[str]:
+        """The names of the model's MTP layers (``Layer.mtp``), in order."""
+        return [layer.name for layer in self.layers if layer.mtp]
 
     def total_flops(self) -> float:
         """FLOPs of F, B and W over every layer, for one microbatch on one device."""

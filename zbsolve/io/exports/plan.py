@@ -11,7 +11,7 @@ from pathlib import Path
 from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
 from zbsolve.io.document import Loaded, load_document
-from zbsolve.io.exports.runtime import Runtime, refused
+from zbsolve.io.exports.runtime import Runtime, listed, refused
 from zbsolve.problem.model import Model
 from zbsolve.problem.recompute import stage_blocks
 
@@ -41,16 +41,16 @@ class Plan:
         placement and microbatches, its MTP layers, its overlapped pairs and its selectively recomputed blocks; an
         ``InputError`` naming the row otherwise."""
         named = runtime.check_placement(self.schedule.placement, self.schedule.num_microbatches)
-        refused(runtime.mtp_refusal([layer.name for layer in self.model.layers if layer.mtp]))
+        refused(runtime.mtp_refusal(self.model.mtp_layers))
         refused(runtime.pairs_refusal(pair_count(self.schedule)))
         if self.selective and not runtime.selective:
             names = [self.model.layers[i].name for i in sorted(self.selective)]
-            raise InputError(f"partition.selective = {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}: "
+            raise InputError(f"partition.selective = {listed(names)}: "
                              f"{runtime.label} cannot recompute just a block's norms and MLP activation function "
                              "(runtime table: " f"{runtime.name}.selective); plan with --target {runtime.name}")
         layers = self.model.layers
         why = runtime.selective_refusal([layers[i].name for i in sorted(self.selective)
-                                         if layers[i].comm_f is not None])
+                                         if layers[i].experts])
         if why is not None:
             raise InputError(f"partition.selective: {why}; plan with --target {runtime.name}")
         return named

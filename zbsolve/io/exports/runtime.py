@@ -80,7 +80,7 @@ class Runtime:
     def selective_refusal(self, expert_blocks: list[str]) -> str | None:
         """Why this runtime cannot recompute ``expert_blocks`` (blocks with experts) selectively, or None."""
         if expert_blocks and not self.selective_experts:
-            return self._refuse("selective_experts", f"blocks {_listed(expert_blocks)} have experts: {self.label} "
+            return self._refuse("selective_experts", f"blocks {listed(expert_blocks)} have experts: {self.label} "
                                                      "recomputes only dense blocks selectively")
         return None
 
@@ -99,7 +99,7 @@ class Runtime:
         return named
 
 
-def _listed(names: list[str]) -> str:
+def listed(names: list[str]) -> str:
     """The first three of ``names``, joined, with ", ..." when there are more."""
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
