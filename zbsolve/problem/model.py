@@ -158,6 +158,10 @@ class Setting(InputModel):
         """Tokens of one microbatch."""
         return self.seq_len * self.microbatch_size
 
+    def global_batch(self, num_microbatches: int) -> int:
+        """Sequences of one step of ``num_microbatches`` on every data-parallel replica."""
+        return self.microbatch_size * num_microbatches * self.dp
+
 
 class Model(InputModel):
     """A model's layers in order, with what it takes to move an activation between stages."""

@@ -127,7 +127,7 @@ def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[li
     if setting.ep is not None:
         sizes += ["--expert-model-parallel-size", str(setting.ep), "--expert-tensor-parallel-size", "1"]
     batch = ["--seq-length", str(setting.seq_len), "--micro-batch-size", str(setting.microbatch_size),
-             "--global-batch-size", str(setting.microbatch_size * num_microbatches * setting.dp)]
+             "--global-batch-size", str(setting.global_batch(num_microbatches))]
     switches = [*DTYPE_FLAGS.get(setting.dtype, []), *(["--sequence-parallel"] if setting.tp > 1 else []),
                 *(["--use-distributed-optimizer"] if setting.zero == 1 else [])]
     return sizes, batch, switches
@@ -145,7 +145,7 @@ def megatron_notes(plan: Plan) -> list[str]:
     p = plan.schedule.num_devices
     notes = [f"Megatron takes the data-parallel size from the world size: launch on tp x cp x pp x dp = {setting.tp} "
              f"x 1 x {p} x {setting.dp} = {setting.tp * p * setting.dp} GPUs, so that --global-batch-size "
-             f"{setting.microbatch_size * m * setting.dp} is {m} microbatches of {setting.microbatch_size} per "
+             f"{setting.global_batch(m)} is {m} microbatches of {setting.microbatch_size} per "
              "data-parallel rank, the plan's"]
     if setting.dtype not in DTYPE_FLAGS:
         notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: Megatron's flags are --bf16, "

@@ -148,7 +148,7 @@ def torchtitan_setting(setting: Setting | None, num_microbatches: int) -> tuple[
                    **dict(zip(("data_parallel_replicate_degree", "data_parallel_shard_degree"),
                               (1, setting.dp) if _sharded(setting) else (setting.dp, 1)))}
     training = {"seq_len": setting.seq_len,
-                "global_batch_size": setting.microbatch_size * num_microbatches * setting.dp,
+                "global_batch_size": setting.global_batch(num_microbatches),
                 **({"mixed_precision_param": MIXED_PRECISION[setting.dtype]} if setting.dtype in MIXED_PRECISION
                    else {})}
     return parallelism, training
