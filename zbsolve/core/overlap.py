@@ -32,6 +32,7 @@ def pair_time(compute: float, comm: float, saving: float, slowdown: float) -> fl
 
 
 def most_saved(compute: float, comm: float, saving: float, slowdown: float) -> float:
-    """The most a pair can save over its passes run alone, as a share of what they compute and communicate:
-    ``saving * compute + (1 - slowdown) * comm`` (a pair lasts at least ``(1 - saving) * C + slowdown * A``)."""
+    """The most seconds a pair whose passes compute ``compute`` and communicate ``comm`` seconds can save over the
+    two run alone: ``saving * compute + (1 - slowdown) * comm`` (a pair lasts at least
+    ``(1 - saving) * C + slowdown * A``)."""
     return saving * compute + (1.0 - slowdown) * comm
