@@ -67,7 +67,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 def test_every_shipped_file_is_told_by_its_keys(files):
     shipped = {PROBLEM: [*PROBLEMS.glob("iclr/*.yaml"), *PROBLEMS.glob("vshape/*.yaml")],
-               MODEL: list(PROBLEMS.glob("models/*.yaml")), GRID: list(PROBLEMS.glob("grids/*.yaml")),
+               MODEL: [*PROBLEMS.glob("models/*.yaml"), *PROBLEMS.glob("measured/*/*.yaml")], GRID: list(PROBLEMS.glob("grids/*.yaml")),
                HF_CONFIG: list(PROBLEMS.glob("models/configs/*.json"))}
     for kind, paths in shipped.items():
         assert paths
