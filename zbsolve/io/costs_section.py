@@ -1,5 +1,6 @@
 """The costs a schedule document records, read and written: the "partition" section (the model's layers, the stage
-ranges, the recomputed and the selective blocks, the training setting the costs are for), "device_memory" and
+ranges, the recomputed and the selective blocks, Megatron's recomputed modules, the training setting the costs are
+for), "device_memory" and
 "reserve" (docs/schedule-format.md)."""
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from zbsolve.core.schedule import Schedule
 from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
+from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.recompute_costs import COSTS, stage_costs
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
 """The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
-OPTIONAL_KEYS = ("t_sel", "mem_sel", "comm_f", "comm_b")
-"""The keys a layer's record has too where it has them: selective recomputation figures, communication parts."""
+OPTIONAL_KEYS = ("t_sel", "mem_sel", "recompute_modules", "comm_f", "comm_b")
+"""The keys a layer's record has too where it has them: selective recomputation figures (zbsolve's and Megatron's
+modules'), communication parts."""
 
 
 def costs_section(costs: Costs) -> dict[str, object]:
@@ -29,6 +32,7 @@ def costs_section(costs: Costs) -> dict[str, object]:
                             "stages": [list(r) for r in costs.ranges],
                             **({"recompute": list(costs.recomputed)} if costs.recomputed else {}),
                             **({"selective": list(costs.selective)} if costs.selective else {}),
+                            **({"modules": list(costs.modules)} if costs.modules else {}),
                             **({"setting": costs.model.setting.model_dump(exclude_none=True)}
                                if costs.model.setting is not None else {})}
     if costs.device_memory is not None:
@@ -39,14 +43,15 @@ def costs_section(costs: Costs) -> dict[str, object]:
 
 def layer_record(layer: Layer) -> dict[str, object]:
     """A layer as the schedule document records it."""
-    return {key: getattr(layer, key) for key in LAYER_KEYS + OPTIONAL_KEYS if getattr(layer, key) is not None}
+    record = layer.model_dump(include=set(LAYER_KEYS + OPTIONAL_KEYS), exclude_none=True)
+    return {key: record[key] for key in LAYER_KEYS + OPTIONAL_KEYS if key in record}
 
 
-def check_partition(section: object, profile: Profile, num_stages: int,
-                    where: str) -> tuple[Model, list[tuple[int, int]], frozenset[int], frozenset[int]]:
+def check_partition(section: object, profile: Profile, num_stages: int, where: str
+                    ) -> tuple[Model, list[tuple[int, int]], frozenset[int], frozenset[int], tuple[str, ...]]:
     """The model (its layers and, where the section has one, its setting), stage ranges, recomputed and selective
-    layers of a schedule document's "partition" section, checked (a block in both is an ``InputError``, a bad
-    setting one naming its key): every stage's profile figures are the sums over its layers
+    layers and Megatron's recomputed modules of a schedule document's "partition" section, checked (a block in both
+    recomputed and selective, or modules with either, is an ``InputError``, a bad setting one naming its key): every stage's profile figures are the sums over its layers
     (``recompute_costs.stage_costs``). An ``InputError`` naming the stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
         raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
@@ -66,14 +71,19 @@ def check_partition(section: object, profile: Profile, num_stages: int,
     if recomputed & selective:
         raise InputError(f"{where}: partition.selective names layer {min(recomputed & selective)}, which "
                          "partition.recompute recomputes whole")
+    modules = check_modules(model, section.get("modules", []), where)
+    if modules and (recomputed or selective):
+        raise InputError(f"{where}: partition.modules = {list(modules)} with partition."
+                         f"{'recompute' if recomputed else 'selective'}: Megatron recomputes modules or whole blocks, "
+                         "not both")
     for s, (a, b) in enumerate(ranges):
-        stage = stage_costs(model, a, b, recomputed, selective)
+        stage = stage_costs(model, a, b, recomputed, selective, modules)
         for name in COSTS:
             total, value = stage[name], profile.stage_value(name, s)
             if abs(total - value) > slack(total, value, floor=0.0):
                 raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
                                  f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
-    return model, ranges, recomputed, selective
+    return model, ranges, recomputed, selective, modules
 
 
 def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
@@ -85,9 +95,10 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     model, ranges, static = None, (), (0,) * schedule.num_devices
     recomputed: frozenset[int] = frozenset()
     selective: frozenset[int] = frozenset()
+    modules: tuple[str, ...] = ()
     if section is not None:
-        model, stage_ranges, recomputed, selective = check_partition(section, schedule.profile, schedule.num_stages,
-                                                                     where)
+        model, stage_ranges, recomputed, selective, modules = check_partition(section, schedule.profile,
+                                                                              schedule.num_stages, where)
         ranges = tuple(stage_ranges)
         static = device_static_bytes(model.layers, stage_ranges, schedule.placement)
     memory = None
@@ -99,7 +110,7 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
         raise InputError(f"{where}: reserve = {reserve!r} must be a whole number of bytes >= 0")
     return Costs(model, ranges, memory, reserve, static, schedule.placement.routes[0] if model is not None else (),
-                 tuple(sorted(recomputed)), tuple(sorted(selective)))
+                 tuple(sorted(recomputed)), tuple(sorted(selective)), modules)
 
 
 def check_recomputed(model: Model, indices: object, where: str, key: str = "recompute") -> frozenset[int]:
@@ -113,3 +124,16 @@ def check_recomputed(model: Model, indices: object, where: str, key: str = "reco
         if key == "selective" and model.layers[i].mem_sel is None:
             raise InputError(f"{where}: partition.selective names layer {i}, which has no t_sel and mem_sel")
     return frozenset(indices)
+
+
+def check_modules(model: Model, names: object, where: str) -> tuple[str, ...]:
+    """A document's list of Megatron's recomputed modules (``partition.modules``), checked as ``--recompute
+    modules:...`` is (``problem.recompute``)."""
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InputError(f"{where}: partition.modules = {names!r} must be a list of module names")
+    if not names:
+        return ()
+    try:
+        return parse_recompute("modules:" + ",".join(names)).module_names(model)
+    except InputError as exc:
+        raise InputError(f"{where}: partition.modules: {exc}") from None

@@ -44,6 +44,8 @@ class Costs:
     """The layers that run their forward again inside their B (``problem.recompute``), in order."""
     selective: tuple[int, ...] = ()
     """The blocks whose norms and MLP activation function run again inside their B, in order."""
+    modules: tuple[str, ...] = ()
+    """Megatron-LM's modules every other block runs again inside its B (``problem.recompute``)."""
 
     @property
     def in_bytes(self) -> bool:
@@ -119,9 +121,10 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
     recomputed, selective = recompute.layers(model, ranges), recompute.selected(model, ranges)
-    return (stage_profile(model, ranges, recomputed, selective),
+    modules = recompute.module_names(model)
+    return (stage_profile(model, ranges, recomputed, selective, modules),
             Costs(model, tuple(ranges), device_memory, reserve, static, placement.routes[0], tuple(sorted(recomputed)),
-                  tuple(sorted(selective))))
+                  tuple(sorted(selective)), modules))
 
 
 def profile_costs(num_devices: int, device_memory: int | None = None, reserve: int = DEFAULT_RESERVE) -> Costs:

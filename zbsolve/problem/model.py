@@ -33,8 +33,23 @@ Bytes = Annotated[int, BeforeValidator(_whole)]
 """A whole number of bytes."""
 BLOCK = re.compile(r"layers\.\d+")
 """Names of the repeated blocks in torchtitan's FQNs (``layers.0``, ``layers.1``, ...), which tables shorten."""
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
+"""The modules Megatron-LM recomputes (``--recompute-modules``, megatron-core 0.16.1's
+``TransformerConfig.recompute_modules``), in the order zbsolve writes them."""
 MTP_PREFIX = "mtp."
 """How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
+
+
+class ModuleCost(InputModel):
+    """What recomputing one of Megatron-LM's modules of a block costs (``Layer.recompute_modules``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    what: ClassVar[str] = "recompute module"
+
+    t: Seconds
+    """Seconds its recomputation adds to the block's B."""
+    mem: Bytes = Field(ge=0)
+    """Activation bytes the block's F keeps no more."""
 
 
 class Layer(InputModel):
@@ -76,6 +91,9 @@ class Layer(InputModel):
     mem_sel: Optional[Bytes] = Field(None, ge=0)
     """Activation bytes F keeps no more when the block recomputes selectively (the outputs of its norms and MLP
     activation function), where known."""
+    recompute_modules: Optional[dict[str, ModuleCost]] = None
+    """Megatron-LM's ``--recompute-modules`` (``RECOMPUTE_MODULES``) this block has, each with what recomputing it
+    costs, where known (estimates)."""
     shares: Optional[str] = None
     """The layer whose weights this one uses (tied embeddings): a stage holding both holds them once."""
     comm_f: Optional[Seconds] = None
@@ -91,6 +109,11 @@ class Layer(InputModel):
                 raise ValueError(f"{comm} = {getattr(self, comm)} must be at most {t} = {getattr(self, t)}")
         if self.mem_sel is not None and self.mem_sel > self.mem_f:
             raise ValueError(f"mem_sel = {self.mem_sel} must be at most mem_f = {self.mem_f}")
+        for name, cost in (self.recompute_modules or {}).items():
+            if name not in RECOMPUTE_MODULES:
+                raise ValueError(f"recompute_modules: {name!r} should be one of {', '.join(RECOMPUTE_MODULES)}")
+            if cost.mem > self.mem_f:
+                raise ValueError(f"recompute_modules.{name}.mem = {cost.mem} must be at most mem_f = {self.mem_f}")
         if (self.t_sel is None) != (self.mem_sel is None):
             raise ValueError("give both t_sel and mem_sel, or neither")
         if self.mem_f + self.mem_b + self.mem_w:
@@ -201,9 +224,14 @@ class Model(InputModel):
         """Write the model as YAML (``.yaml``/``.yml``, one line per layer) or JSON, whole or not at all."""
         path = Path(path)
         data = self.model_dump(exclude_none=True)
-        text = (yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16)
-                if path.suffix in (".yaml", ".yml") else json.dumps(data, indent=1) + "\n")
-        write_atomic(path, text)
+        if path.suffix not in (".yaml", ".yml"):
+            write_atomic(path, json.dumps(data, indent=1) + "\n")
+            return
+        layers = data.pop("layers")
+        lines = [yaml.safe_dump([layer], sort_keys=False, default_flow_style=True, width=1 << 16).strip()[1:-1]
+                 for layer in layers]
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16) + "layers:\n"
+                     + "".join(f"- {line}\n" for line in lines))
 
     @property
     def mtp_layers(self) -> list[str]:

@@ -95,10 +95,11 @@ def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[in
 
 
 def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int] = (),
-                  selective: Collection[int] = ()) -> Profile:
+                  selective: Collection[int] = (), modules: Sequence[str] = ()) -> Profile:
     """The per-stage profile of ``model`` cut at ``ranges``: each stage's times (seconds) and memory deltas
     (bytes) are the sums of its layers' (``recompute_costs.stage_costs``: the layers in ``recomputed`` run their forward
-    again inside their B, those in ``selective`` their norms and MLP activation function), and t_comm is the
+    again inside their B, those in ``selective`` their norms and MLP activation function, the other blocks Megatron's
+    ``modules``), and t_comm is the
     model's, or the link's time for the largest activation crossing a stage boundary."""
     ranges = check_ranges(model, ranges)
     for s, (a, b) in enumerate(ranges):
@@ -106,8 +107,9 @@ def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Col
         if missing:
             raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
-    stages = [stage_costs(model, a, b, recomputed, selective) for a, b in ranges]
-    sums = {name: [stage[name] for stage in stages] for name in COSTS if name != "mem_r" or recomputed or selective}
+    stages = [stage_costs(model, a, b, recomputed, selective, modules) for a, b in ranges]
+    sums = {name: [stage[name] for stage in stages]
+            for name in COSTS if name != "mem_r" or recomputed or selective or modules}
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
 

@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Model
+from zbsolve.problem.model import RECOMPUTE_MODULES, Model
 
 
 
@@ -18,7 +18,9 @@ class Recompute(NamedTuple):
     blocks of every stage ("uniform:N", Megatron's ``recompute_method=block``: all of a stage's blocks where it has
     fewer), or the first N_s blocks of each stage s ("per-stage:N_0,N_1,...", or "per-stage" alone: the counts still
     to be chosen, ``optimize.recompute_fit``); and whether the others recompute selectively ("selective", or
-    "selective+" before uniform or per-stage: their norms and MLP activation function run again in B)."""
+    "selective+" before uniform or per-stage: their norms and MLP activation function run again in B); or, alone,
+    which of Megatron-LM's modules every block recomputes ("modules:core_attn,mlp": ``RECOMPUTE_MODULES``, its
+    ``--recompute-granularity selective --recompute-modules``)."""
 
     mode: str
     """none, full, uniform or per-stage."""
@@ -28,8 +30,12 @@ class Recompute(NamedTuple):
     """N_s of per-stage, one per stage in stage order (empty: not chosen yet)."""
     selective: bool = False
     """The blocks not recomputed whole recompute selectively."""
+    modules: tuple[str, ...] = ()
+    """Megatron-LM's modules every block recomputes, in ``RECOMPUTE_MODULES`` order (mode "none")."""
 
     def __str__(self) -> str:
+        if self.modules:
+            return "modules:" + ",".join(self.modules)
         whole = (f"uniform:{self.blocks}" if self.mode == "uniform" else
                  "per-stage:" + ",".join(map(str, self.per_stage)) if self.mode == "per-stage" and self.per_stage
                  else self.mode)
@@ -71,6 +77,24 @@ class Recompute(NamedTuple):
         return chosen
 
 
+    def module_names(self, model: Model) -> tuple[str, ...]:
+        """``modules``, checked against ``model``: an ``InputError`` naming a block without the figures for them
+        (``Layer.recompute_modules``: estimates have them), or a module no block of the model has."""
+        if not self.modules:
+            return ()
+        blocks = [layer for layer in model.layers if layer.block]
+        missing = [layer.name for layer in blocks if layer.recompute_modules is None]
+        if missing:
+            raise InputError(f"recompute = '{self}': layer {missing[0]} has no recompute_modules (zbsolve estimate "
+                             "writes them)")
+        has = {name for layer in blocks for name in layer.recompute_modules or {}}
+        absent = [name for name in self.modules if name not in has]
+        if absent:
+            raise InputError(f"recompute = '{self}': no block of model {model.name} has module {absent[0]} (its "
+                             f"blocks have {', '.join(n for n in RECOMPUTE_MODULES if n in has)})")
+        return self.modules
+
+
 def stage_blocks(model: Model, ranges: Sequence[Sequence[int]]) -> list[list[int]]:
     """Per stage, the indices of its blocks, in order."""
     return [[i for i in range(a, b) if model.layers[i].block] for a, b in ranges]
@@ -103,15 +127,22 @@ NONE = Recompute("none")
 FULL = Recompute("full")
 PER_STAGE = Recompute("per-stage")
 """Per-stage counts, to be chosen."""
+MODULES_FORM = "modules:M,M,..."
+"""How a choice of Megatron-LM's recomputed modules is written (M in ``RECOMPUTE_MODULES``)."""
 RECOMPUTE_FORMS = ("none", "full", "uniform:N", "per-stage", "per-stage:N,N,...", "selective",
-                   "selective+uniform:N", "selective+per-stage", "selective+per-stage:N,N,...")
+                   "selective+uniform:N", "selective+per-stage", "selective+per-stage:N,N,...", MODULES_FORM)
 """How a recomputation choice is written."""
+NESTED = {"moe": ("moe_act", "shared_experts")}
+"""Modules that run inside another's checkpoint, which saves their bytes already."""
 
 
 def parse_recompute(text: str | Recompute) -> Recompute:
     """A recomputation choice from its text (``RECOMPUTE_FORMS``); anything else is an ``InputError``."""
     if isinstance(text, Recompute):
         return text
+    modules = re.fullmatch(r"\s*modules:(.*?)\s*", str(text))
+    if modules is not None:
+        return Recompute("none", modules=_modules(str(text), modules[1]))
     match = re.fullmatch(r"\s*(none|full|selective|(selective\+)?(uniform:(\d+)|per-stage(?::(\d+(?:,\d+)*))?))\s*",
                          str(text))
     if match is None or match[4] is not None and int(match[4]) < 1:
@@ -123,6 +154,22 @@ def parse_recompute(text: str | Recompute) -> Recompute:
         return Recompute("per-stage", per_stage=tuple(int(x) for x in match[5].split(",")) if match[5] else (),
                          selective=selective)
     return Recompute("none" if selective else match[1], selective=selective)
+
+
+def _modules(text: str, listed: str) -> tuple[str, ...]:
+    """The modules of "modules:``listed``", in ``RECOMPUTE_MODULES`` order; an ``InputError`` naming an unknown or
+    missing one, or one inside another (``NESTED``)."""
+    names = [name.strip() for name in listed.split(",")]
+    unknown = next((name for name in names if name not in RECOMPUTE_MODULES), None)
+    if unknown is not None:
+        raise InputError(f"recompute = {text!r}: module {unknown!r} should be one of {', '.join(RECOMPUTE_MODULES)} "
+                         "(Megatron-LM's --recompute-modules)")
+    for outer, inner in NESTED.items():
+        both = [name for name in inner if outer in names and name in names]
+        if both:
+            raise InputError(f"recompute = {text!r}: module {both[0]} runs inside {outer}, which recomputes it "
+                             f"already; choose one")
+    return tuple(name for name in RECOMPUTE_MODULES if name in names)
 
 
 def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int],

@@ -7,11 +7,13 @@ the forward again, so B takes F's time too and holds the forward's activations (
 the input, W frees M_W, and ``mem_r``, what B holds above the level before it while it runs, is M_B less the
 input it already keeps (the recomputed forward saves that same tensor, not a copy). A block that recomputes
 selectively keeps all but the outputs of its norms and MLP activation function (``Layer.mem_sel``), which its B
-makes again first (``Layer.t_sel``), by the same rule."""
+makes again first (``Layer.t_sel``), by the same rule; so does a block that recomputes some of Megatron-LM's modules
+(``Layer.recompute_modules``: the bytes and seconds of those it has, added), the ``moe`` module's all-to-alls
+(``comm_f``) in its B again."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from zbsolve.base.errors import InputError
 from zbsolve.problem.model import Model
@@ -21,10 +23,12 @@ COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r", "comm_f", "com
 parts of its F and B times."""
 
 
-def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = False) -> dict[str, float]:
+def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = False,
+                modules: Sequence[str] = ()) -> dict[str, float]:
     """``COSTS`` of layer ``index``: its own, with its forward recomputed inside its B (``recomputes``), or with its
     norms and MLP activation function recomputed there (``selective``: ``Layer.t_sel`` more in B, ``mem_sel`` less
-    kept by F; a recomputed forward's communication, ``comm_f``, is B's again)."""
+    kept by F; a recomputed forward's communication, ``comm_f``, is B's again), or the ``modules`` of a block that
+    has them (``Layer.recompute_modules``)."""
     layer = model.layers[index]
     own = {"t_f": layer.t_f, "t_b": layer.t_b, "t_w": layer.t_w, "mem_f": layer.mem_f, "mem_b": layer.mem_b,
            "mem_w": layer.mem_w, "mem_r": 0, "comm_f": layer.comm_f or 0.0, "comm_b": layer.comm_b or 0.0}
@@ -35,6 +39,10 @@ def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = Fa
         if layer.mem_sel is None or layer.t_sel is None:
             raise InputError(f"layer {layer.name}: selective recomputation needs its t_sel and mem_sel")
         kept, again = layer.mem_f - layer.mem_sel, layer.t_sel
+    elif modules and layer.block and layer.recompute_modules:
+        chosen = [layer.recompute_modules[name] for name in modules if name in layer.recompute_modules]
+        kept, again = layer.mem_f - sum(c.mem for c in chosen), sum(c.t for c in chosen)
+        own["comm_b"] += own["comm_f"] * ("moe" in modules and "moe" in layer.recompute_modules)
     else:
         return own
     read_by_w = -layer.mem_w
@@ -43,11 +51,12 @@ def layer_costs(model: Model, index: int, recomputes: bool, selective: bool = Fa
 
 
 def stage_costs(model: Model, first: int, end: int, recomputed: Collection[int],
-                selective: Collection[int] = ()) -> dict[str, float]:
-    """``COSTS`` of a stage of layers [first, end): sums of its layers', and ``mem_r`` the most its B holds above
+                selective: Collection[int] = (), modules: Sequence[str] = ()) -> dict[str, float]:
+    """``COSTS`` of a stage of layers [first, end), its blocks recomputing ``modules`` where they are not in
+    ``recomputed`` or ``selective``: sums of its layers', and ``mem_r`` the most its B holds above
     the level it starts from (its layers' B run last to first, each layer's ``mem_b`` counted from its end), where
     that is more than the level before and after it."""
-    costs = [layer_costs(model, i, i in recomputed, i in selective) for i in range(first, end)]
+    costs = [layer_costs(model, i, i in recomputed, i in selective, modules) for i in range(first, end)]
     stage = {name: sum(c[name] for c in costs) for name in COSTS if name != "mem_r"}
     above, top = 0.0, 0.0
     for c in reversed(costs):

@@ -49,12 +49,19 @@ class Part:
 
 
 def half(arch: Architecture, e: int, inner: Part) -> Part:
-    """A block's half (its attention or its MLP, ``inner``) with the norm before it, whose input F keeps and whose
-    parameters are whole on every device (selective recomputation runs it again: it reads and writes h, and its
-    output is kept no more), and with hidden dropout the mask of the dropout after it (a byte an element)."""
+    """A block's half (its attention or its MLP, ``inner``) with the norm before it (``norm``) and with hidden
+    dropout the mask of the dropout after it (a byte an element)."""
     h = arch.hidden
-    return inner + Part(flops=(0, 0, 0), saved=e * h + h * arch.hidden_dropout, for_w=0, split=0,
-                        whole=arch.norm_params, collectives=(0, 0, 0), recomputed=(2 * h * e, h * e))
+    return inner + norm(arch, e) + Part(flops=(0, 0, 0), saved=h * arch.hidden_dropout, for_w=0, split=0, whole=0,
+                                        collectives=(0, 0, 0))
+
+
+def norm(arch: Architecture, e: int) -> Part:
+    """The norm before a block's half: F keeps its input, its parameters are whole on every device; selective
+    recomputation runs it again (it reads and writes h) and its output is kept no more."""
+    h = arch.hidden
+    return Part(flops=(0, 0, 0), saved=e * h, for_w=0, split=0, whole=arch.norm_params, collectives=(0, 0, 0),
+                recomputed=(2 * h * e, h * e))
 
 
 def attention(arch: Architecture, e: int) -> Part:
@@ -83,28 +90,45 @@ def _heads(arch: Architecture, e: int) -> Part:
 
 def _latent(arch: Architecture, e: int) -> Part:
     """Latent attention: h projected down to the query latent (q_rank) and to the key/value latent with the
-    shared rotary key (kv_rank + rope), each latent normed and projected up to the heads (queries and keys of
-    nope + rope, values of v), then o. The down-projections and the latents' norms are whole on every device, as
-    Megatron-LM keeps them; the up-projections and o are split by heads. Kept: the down-projections' input, each
-    latent before and after its norm, Q, K, V and o's input."""
+    shared rotary key (kv_rank + rope), each latent normed and projected up to the heads (``latent_up``), then o.
+    The down-projections and the latents' norms are whole on every device, as Megatron-LM keeps them; o is split by
+    heads. Kept besides ``latent_up``'s: the down-projections' input, each latent before and after its norm, and o's
+    input; the collectives of o in F and B."""
+    h, a, m = arch.hidden, arch.heads, arch.latent
+    assert m is not None
+    down = h * (m.q_rank + m.kv_rank + m.rope)
+    return latent_up(arch, e) + Part(
+        flops=(2 * (down + a * m.v * h),) * 3, saved=e * (h + 2 * m.q_rank + 2 * m.kv_rank + a * m.v),
+        for_w=e * (2 * h + m.q_rank + m.kv_rank + m.rope + a * m.v), split=a * m.v * h,
+        whole=down + m.q_rank + m.kv_rank, collectives=(1, 1, 0))
+
+
+def latent_up(arch: Architecture, e: int) -> Part:
+    """Latent attention's up-projections with the rotary embedding (Megatron-LM's ``mla_up_proj``): the query
+    latent (h without one) and the key/value latent projected up to the heads, queries and keys of nope + rope,
+    values of v, split by heads. Kept: their outputs Q, K and V; W needs their inputs and output gradients; a
+    collective (the gather of their input) in each pass."""
     h, a, m = arch.hidden, arch.heads, arch.latent
     assert m is not None
     qk = m.nope + m.rope
-    down = h * (m.q_rank + m.kv_rank + m.rope)
-    up = (m.q_rank or h) * a * qk + m.kv_rank * a * (m.nope + m.v) + a * m.v * h
-    return Part(flops=(2 * (down + up),) * 3,
-                saved=e * (h + 2 * m.q_rank + 2 * m.kv_rank + 2 * a * qk + 2 * a * m.v),
-                for_w=e * (2 * h + 2 * m.q_rank + 2 * m.kv_rank + m.rope + a * qk + a * (m.nope + m.v) + a * m.v),
-                split=up, whole=down + m.q_rank + m.kv_rank, collectives=(2, 2, 1))
+    up = (m.q_rank or h) * a * qk + m.kv_rank * a * (m.nope + m.v)
+    return Part(flops=(2 * up,) * 3, saved=e * (2 * a * qk + a * m.v),
+                for_w=e * (m.q_rank + m.kv_rank + a * qk + a * (m.nope + m.v)), split=up, whole=0,
+                collectives=(1, 1, 1))
 
 
 def dense_mlp(arch: Architecture, e: int) -> Part:
-    """The dense MLP half of a block, its norm included: SwiGLU (gate, up, down: 3 matrices) or two matrices around
-    a GeLU, of inner size f, with biases (``biases``). Kept: its input and its activation function's inputs and
-    output (3·f gated, 2·f not), which W needs with the h-wide output gradient; selective recomputation runs the
-    activation function again (it reads those and writes f)."""
+    """The dense MLP half of a block, its norm included (``half``, ``mlp``)."""
+    return half(arch, e, mlp(arch, e))
+
+
+def mlp(arch: Architecture, e: int) -> Part:
+    """A dense MLP: SwiGLU (gate, up, down: 3 matrices) or two matrices around a GeLU, of inner size f, with biases
+    (``biases``). Kept: its input and its activation function's inputs and output (3·f gated, 2·f not), which W needs
+    with the h-wide output gradient; selective recomputation runs the activation function again (it reads those and
+    writes f)."""
     h, f = arch.hidden, arch.ffn
     matrices = 3 if arch.gated else 2
-    return half(arch, e, Part(flops=(2 * matrices * h * f,) * 3, saved=e * (h + matrices * f),
-                              for_w=e * (2 * h + matrices * f), split=matrices * h * f + (f + h) * arch.biases,
-                              whole=0, collectives=(2, 2, 1), recomputed=(e * matrices * f, e * f)))
+    return Part(flops=(2 * matrices * h * f,) * 3, saved=e * (h + matrices * f), for_w=e * (2 * h + matrices * f),
+                split=matrices * h * f + (f + h) * arch.biases, whole=0, collectives=(2, 2, 1),
+                recomputed=(e * matrices * f, e * f))

@@ -16,14 +16,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbsolve.problem.estimate import counting, moe
+from zbsolve.problem.estimate import counting, moe, recompute_modules
 from zbsolve.problem.estimate.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
 from zbsolve.core.profile import paper_deltas
-from zbsolve.problem.model import Layer, Link, Model, Setting
+from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting
 
 EFFICIENCY = 0.4
 """Default fraction of the peak FLOP/s and HBM bandwidth a pass reaches (an assumed model FLOPs utilization)."""
@@ -97,6 +97,8 @@ class _Costs:
     selective: tuple[int, int] | None = None
     expert_params: int = 0
     all_to_all: tuple[int, int, int] | None = None
+    modules: dict[str, tuple[_Costs, int]] | None = None
+    """Megatron's recomputed modules: what each runs again (as an F) and the bytes F keeps no more."""
 
 
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
@@ -163,6 +165,9 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                     **({} if c.selective is None else
                        {"t_sel": c.selective[0] / (device.hbm_bytes_per_s * efficiency),
                         "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
+                    **({} if c.modules is None else {"recompute_modules": {
+                        name: ModuleCost(t=seconds(again, 0), mem=min(saved, max(c.m_b, c.m_w)))
+                        for name, (again, saved) in c.modules.items()}}),
                     shares="tok_embeddings" if n == "output" and arch.tied else None,
                     **({} if c.all_to_all is None else
                        {"comm_f": c.all_to_all[0] * exchange, "comm_b": c.all_to_all[1] * exchange}))
@@ -191,7 +196,8 @@ def _dense_layers(config: dict | str | Path, arch: Architecture, shard: _Shard, 
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
     ends = [_embedding(arch, shard, e), _norm(arch, shard, e), _output(arch, shard, e)]
     blocks = [_from_part(moe.block(arch, e, 0), arch, shard, e, seq_len, flash_attention,
-                         microbatch_size * attended_pairs(seq_len, w)) for w in kinds]
+                         microbatch_size * attended_pairs(seq_len, w), recompute_modules.modules(arch, e, 0))
+              for w in kinds]
     if method == "count":
         counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
                                  flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
@@ -209,7 +215,8 @@ def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flas
     its multi-token prediction layers ``mtp.j``, the final norm and the head."""
     def block(index: int, window: int | None) -> _Costs:
         scores = microbatch_size * attended_pairs(seq_len, window)
-        return _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores)
+        return _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores,
+                          recompute_modules.modules(arch, e, index))
 
     windows = saving_windows(arch, seq_len, flash_attention)
     blocks = [(f"layers.{i}", block(i, w)) for i, w in enumerate(windows)]
@@ -220,22 +227,31 @@ def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flas
 
 
 def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
-               scores: int) -> _Costs:
+               scores: int, redone: dict[str, recompute_modules.Redo] | None = None) -> _Costs:
     """A block's costs per device from its per-token ``part``: FLOPs and bytes of the device's 1/tp of the
     tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs (the microbatch's
     attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
     ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
-    those memory-bound kernels again in B."""
+    those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again."""
     n, t = shard.tokens, shard.tp
     core = core_flops(arch) * scores // t
     f, b, w = (n * flops // t for flops in part.flops)
+    probabilities = _probabilities(arch, e, seq_len, flash_attention)
+
+    def again(r: recompute_modules.Redo) -> tuple[_Costs, int]:
+        return (_Costs(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
+                       collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
+                       all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None),
+                shard.bytes(r.saved + probabilities * r.core))
+
     return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
-                  m_b=shard.bytes(part.saved + _probabilities(arch, e, seq_len, flash_attention)),
+                  m_b=shard.bytes(part.saved + probabilities),
                   m_w=shard.bytes(part.for_w), params=-(-part.split // t) + part.whole,
                   out_bytes=shard.bytes(arch.hidden * e), selective=tuple(map(shard.bytes, part.recomputed)),
                   expert_params=part.experts // shard.ep,
-                  all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None)
+                  all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
+                  modules=None if redone is None else {name: again(r) for name, r in redone.items()})
 
 
 def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) -> _Costs:

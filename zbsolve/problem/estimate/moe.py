@@ -66,26 +66,44 @@ def block(arch: Architecture, e: int, index: int) -> Part:
 
 
 def _experts(arch: Architecture, e: int) -> Part:
-    """The MLP half of a block with experts, its norm included (``block.half``): the router (h x E, and Qwen2-MoE's
-    h x 1 shared-expert gate), ``top_k`` routed SwiGLU experts of inner size f_e and the shared experts (inner size
-    f_s, split over tp as a dense MLP) on every token.
+    """The MLP half of a block with experts, its norm included (``block.half``): the router, the routed experts and
+    the shared experts (``router``, ``routed``, ``shared``)."""
+    return half(arch, e, router(arch, e) + routed(arch, e) + shared(arch, e))
 
-    Kept by F, a token: the MLP's input (h), the router's fp32 probabilities (E) and top-k weights (k), the k
-    dispatched copies of the token (k·h), each expert's gate and up outputs and down input (3·f_e), the experts'
-    outputs the combine weighs (k·h), the shared experts' 3·f_s (and, gated, their output h and the gate). W needs
-    the router's input and output gradient, each expert's inputs and output gradients (k·(2h + 3·f_e)), the shared
-    experts' (3·f_s + h) and the gate's output gradient. Selective recomputation runs the experts' activation
-    functions again."""
+
+def router(arch: Architecture, e: int) -> Part:
+    """The router (h x E, and Qwen2-MoE's h x 1 shared-expert gate), whole on every device. Kept: the MLP's input
+    (h), the fp32 probabilities (E) and top-k weights (k); W needs that input and the router's output gradient."""
     h, x = arch.hidden, arch.experts
     assert x is not None
-    k, fe, fs = x.top_k, x.ffn, x.shared_ffn
-    router = h * x.routed + h * x.shared_gate
-    saved = e * (h + 2 * k * h + 3 * k * fe + 3 * fs + (h + 1) * x.shared_gate) + FP32_BYTES * (x.routed + k)
-    for_w = e * (h + x.routed + k * (2 * h + 3 * fe) + (3 * fs + h) * (fs > 0) + x.shared_gate)
-    return half(arch, e, Part(flops=(2 * (3 * h * (k * fe + fs) + router),) * 3, saved=saved, for_w=for_w,
-                              split=3 * h * fs, whole=router, collectives=(2, 2, 1) if fs else (0, 0, 0),
-                              recomputed=(e * 3 * (k * fe + fs), e * (k * fe + fs)), experts=3 * h * fe * x.routed,
-                              all_to_all=2))
+    weights = h * x.routed + h * x.shared_gate
+    return Part(flops=(2 * weights,) * 3, saved=e * h + FP32_BYTES * (x.routed + x.top_k), for_w=e * (h + x.routed),
+                split=0, whole=weights, collectives=(0, 0, 0))
+
+
+def routed(arch: Architecture, e: int) -> Part:
+    """``top_k`` routed SwiGLU experts of inner size f_e a token, shared out over the expert-parallel group, each
+    token dispatched and combined by all-to-all. Kept: the k dispatched copies of the token (k·h), each expert's
+    gate and up outputs and down input (3·f_e), the experts' outputs the combine weighs (k·h); W needs each expert's
+    inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions again."""
+    h, x = arch.hidden, arch.experts
+    assert x is not None
+    k, fe = x.top_k, x.ffn
+    return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=e * (2 * k * h + 3 * k * fe), for_w=e * k * (2 * h + 3 * fe),
+                split=0, whole=0, collectives=(0, 0, 0), recomputed=(e * 3 * k * fe, e * k * fe),
+                experts=3 * h * fe * x.routed, all_to_all=2)
+
+
+def shared(arch: Architecture, e: int) -> Part:
+    """The shared experts on every token (a SwiGLU of inner size f_s, split over tp as a dense MLP; none where f_s
+    is 0). Kept: their 3·f_s (and, gated, their output h and the gate); W needs their inputs and output gradient
+    (3·f_s + h) and the gate's output gradient; selective recomputation runs their activation function again."""
+    h, x = arch.hidden, arch.experts
+    assert x is not None
+    fs = x.shared_ffn
+    return Part(flops=(2 * 3 * h * fs,) * 3, saved=e * (3 * fs + (h + 1) * x.shared_gate),
+                for_w=e * ((3 * fs + h) * (fs > 0) + x.shared_gate), split=3 * h * fs, whole=0,
+                collectives=(2, 2, 1) if fs else (0, 0, 0), recomputed=(e * 3 * fs, e * fs))
 
 
 def projection(arch: Architecture, e: int) -> Part:
