@@ -5,6 +5,7 @@ Megatron's split and the layout with the best ``--recompute-num-layers``; all si
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -19,6 +20,7 @@ from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
+from zbsolve.problem.request import Request
 from zbsolve.io.exports import MEGATRON, megatron_schedule
 from zbsolve.problem.splits import megatron_split, megatron_uneven_split, torchtitan_split
 from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
@@ -137,12 +139,34 @@ def taken_baseline(setting: BaselineSetting, top: Baseline) -> tuple[Timeline, C
     """A baseline taken as the plan: its schedule under the activation budgets, re-simulated; its costs, placement
     and stages per device."""
     assert top.counts is not None  # a baseline that fits has a split
+    timeline, costs = builtin_run(setting, top.schedule, top.chunks, top.counts, parse_recompute(top.recompute),
+                                  limited=True)
+    return timeline, costs, (top.placement, top.chunks)
+
+
+def builtin_run(setting: BaselineSetting, name: str, chunks: int, counts: Sequence[int], recompute: Recompute,
+                limited: bool = False) -> tuple[Timeline, Costs]:
+    """torch's built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, on the model's
+    costs with ``recompute``, simulated (under the activation budgets where ``limited``: a schedule taken as the
+    plan); its timeline and costs. A ``ZbsolveError`` where it does not run."""
     p = setting.num_devices
-    placement = make_placement(top.placement, p, top.chunks)
-    profile, costs = model_costs(setting.model, placement, top.counts, setting.device_memory, setting.reserve,
-                                 parse_recompute(top.recompute))
-    schedule = builtin_schedule(top.schedule, profile, p, setting.num_microbatches, top.chunks)
-    return simulate(with_limit(schedule, costs.limits())), costs, (top.placement, top.chunks)
+    placement = make_placement(BUILTINS[name].placement, p, chunks)
+    profile, costs = model_costs(setting.model, placement, tuple(counts), setting.device_memory, setting.reserve,
+                                 recompute)
+    schedule = builtin_schedule(name, profile, p, setting.num_microbatches, chunks)
+    return simulate(with_limit(schedule, costs.limits()) if limited else schedule), costs
+
+
+def own_order_time(model: Model, request: Request, name: str) -> float:
+    """Seconds of a step of the built-in ``name`` (a runtime's own order, ``Runtime.schedule_of``) on the partition,
+    placement's stages per device and recomputation ``request`` asks for, infinity when it does not fit the device
+    memory: how a runtime that runs its own order times a candidate."""
+    # a plan's candidate: devices, device memory and partition given
+    assert request.num_devices and request.device_memory is not None and isinstance(request.partition, tuple)
+    setting = BaselineSetting(model, request.num_devices, request.num_microbatches, request.device_memory,
+                              request.reserve)
+    row = _simulated(setting, "plan", name, request.chunks, request.partition, parse_recompute(request.recompute))
+    return row.step_time if row.fits and row.step_time is not None else math.inf
 
 
 def _counts(ranges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
@@ -167,12 +191,8 @@ def _simulated(setting: BaselineSetting, split: str, name: str, chunks: int, cou
     """Built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, simulated; or the row
     saying why it does not run."""
     shown, counts = str(recompute), tuple(counts)
-    p = setting.num_devices
     try:
-        placement = make_placement(BUILTINS[name].placement, p, chunks)
-        profile, costs = model_costs(setting.model, placement, counts, setting.device_memory, setting.reserve,
-                                     recompute)
-        timeline = simulate(builtin_schedule(name, profile, p, setting.num_microbatches, chunks))
+        timeline, costs = builtin_run(setting, name, chunks, counts, recompute)
     except ZbsolveError as exc:
         return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
     needed = tuple(gib(b) for b in costs.needed(timeline.peak_memory))

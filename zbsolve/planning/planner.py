@@ -13,7 +13,9 @@ Under one time limit:
    and the search goes on from the best partitions not yet searched from until its share of the time is spent.
 3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left. The plan is the best
    schedule found, and never worse than a baseline that fits (a baseline that beats it is taken, and the log says
-   so).
+   so). For a runtime that runs its own order (``Runtime.order`` "own": Megatron), every candidate is timed with
+   that order (``Runtime.schedule_of``) instead of the heuristic's, no solver runs, and the plan is that order on
+   the best candidate, or a baseline of that order that beats it.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from zbsolve.base.units import gib
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, check_chunks, check_placement, make_placement
 from zbsolve.core.simulator import Timeline
 from zbsolve.optimize.solve import solve_request
-from zbsolve.planning.baselines import BaselineSetting, baseline_rows, taken_baseline
-from zbsolve.planning.result import PlanResult
+from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run, taken_baseline
+from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
-from zbsolve.io.exports import check_target
+from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.layout import layout_counts
@@ -173,8 +175,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     missing = untimed(model.layers)
     if missing:
         raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
+    row = check_target(target)
     request = Request(num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
-                      pairs=check_target(target).pairs,
+                      pairs=row.pairs,
                       device_memory=_gpu_memory(model) if device_memory is None else device_memory, reserve=reserve,
                       **({} if chunks in (None, "auto") else {"chunks": chunks}),
                       **({} if recompute == "auto" else {"recompute": recompute}))
@@ -196,14 +199,17 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
     pool, release = make_executor(executor, parallel)
     search = Search(model, request, began + time_limit, pool, parallel, log, progress,
-                    lambda counts: partition_refusal(target, model, counts, p) is None)
+                    lambda counts: partition_refusal(target, model, counts, p) is None, row.schedule_of)
+    # a runtime of its own order gets no final solves: the search has their time
+    searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if row.order == "planned"
+                        else time_limit - FINISH_SECONDS)
     interrupted, finished = False, False
     bound = math.inf
     try:
         for line in notes:
             search.say(line)
-        bound = bounds(search, options, time_limit * BOUND_SHARE, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
-        local_search(search, options, began + time_limit * (BOUND_SHARE + SEARCH_SHARE))
+        bound = bounds(search, options, time_limit * BOUND_SHARE, searched)
+        local_search(search, options, searched)
         finished = True
     except KeyboardInterrupt:
         interrupted = True
@@ -220,23 +226,28 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
             raise
         interrupted, rows = True, []
         search.say("interrupted while timing the baselines: planning with the best partition found, beside none")
-    # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched.
+    # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched
+    # (and its order the runtime's, for a runtime that runs its own).
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
                and may_take(target, recompute, b.recompute, model) and b.counts is not None
-               and search.accepts(b.counts)]
+               and search.accepts(b.counts) and row.schedule_of(b.chunks) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
                               f"{_closest(search)}")
-    timeline, source, costs, chosen, interrupted = _schedule(search, interrupted)
+    if row.order == "own":
+        timeline, source, costs, chosen = _own_order(search, setting, row)
+    else:
+        timeline, source, costs, chosen, interrupted = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if top is not None and (timeline is None or top.step_time < timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(setting, top)
         chosen = (name, c, top.recompute)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
         source = f"baseline {top.split} {top.schedule}{recomputed}"
-        search.say(f"the baseline {top.schedule} on the {top.split} split{recomputed} is the best schedule found: "
-                   "taking it")
+        own = "" if row.order == "planned" else f" ({row.label}{OWN_ORDER})"
+        search.say(f"the baseline {top.schedule}{own} on the {top.split} split{recomputed} is the best schedule "
+                   "found: taking it")
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
@@ -277,6 +288,21 @@ def _closest(search: Search) -> str:
     label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
     return f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
 
+
+
+def _own_order(search: Search, setting: BaselineSetting, row: Runtime
+               ) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str]]:
+    """The plan of a runtime that runs its own order (``Runtime.schedule_of``): that order on the best candidate, as
+    the search timed it, under the activation budgets; no solver runs, as the runtime would not run its order."""
+    best = best_of(search, lambda x: True)
+    if best is None:
+        return None, "", None, ("", 0, "none")
+    name = row.schedule_of(best.chunks)
+    assert name is not None  # a row of its own order
+    timeline, costs = builtin_run(setting, name, best.chunks, best.counts, parse_recompute(best.recompute),
+                                  limited=True)
+    search.say(f"{name}, {row.label}{OWN_ORDER}, on {best.label()} {list(best.counts)}: {timeline.makespan:.6g}s")
+    return timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute)
 
 
 def _schedule(search: Search, interrupted: bool

@@ -19,9 +19,14 @@ from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import BUILTINS
 
 
+OWN_ORDER = "'s own order"
+"""How a plan's source ends when its schedule is its runtime's own order: "Megatron (megatron-core 0.16.1)'s own
+order"."""
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A partition of a placement, timed by the heuristic and the simulator."""
+    """A partition of a placement, timed by the heuristic (or the runtime's own order) and the simulator."""
 
     placement: str
     """"sequential", "interleaved" or "vshape"."""
@@ -103,7 +108,8 @@ class PlanResult(Shown, Exportable):
     timeline: Timeline
     """The schedule (``timeline.schedule``) as the simulator times it."""
     source: str
-    """Who made the schedule: "cpsat", "heuristic" or "baseline <split> <schedule>"."""
+    """Who made the schedule: "cpsat", "heuristic", "baseline <split> <schedule>" or, for a runtime that runs its
+    own order, "<runtime>'s own order" (``OWN_ORDER``)."""
     lower_bound: float
     """Seconds no schedule on any partition of the placements searched beats."""
     baselines: tuple[Baseline, ...]
@@ -164,7 +170,7 @@ class PlanResult(Shown, Exportable):
         the recomputation (or none), the partition and whose schedule it is."""
         maker, source = self.timeline.schedule.name, self.source
         kept = (f"the {source}" if source.startswith("baseline") else f"{maker}'s" if maker == source
-                else f"{maker}'s ({source} found none shorter)")
+                else f"{maker}, {source}" if source.endswith(OWN_ORDER) else f"{maker}'s ({source} found none shorter)")
         recompute = "no recomputation" if self.recompute == "none" else f"recompute {self.recompute}"
         name = self.costs.model.name if self.costs.model is not None else "plan"
         return (f"{name}: plan for the {STEP_TIME.name}: {self.placement} x{self.chunks}, {recompute}, partition "

@@ -1,5 +1,6 @@
 """The search of partitions: each placement's split bound and balanced partition, the baselines' splits, then
-stage boundaries moved one layer at a time while a move makes the heuristic's step shorter."""
+stage boundaries moved one layer at a time while a move makes the heuristic's step shorter (or the step of the
+runtime's own order, for a runtime that runs its own)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.core.placement import make_placement
 from zbsolve.optimize.solve import solve_request
-from zbsolve.planning.baselines import SPLITS, split_ranges
+from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
 from zbsolve.planning.result import Candidate
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.model import Model
@@ -42,6 +43,9 @@ class Search:
     progress: Callable[[str], None] | None
     accepts: Callable[[tuple[int, ...]], bool] = lambda counts: True
     """Whether the plan's runtime can take a partition (``targets.partition_refusal``); others are never timed."""
+    own_schedule: Callable[[int], str | None] = lambda chunks: None
+    """The built-in schedule the plan's runtime runs with so many stages per device whatever the plan's order
+    (``Runtime.schedule_of``), every candidate timed with it; None: each timed with the heuristic's order."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
 
@@ -64,7 +68,7 @@ class Search:
         limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
         futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
                        "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
-                       "time_limit": limit, "workers": 1})): (pl, c, rc, counts, origin)
+                       "time_limit": limit, "workers": 1}), self.own_schedule(c)): (pl, c, rc, counts, origin)
                    for (pl, c, rc, counts), origin in new.items()}
         try:
             for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
@@ -84,9 +88,11 @@ class Search:
         self.timed[pl, c, rc, counts] = Candidate(pl, c, counts, origin, future.result(), rc)
 
 
-def time_candidate(model: Model, request: Request) -> float:
-    """Seconds of a step with the schedule ``request`` asks for (the heuristic's, on one partition), infinity when
-    nothing fits."""
+def time_candidate(model: Model, request: Request, own: str | None = None) -> float:
+    """Seconds of a step with the schedule ``request`` asks for (the heuristic's, on one partition; the built-in
+    ``own`` where the runtime runs its own order, ``baselines.own_order_time``), infinity when nothing fits."""
+    if own is not None:
+        return own_order_time(model, request, own)
     try:
         return solve_request(model, request).step_time
     except InfeasibleError:

@@ -30,17 +30,6 @@ from zbsolve.problem.splits import megatron_layout
 
 MEGATRON_CORE_VERSION = "0.16.1"
 """The megatron-core release whose layout parser and recompute methods the Megatron export was checked with."""
-MEGATRON = Runtime(
-    name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
-    placements={"sequential": (1,), "interleaved": None}, order="own", recompute=("none", "full", "uniform"),
-    selective=False, selective_experts=False, auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False,
-    mtp=True, grouped_microbatches=True, layout_only=True,
-    source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
-           "pipeline_parallel/schedules.py, parallel_state.py")
-"""Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
-interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all
-(``--recompute-modules`` has layernorm and the whole dense mlp, no MLP activation function alone), runs no F&B pair
-without its combined-1F1B flags, and places MTP layers in the last virtual stage of their rank."""
 
 
 def megatron_schedule(chunks: int) -> str:
@@ -55,6 +44,20 @@ def megatron_schedule(chunks: int) -> str:
     whose warm-up is (chunks - 1) * ``microbatches_per_round`` + 2 * (pp - 1 - r) with rounds of pp microbatches
     when pp divides m, which Megatron needs (``MEGATRON.grouped_microbatches``)."""
     return "1F1B" if chunks == 1 else "Interleaved1F1B"
+
+
+MEGATRON = Runtime(
+    name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
+    placements={"sequential": (1,), "interleaved": None}, order="own", own_schedule=megatron_schedule,
+    recompute=("none", "full", "uniform"), selective=False, selective_experts=False,
+    auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False, mtp=True,
+    grouped_microbatches=True, layout_only=True,
+    source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
+           "pipeline_parallel/schedules.py, parallel_state.py")
+"""Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
+interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all
+(``--recompute-modules`` has layernorm and the whole dense mlp, no MLP activation function alone), runs no F&B pair
+without its combined-1F1B flags, and places MTP layers in the last virtual stage of their rank."""
 
 
 def megatron_recompute(plan: Plan) -> list[str]:

@@ -43,7 +43,7 @@ follows."""
 TORCHTITAN = Runtime(
     name="torchtitan", label=f"torchtitan {TORCHTITAN_VERSION}",
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
-    recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
+    own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
     auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=True, mtp=False,
     grouped_microbatches=False, layout_only=False,
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
