@@ -2,8 +2,8 @@
 
 In the manner of torch.distributed.pipelining's lowering passes, every step from one form of a
 schedule to another is one small function here: split a fused BW into B then W, give a schedule
-another memory limit, put the last stage's forwards in microbatch order for torch, and lower a
-schedule to torch's compute-only actions.
+another memory limit, run F&B pairs' passes one after the other, put the last stage's forwards in
+microbatch order for torch, and lower a schedule to torch's compute-only actions.
 """
 
 from __future__ import annotations
@@ -27,6 +27,13 @@ def with_limit(schedule: Schedule, mem_limit: float | Sequence[float] | None) ->
     """The same orders under another memory limit (one number, one per device, or None)."""
     limit = tuple(mem_limit) if isinstance(mem_limit, (list, tuple)) else mem_limit
     return replace(schedule, mem_limit=limit)
+
+
+def unpaired(schedule: Schedule) -> Schedule:
+    """The same orders with each F&B pair run as its F, then its B: how a runtime that does not overlap a pair's
+    passes runs it (torch's ``_PipelineScheduleRuntime`` runs an ``OVERLAP_F_B`` action's sub-actions, F then B,
+    one after the other unless a function is registered for it)."""
+    return replace(schedule, devices=tuple(tuple(p for op in ops for p in passes_of(op)) for ops in schedule.devices))
 
 
 TORCH_KIND = {F: "F", B: "I", W: "W", BW: "B"}

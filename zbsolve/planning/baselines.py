@@ -13,7 +13,7 @@ from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import gib
 from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.transforms import with_limit
+from zbsolve.core.transforms import unpaired, with_limit
 from zbsolve.planning.result import Baseline
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
 from zbsolve.problem.layout import layout_counts
@@ -61,6 +61,9 @@ class BaselineSetting:
     """A Megatron ``--pipeline-model-parallel-layout`` run with Megatron's schedule (None: none)."""
     megatron_ends: tuple[int | None, int | None] = (None, None)
     """Megatron's layers of the first and the last pipeline rank; either given adds Megatron's uneven split."""
+    overlap: bool = True
+    """Whether the runtime overlaps an F&B pair's passes (the target's ``Runtime.pairs``); else a built-in's pairs
+    (DualPipeV's) run their passes one after the other (``core.transforms.unpaired``)."""
 
 
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
@@ -148,12 +151,14 @@ def builtin_run(setting: BaselineSetting, name: str, chunks: int, counts: Sequen
                 limited: bool = False) -> tuple[Timeline, Costs]:
     """torch's built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, on the model's
     costs with ``recompute``, simulated (under the activation budgets where ``limited``: a schedule taken as the
-    plan); its timeline and costs. A ``ZbsolveError`` where it does not run."""
+    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them; its
+    timeline and costs. A ``ZbsolveError`` where it does not run."""
     p = setting.num_devices
     placement = make_placement(BUILTINS[name].placement, p, chunks)
     profile, costs = model_costs(setting.model, placement, tuple(counts), setting.device_memory, setting.reserve,
                                  recompute)
     schedule = builtin_schedule(name, profile, p, setting.num_microbatches, chunks)
+    schedule = schedule if setting.overlap else unpaired(schedule)
     return simulate(with_limit(schedule, costs.limits()) if limited else schedule), costs
 
 
@@ -164,7 +169,7 @@ def own_order_time(model: Model, request: Request, name: str) -> float:
     # a plan's candidate: devices, device memory and partition given
     assert request.num_devices and request.device_memory is not None and isinstance(request.partition, tuple)
     setting = BaselineSetting(model, request.num_devices, request.num_microbatches, request.device_memory,
-                              request.reserve)
+                              request.reserve, overlap=request.pairs)
     row = _simulated(setting, "plan", name, request.chunks, request.partition, parse_recompute(request.recompute))
     return row.step_time if row.fits and row.step_time is not None else math.inf
 

@@ -218,7 +218,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends)
+    setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends, row.pairs)
     try:
         rows = baseline_rows(setting)
     except KeyboardInterrupt:

@@ -57,7 +57,8 @@ class Request(BaseModel):
     recompute: str = "none"
     """Which of a model's blocks recompute in their B, whole or selectively: ``problem.recompute.RECOMPUTE_FORMS``."""
     pairs: bool = True
-    """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that runs none)."""
+    """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that does not
+    overlap a pair's passes, its ``Runtime.pairs``)."""
     objective: str = "makespan"
     """makespan (the step time with an optimizer barrier) or span (the longest per-device span)."""
     solver: str = "cpsat"

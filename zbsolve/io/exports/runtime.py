@@ -41,7 +41,9 @@ class Runtime:
     auto_recompute: tuple[str, ...]
     """The recomputation choices ``plan --recompute auto`` times every candidate with."""
     pairs: bool
-    """Whether it runs overlapped F&B pairs."""
+    """Whether it overlaps the passes of an F&B pair (each one's communication beside the other's computation,
+    ``core.overlap``): a plan for it searches pairs, and a built-in's pairs (DualPipeV's) are timed so; without it,
+    a pair's passes run one after the other (``core.transforms.unpaired``) and no document with pairs is taken."""
     mtp: bool
     """Whether it runs MTP layers under pipeline parallelism."""
     grouped_microbatches: bool
@@ -92,8 +94,8 @@ class Runtime:
     def pairs_refusal(self, count: int) -> str | None:
         """Why this runtime cannot run a schedule with ``count`` overlapped F&B pairs, or None."""
         if count and not self.pairs:
-            return self._refuse("pairs", f"the schedule runs {count} overlapped F&B pair(s): {self.label} runs its "
-                                         "passes one at a time")
+            return self._refuse("pairs", f"the schedule runs {count} overlapped F&B pair(s): {self.label} runs a "
+                                         "pair's passes one after the other, not overlapped")
         return None
 
     def modules_refusal(self, modules: Sequence[str]) -> str | None:

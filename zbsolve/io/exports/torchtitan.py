@@ -44,12 +44,17 @@ TORCHTITAN = Runtime(
     name="torchtitan", label=f"torchtitan {TORCHTITAN_VERSION}",
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
     own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
-    auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=True, mtp=False,
+    auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=False, mtp=False,
     grouped_microbatches=False, layout_only=False,
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
-           "config/override.py; zbsolve/runtime/torchtitan_recompute.py")
-"""torchtitan runs the exported CSV (any order, F&B pairs as OVERLAP_F_B) on the stages its schedule's name places
-(looped, or a V with two stages per rank) and refuses MTP layers under pipeline parallelism. Its own policies
+           "config/override.py; torch/distributed/pipelining/schedules.py (_PipelineScheduleRuntime, OVERLAP_F_B); "
+           "zbsolve/runtime/torchtitan_recompute.py")
+"""torchtitan runs the exported CSV (any order) on the stages its schedule's name places (looped, or a V with two
+stages per rank) and refuses MTP layers under pipeline parallelism. It overlaps no F&B pair: torch's
+``_PipelineScheduleRuntime`` runs an OVERLAP_F_B action's F and B one after the other unless a function is
+registered for it, and torchtitan 0.3.0 registers none (it removed DualPipeV's expert-parallel overlap, which did
+not compose with selective checkpointing: pytorch/torchtitan #2774), so its plans search no pairs and its DualPipeV
+baselines are timed without overlap. Its own policies
 recompute every block or none (its op-level selective policy keeps other tensors than zbsolve's selective choice);
 zbsolve's ``PlannedAC`` (``zbsolve/runtime/torchtitan_recompute.py``, put in place by ``--override.imports``)
 recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only."""
