@@ -1,5 +1,6 @@
 """Megatron-LM's recomputed modules (``--recompute-modules``): the estimate's figures for each module a block has,
-the grammar ``modules:M,M,...``, the costs they give a block, and documents that record them."""
+the grammar ``modules:M,M,...``, the costs they give a block, documents that record them, Megatron's auto menu and
+its export, checked with megatron-core's own ``TransformerConfig``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
 from zbsolve.core.simulator import simulate
+from zbsolve.io.exports.megatron import megatron_recompute
+from zbsolve.io.exports.plan import read_plan
+from zbsolve.io.exports.runtime import ZBSOLVE
+from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
 from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.estimate.hf_config import architecture
@@ -150,3 +155,72 @@ def test_a_document_records_the_modules_and_is_checked(tmp_path):
         path.write_text(json.dumps({**data, "partition": {**data["partition"], "modules": modules}}))
         run = CliRunner().invoke(app, ["check", str(path)])
         assert run.exit_code == 2 and message in " ".join(run.output.split()), run.output
+
+
+def test_megatrons_auto_menu_keeps_the_recipes_the_model_has_and_that_save_bytes():
+    """Llama's blocks have no latent attention nor experts, and its attention core saves nothing under flash
+    attention; DeepSeek-V3's have the recipes' modules. The other targets time no module choice and refuse one."""
+    llama, deepseek = small(LLAMA), small(DEEPSEEK, ep=2)
+    assert [c for c in recompute_choices("megatron", "auto", llama) if c.startswith("modules:")] == ["modules:mlp"]
+    assert [c for c in recompute_choices("megatron", "auto", deepseek) if c.startswith("modules:")] == [
+        "modules:mlp", "modules:mla_up_proj,mlp", "modules:layernorm,moe_act"]
+    assert "modules:core_attn" in recompute_choices("megatron", "auto", small(LLAMA, flash_attention=False))
+    for target in ("zbsolve", "torchtitan"):
+        assert not any(c.startswith("modules:") for c in recompute_choices(target, "auto", deepseek))
+        with pytest.raises(InputError, match=rf"runtime table: {target}.modules\); use --target megatron"):
+            recompute_choices(target, "modules:mlp", deepseek)
+    assert may_take("megatron", "auto", "modules:mlp") and not may_take("zbsolve", "auto", "modules:mlp")
+
+
+def _exported(tmp_path, model, recompute: str) -> list[str]:
+    """Megatron's recomputation arguments of a two-device plan of ``model`` that recomputes as ``recompute``."""
+    result = solve(model, num_devices=2, num_microbatches=4, recompute=recompute, solver="heuristic")
+    path = tmp_path / "plan.json"
+    result.to_json(path)
+    plan = read_plan(path, "megatron")
+    with pytest.raises(InputError, match=r"partition.modules = .*runtime table: zbsolve.modules"):
+        plan.check(ZBSOLVE)
+    return megatron_recompute(plan)
+
+
+# megatron-core 0.16.1 warns of its own default cuda_graph_scope and of core_attn with fused attention.
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("config, choices", [
+    (LLAMA, ["modules:core_attn", "modules:mlp", "modules:core_attn,mlp"]),
+    (DEEPSEEK, ["modules:mla_up_proj,mlp", "modules:layernorm,moe_act", "modules:moe,layernorm",
+                "modules:shared_experts,core_attn"]),
+], ids=["llama", "deepseek-v3"])
+def test_megatron_core_takes_the_exported_modules_and_refuses_what_zbsolve_refuses(tmp_path, config, choices):
+    """The export writes exactly --recompute-granularity selective --recompute-modules (and --moe-grouped-gemm with
+    moe_act), which megatron-core's TransformerConfig takes for the model's kind; a module zbsolve refuses for the
+    model (latent attention's, the experts') is one TransformerConfig refuses too, as it does an unknown name."""
+    core = pytest.importorskip("megatron.core.transformer.transformer_config",
+                               reason="megatron-core is not installed (the dev extra pins 0.16.1)")
+    model = small(config, **({"ep": 2} if "n_routed_experts" in config else {}))
+    kind = {"multi_latent_attention": "q_lora_rank" in config,
+            **({"num_moe_experts": 8} if "n_routed_experts" in config else {})}
+
+    def made(flags: list[str]):
+        modules = flags[flags.index("--recompute-modules") + 1:]
+        grouped = "--moe-grouped-gemm" in modules
+        modules = [name for name in modules if name != "--moe-grouped-gemm"]
+        return core.TransformerConfig(num_layers=4, hidden_size=64, num_attention_heads=4, moe_grouped_gemm=grouped,
+                                      recompute_granularity=flags[flags.index("--recompute-granularity") + 1],
+                                      recompute_modules=modules, **kind)
+
+    for choice in choices:
+        flags = _exported(tmp_path, model, choice)
+        names = list(parse_recompute(choice).modules)
+        assert flags == ["--recompute-granularity", "selective", "--recompute-modules", *names,
+                         *(["--moe-grouped-gemm"] if "moe_act" in names else [])]
+        assert made(flags).recompute_modules == names
+    for refused_choice in (["mla_up_proj"] if not kind["multi_latent_attention"] else []) + (
+            ["moe_act"] if "num_moe_experts" not in kind else []):
+        with pytest.raises(InputError, match=f"has module {refused_choice}"):
+            parse_recompute(f"modules:{refused_choice}").module_names(model)
+        with pytest.raises(ValueError, match=refused_choice):
+            core.TransformerConfig(num_layers=4, hidden_size=64, num_attention_heads=4, recompute_granularity="selective",
+                                   recompute_modules=[refused_choice], **kind)
+    with pytest.raises(AssertionError, match="Invalid choices for recompute_modules"):
+        core.TransformerConfig(num_layers=4, hidden_size=64, num_attention_heads=4, recompute_granularity="selective",
+                               recompute_modules=["attn"], **kind)

@@ -251,7 +251,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
     return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
-                      described(model, costs.ranges, costs.recomputed, costs.selective), target)
+                      described(model, costs.ranges, costs.recomputed, costs.selective, costs.modules), target)
 
 
 def _gpu_memory(model: Model) -> int:

@@ -133,7 +133,8 @@ class PlanResult(Shown, Exportable):
     def runtimes(self) -> tuple[str, ...]:
         """The runtimes whose export takes the plan as it is (``io.exports.runs_as_planned``)."""
         return runs_as_planned(Plan(self.timeline.schedule, self.costs.model, self.costs.ranges,
-                                    frozenset(self.costs.recomputed), frozenset(self.costs.selective)))
+                                    frozenset(self.costs.recomputed), frozenset(self.costs.selective),
+                                    self.costs.modules))
 
     @property
     def step_time(self) -> float:

@@ -20,13 +20,21 @@ TARGETS = tuple(RUNTIMES)
 def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:
     """The recomputation choices a plan for ``target`` (of ``model``, where given) times each candidate with: the
     row's ``auto_recompute`` for "auto" (without the selective ones where the row cannot recompute ``model``'s expert
-    blocks selectively), else ``recompute`` itself when ``target`` can run it; an ``InputError`` naming the row
-    otherwise."""
+    blocks selectively, and the module choices only where ``model``'s blocks have their figures and each module
+    saves bytes in some block: ``saving_modules``), else ``recompute`` itself when ``target`` can run it; an
+    ``InputError`` naming the row otherwise."""
     row = check_target(target)
     experts = _selective_refusal(target, model)
     if recompute == "auto":
-        return tuple(c for c in row.auto_recompute if experts is None or not parse_recompute(c).selective)
+        saving = saving_modules(model)
+        return tuple(c for c in row.auto_recompute if (experts is None or not parse_recompute(c).selective)
+                     and set(parse_recompute(c).modules) <= saving)
     choice = parse_recompute(recompute)
+    if choice.modules:
+        refused_modules = row.modules_refusal(choice.modules)
+        if refused_modules is not None:
+            raise InputError(f"recompute = {recompute!r}: {refused_modules}; use --target megatron")
+        return (recompute,)
     if choice.mode not in row.recompute:
         raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(row.recompute)} (one setting "
                          f"for every stage; runtime table: {target}.recompute); use --target zbsolve for per-stage "
@@ -38,6 +46,15 @@ def recompute_choices(target: str, recompute: str, model: Model | None = None) -
     if choice.selective and experts is not None:
         raise InputError(f"recompute = {recompute!r}: {experts}")
     return (recompute,)
+
+
+def saving_modules(model: Model | None) -> set[str]:
+    """The Megatron-LM modules whose recomputation saves bytes in some block of ``model`` (none without a model, or
+    where a block has no figures: ``Layer.recompute_modules``)."""
+    blocks = [] if model is None else [layer for layer in model.layers if layer.block]
+    if not blocks or any(layer.recompute_modules is None for layer in blocks):
+        return set()
+    return {name for layer in blocks for name, cost in layer.recompute_modules.items() if cost.mem > 0}
 
 
 def expert_blocks(model: Model) -> list[str]:
@@ -87,10 +104,10 @@ def partition_refusal(target: str, model: Model, counts: Sequence[int], num_devi
 def may_take(target: str, recompute: str, chosen: str, model: Model | None = None) -> bool:
     """Whether a plan asked for ``recompute`` (of ``model``, where given) may take a baseline that recomputes as
     ``chosen``: the same choice, or any ``target`` can run when the plan decides ("auto", or per-stage counts not
-    given), selective only where the row recomputes the model's blocks so."""
+    given), selective only where the row recomputes the model's blocks so, modules only where it recomputes them."""
     if recompute == "auto" or parse_recompute(recompute).undecided:
         choice = parse_recompute(chosen)
         row = check_target(target)
-        return choice.mode in row.recompute and (not choice.selective or (row.selective and _selective_refusal(
-            target, model) is None))
+        return (choice.mode in row.recompute and row.modules_refusal(choice.modules) is None
+                and (not choice.selective or (row.selective and _selective_refusal(target, model) is None)))
     return chosen == str(parse_recompute(recompute))

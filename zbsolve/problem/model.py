@@ -40,6 +40,18 @@ MTP_PREFIX = "mtp."
 """How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
 
 
+class _OneLine(dict):
+    """A mapping YAML writes on one line (a layer of a model file)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML's safe dumper, writing ``_OneLine`` mappings in flow style."""
+
+
+_Dumper.add_representer(_OneLine, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map",
+                                                                               data.items(), flow_style=True))
+
+
 class ModuleCost(InputModel):
     """What recomputing one of Megatron-LM's modules of a block costs (``Layer.recompute_modules``)."""
 
@@ -227,11 +239,8 @@ class Model(InputModel):
         if path.suffix not in (".yaml", ".yml"):
             write_atomic(path, json.dumps(data, indent=1) + "\n")
             return
-        layers = data.pop("layers")
-        lines = [yaml.safe_dump([layer], sort_keys=False, default_flow_style=True, width=1 << 16).strip()[1:-1]
-                 for layer in layers]
-        write_atomic(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1 << 16) + "layers:\n"
-                     + "".join(f"- {line}\n" for line in lines))
+        data["layers"] = [_OneLine(layer) for layer in data["layers"]]
+        write_atomic(path, yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=1 << 16))
 
     @property
     def mtp_layers(self) -> list[str]:

@@ -173,10 +173,12 @@ def _modules(text: str, listed: str) -> tuple[str, ...]:
 
 
 def described(model: Model, ranges: Sequence[Sequence[int]], recomputed: Collection[int],
-              selective: Collection[int] = ()) -> str:
-    """The shortest text (``RECOMPUTE_FORMS``) that chooses ``recomputed`` and ``selective`` at ``ranges``, or
-    "layers" when the recomputed blocks of some stage are not its first ones, or only some of the others recompute
-    selectively."""
+              selective: Collection[int] = (), modules: Sequence[str] = ()) -> str:
+    """The shortest text (``RECOMPUTE_FORMS``) that chooses ``recomputed`` and ``selective`` at ``ranges`` (or
+    Megatron's ``modules``, which come alone), or "layers" when the recomputed blocks of some stage are not its first
+    ones, or only some of the others recompute selectively."""
+    if modules:
+        return str(Recompute("none", modules=tuple(modules)))
     blocks = [i for a, b in ranges for i in range(a, b) if model.layers[i].block]
     if not selective:
         return _whole(model, ranges, recomputed)

@@ -24,12 +24,16 @@ import shlex
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
-from zbsolve.problem.model import Setting
+from zbsolve.problem.model import RECOMPUTE_MODULES, Setting
 from zbsolve.problem.recompute import leading_counts
 from zbsolve.problem.splits import megatron_layout
 
 MEGATRON_CORE_VERSION = "0.16.1"
 """The megatron-core release whose layout parser and recompute methods the Megatron export was checked with."""
+MODULE_RECIPES = ("modules:core_attn", "modules:mlp", "modules:mla_up_proj,mlp", "modules:layernorm,moe_act")
+"""The module choices ``plan --recompute auto --target megatron`` times, where the model's blocks have them and they
+save bytes (``planning.targets.recompute_choices``): Megatron-LM's default (core_attn), the dense MLP, DeepSeek-V3's
+recipe (mla_up_proj, mlp) and the norms with the experts' activation functions."""
 
 
 def megatron_schedule(chunks: int) -> str:
@@ -50,18 +54,22 @@ MEGATRON = Runtime(
     name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
     placements={"sequential": (1,), "interleaved": None}, order="own", own_schedule=megatron_schedule,
     recompute=("none", "full", "uniform"), selective=False, selective_experts=False,
-    auto_recompute=("none", "full", "uniform:1", "uniform:2"), pairs=False, mtp=True,
+    auto_recompute=("none", "full", "uniform:1", "uniform:2", *MODULE_RECIPES), pairs=False, mtp=True,
     grouped_microbatches=True, layout_only=True,
     source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
-           "pipeline_parallel/schedules.py, parallel_state.py")
+           "pipeline_parallel/schedules.py, parallel_state.py, transformer_config.py (recompute_modules)",
+    modules=RECOMPUTE_MODULES)
 """Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
-interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all
-(``--recompute-modules`` has layernorm and the whole dense mlp, no MLP activation function alone), runs no F&B pair
-without its combined-1F1B flags, and places MTP layers in the last virtual stage of their rank."""
+interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all,
+or some of its modules in every block (``--recompute-modules``: no MLP activation function alone, so not zbsolve's
+selective), runs no F&B pair without its combined-1F1B flags, and places MTP layers in the last virtual stage of
+their rank."""
 
 
 def megatron_recompute(plan: Plan) -> list[str]:
-    """Megatron's recomputation arguments for ``plan``'s recomputed blocks: none when no block recomputes;
+    """Megatron's recomputation arguments for ``plan``'s recomputed blocks: ``--recompute-granularity selective
+    --recompute-modules M ...`` for its modules (and ``--moe-grouped-gemm``, which megatron-core's
+    ``TransformerConfig`` needs for ``moe_act``); none when no block recomputes;
     ``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`` when every block does;
     ``... --recompute-method block --recompute-num-layers N`` when every stage recomputes its first N blocks (all
     of them where it has N or fewer).
@@ -74,6 +82,9 @@ def megatron_recompute(plan: Plan) -> list[str]:
     recomputed blocks that are not the first of their stage, or a different N per stage, are an ``InputError``
     naming the stages' counts. The runtime table's refusals (``Plan.check``) come first."""
     plan.check(MEGATRON)
+    if plan.modules:
+        return (["--recompute-granularity", "selective", "--recompute-modules", *plan.modules]
+                + ["--moe-grouped-gemm"] * ("moe_act" in plan.modules))
     if not plan.recomputed:
         return []
     stages = plan.stage_recompute()

@@ -35,14 +35,19 @@ class Plan:
     """The layers that run their forward again inside their B (the document's "partition.recompute")."""
     selective: frozenset[int] = frozenset()
     """The blocks whose norms and MLP activation function run again inside their B ("partition.selective")."""
+    modules: tuple[str, ...] = ()
+    """Megatron-LM's modules every block recomputes ("partition.modules")."""
 
     def check(self, runtime: Runtime) -> tuple[str, int]:
         """(placement name, stages per device) of the plan when ``runtime``'s row of the runtime table runs it: its
-        placement and microbatches, its MTP layers, its overlapped pairs and its selectively recomputed blocks; an
-        ``InputError`` naming the row otherwise."""
+        placement and microbatches, its MTP layers, its overlapped pairs, its recomputed modules and its selectively
+        recomputed blocks; an ``InputError`` naming the row otherwise."""
         named = runtime.check_placement(self.schedule.placement, self.schedule.num_microbatches)
         refused(runtime.mtp_refusal(self.model.mtp_layers))
         refused(runtime.pairs_refusal(pair_count(self.schedule)))
+        why = runtime.modules_refusal(self.modules)
+        if why is not None:
+            raise InputError(f"partition.modules = {list(self.modules)}: {why}; plan with --target {runtime.name}")
         if self.selective and not runtime.selective:
             names = [self.model.layers[i].name for i in sorted(self.selective)]
             raise InputError(f"partition.selective = {listed(names)}: "
@@ -81,5 +86,6 @@ def read_plan(document: str | Path | Loaded, fmt: str) -> Plan:
     layers = [layer if "block" in record else layer.model_copy(update={"block": bool(INDEXED.fullmatch(layer.name))})
               for layer, record in zip(costs.model.layers, records)]
     model = Model(name=costs.model.name, setting=costs.model.setting, layers=layers)
-    return Plan(loaded.schedule, model, costs.ranges, frozenset(costs.recomputed), frozenset(costs.selective))
+    return Plan(loaded.schedule, model, costs.ranges, frozenset(costs.recomputed), frozenset(costs.selective),
+                costs.modules)
 
