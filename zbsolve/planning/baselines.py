@@ -1,7 +1,7 @@
 """The baselines a plan is measured against: each of torch's built-in schedules on each baseline split (uniform,
 torchtitan's, Megatron's), and on the uniform and torchtitan splits with every block recomputed (torchtitan's
 activation checkpointing); Megatron's own schedule on a ``--pipeline-model-parallel-layout`` when given, and on
-Megatron's split and the layout with the best ``--recompute-num-layers``; all simulated on the plan's own costs."""
+Megatron's split and the layout with the best recomputation of Megatron's menu; all simulated on the plan's own costs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import unpaired, with_limit
 from zbsolve.planning.result import Baseline
+from zbsolve.planning.targets import recompute_choices
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
 from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.model import Model
@@ -78,7 +79,7 @@ def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
     """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says;
     then Megatron's schedule on the setting's ``layout`` (an ``InputError`` where it does not suit the model and
     devices, ``layout_counts``) without recomputation, and on Megatron's split (``MEGATRON_CHUNKS``) and the layout
-    with the best ``--recompute-num-layers`` (``best_recompute``); simulated on the model's costs. ``megatron_ends``,
+    with the best recomputation of Megatron's menu (``best_recompute``); simulated on the model's costs. ``megatron_ends``,
     when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one."""
     model, p = setting.model, setting.num_devices
     given = layout_counts(model, setting.layout, p) if setting.layout is not None else None
@@ -116,20 +117,28 @@ def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
 
 
 def best_recompute(setting: BaselineSetting, split: str, chunks: int, counts: Sequence[int]) -> Baseline:
-    """Megatron's schedule (``megatron_schedule``) on the layer ``counts`` per stage with the best single
-    ``--recompute-num-layers`` N under ``--recompute-method block`` (the first N blocks of every virtual stage,
-    ``Recompute("uniform", N)``), N from 1 to the most blocks in a stage (that one as "full": every block).
+    """Megatron's schedule (``megatron_schedule``) on the layer ``counts`` per stage with its best recomputation
+    from Megatron's menu: the best single ``--recompute-num-layers`` N under ``--recompute-method block`` (the first
+    N blocks of every virtual stage, ``Recompute("uniform", N)``), N from 1 to the most blocks in a stage (that one
+    as "full": every block), and each ``--recompute-modules`` choice a Megatron plan of the model times
+    (``targets.recompute_choices``); the fastest that fits.
 
-    The first N that fits is the best: the order does not depend on the costs and recomputing more blocks only
-    lengthens their B, so the step time never falls as N grows. When none fits, the row of "full", with a note."""
+    The first N that fits is the best N: the order does not depend on the costs and recomputing more blocks only
+    lengthens their B, so the step time never falls as N grows. When nothing fits, the row of "full", with a
+    note."""
     model = setting.model
     ranges = partition(model, len(counts), list(counts))
     most = max(sum(layer.block for layer in model.layers[a:b]) for a, b in ranges)
     for recompute in [*(Recompute("uniform", n) for n in range(1, most)), FULL]:
-        row = _megatron(setting, split, chunks, counts, recompute)
-        if row.fits or row.step_time is None:
-            return row
-    return replace(row, note=f"no --recompute-num-layers from 1 to {most} fits")
+        ladder = _megatron(setting, split, chunks, counts, recompute)
+        if ladder.fits or ladder.step_time is None:
+            break
+    else:
+        ladder = replace(ladder, note=f"no --recompute-num-layers from 1 to {most} fits")
+    modules = [_megatron(setting, split, chunks, counts, choice)
+               for choice in map(parse_recompute, recompute_choices(MEGATRON.name, "auto", model)) if choice.modules]
+    fitting = [row for row in (ladder, *modules) if row.fits and row.step_time is not None]
+    return min(fitting, key=lambda row: row.step_time, default=ladder)
 
 
 def baseline_plan(model: Model, num_devices: int, num_microbatches: int, device_memory: int, reserve: int,
