@@ -1,7 +1,8 @@
 """The baselines a plan is measured against: each of torch's built-in schedules on each baseline split (uniform,
 torchtitan's, Megatron's), and on the uniform and torchtitan splits with every block recomputed (torchtitan's
 activation checkpointing); Megatron's own schedule on a ``--pipeline-model-parallel-layout`` when given, and on
-Megatron's split and the layout with the best recomputation of Megatron's menu; all simulated on the plan's own costs."""
+Megatron's split and the layout with the best recomputation of Megatron's menu; all simulated on the plan's own
+costs."""
 
 from __future__ import annotations
 
@@ -79,8 +80,8 @@ def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
     """Every built-in torch schedule on every baseline split, without recomputation and as ``RECOMPUTED`` says;
     then Megatron's schedule on the setting's ``layout`` (an ``InputError`` where it does not suit the model and
     devices, ``layout_counts``) without recomputation, and on Megatron's split (``MEGATRON_CHUNKS``) and the layout
-    with the best recomputation of Megatron's menu (``best_recompute``); simulated on the model's costs. ``megatron_ends``,
-    when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one."""
+    with the best recomputation of Megatron's menu (``best_recompute``); simulated on the model's costs.
+    ``megatron_ends``, when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one."""
     model, p = setting.model, setting.num_devices
     given = layout_counts(model, setting.layout, p) if setting.layout is not None else None
     rows = []
