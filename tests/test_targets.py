@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import act_heavy
+from test_export_setting import MEGATRON_CORE_FIELDS, _flags, _load_torchtitan_config, _torchtitan
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
@@ -17,7 +18,7 @@ from zbsolve.base.units import GIB
 from zbsolve.core.placement import placement_name
 from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import RUNTIMES, export_document, read_plan
+from zbsolve.io.exports import RUNTIMES, export_document, megatron_args, read_plan
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
@@ -105,6 +106,8 @@ FORMAT = {"zbsolve": "torch-csv", "torchtitan": "torchtitan", "megatron": "megat
 """The export that carries a plan for each target to its runtime (zbsolve's executor reads the document itself)."""
 
 
+# megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.
+@pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")
 @pytest.mark.parametrize("target", list(RUNTIMES))
 @pytest.mark.parametrize("path", MODELS, ids=[path.stem for path in MODELS])
 def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
@@ -130,6 +133,38 @@ def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
     read_plan(doc, FORMAT[target]).check(row)
     written, text = export_document(doc, FORMAT[target], tmp_path / "export")
     assert written and text
+    RUNTIME_CHECKS.get(target, lambda *_: None)(model, doc, tmp_path)
+
+
+def _megatron_core_takes(model: Model, doc: Path, tmp_path: Path) -> None:
+    """megatron-core's TransformerConfig takes every flag of the export that is one of its fields, the layout
+    validated against the model's blocks and MTP layers."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (the dev extra pins 0.16.1)")
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    flags = _flags(megatron_args(read_plan(doc, "megatron")))
+    values = {MEGATRON_CORE_FIELDS[flag]: int(v) if isinstance(v, str) and v.isdigit() else v
+              for flag, v in flags.items() if flag in MEGATRON_CORE_FIELDS}
+    tp, mtp = values.get("tensor_model_parallel_size", 1), len(model.mtp_layers)
+    made = TransformerConfig(num_layers=sum(layer.block for layer in model.layers), hidden_size=64 * tp,
+                             num_attention_heads=tp, pipeline_dtype=torch.bfloat16,
+                             **({"num_moe_experts": 64} if "expert_model_parallel_size" in values else {}),
+                             **({"mtp_num_layers": mtp} if mtp else {}), **values)
+    assert str(made.pipeline_model_parallel_layout) == flags["--pipeline-model-parallel-layout"]
+
+
+def _torchtitan_takes(model: Model, doc: Path, tmp_path: Path) -> None:
+    """torchtitan's ConfigManager parses the export's arguments into its Trainer.Config (its checks run), holding
+    the pipeline's keys."""
+    config, args, _ = _torchtitan(tmp_path, doc)
+    parsed = _load_torchtitan_config(args)
+    for key, value in config["parallelism"].items():
+        assert getattr(parsed.parallelism, key) == value, key
+
+
+RUNTIME_CHECKS = {"megatron": _megatron_core_takes, "torchtitan": _torchtitan_takes}
+"""Each runtime's own check of an export: its config class or config loader."""
 
 
 def test_a_placement_the_target_does_not_run_is_named_not_dropped_silently():
