@@ -47,6 +47,9 @@ MEGATRON_CORE_FIELDS = {
     "--recompute-granularity": "recompute_granularity",
     "--recompute-method": "recompute_method",
     "--recompute-num-layers": "recompute_num_layers",
+    "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
+    "--delay-wgrad-compute": "delay_wgrad_compute",
+    "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
 }
 """The export's flags that Megatron-LM (tag core_v0.16.1, ``megatron/training/arguments.py`` l.1621:
 ``ArgumentGroupFactory(TransformerConfig)``, a flag per field, ``--`` + the name with dashes) makes from megatron-core's

@@ -25,9 +25,12 @@ P, M = 2, 8
 
 def test_the_order_column_names_the_runtimes_own_schedule():
     assert {name for name, row in RUNTIMES.items() if row.order == "own"} == {"megatron"}
+    dense, none = act_heavy(), parse_recompute("none")
     for row in RUNTIMES.values():
-        assert (row.schedule_of(2) is None) == (row.order == "planned")
-    assert RUNTIMES["megatron"].schedule_of(1) == "1F1B" and RUNTIMES["megatron"].schedule_of(3) == "Interleaved1F1B"
+        assert (row.schedule_of(dense, P, 2, none) is None) == (row.order == "planned")
+    megatron = RUNTIMES["megatron"]
+    assert megatron.schedule_of(dense, P, 1, none) == "1F1B"
+    assert megatron.schedule_of(dense, P, 3, none) == "Interleaved1F1B"
     with pytest.raises(ValueError, match="own_schedule exactly when it is 'own'"):
         Runtime(**{**RUNTIMES["megatron"].__dict__, "own_schedule": None})
 

@@ -2,8 +2,9 @@
 
 In the manner of torch.distributed.pipelining's lowering passes, every step from one form of a
 schedule to another is one small function here: split a fused BW into B then W, give a schedule
-another memory limit, run F&B pairs' passes one after the other, put the last stage's forwards in
-microbatch order for torch, and lower a schedule to torch's compute-only actions.
+another memory limit, run F&B pairs' passes one after the other, run a 1F1B order combined (Megatron's
+combined 1F1B), put the last stage's forwards in microbatch order for torch, and lower a schedule to torch's
+compute-only actions.
 """
 
 from __future__ import annotations
@@ -34,6 +35,26 @@ def unpaired(schedule: Schedule) -> Schedule:
     passes runs it (torch's ``_PipelineScheduleRuntime`` runs an ``OVERLAP_F_B`` action's sub-actions, F then B,
     one after the other unless a function is registered for it)."""
     return replace(schedule, devices=tuple(tuple(p for op in ops for p in passes_of(op)) for ops in schedule.devices))
+
+
+def combined(schedule: Schedule) -> Schedule:
+    """A 1F1B order (each steady-state step a forward, then a backward) run as Megatron's combined 1F1B: each
+    backward that a forward follows on its device runs with that forward as one overlapped F&B pair. So every device
+    warms up with one forward more, and its steady-state step k runs the forward after the warm-up's with backward
+    k, as megatron-core's ``get_pp_rank_microbatches`` (``overlap_moe_expert_parallel_comm``: one more warm-up
+    forward) and ``forward_backward_helper_wrapper`` (the steady state's forward and backward given together to
+    ``combined_1f1b_schedule_for_interleaved_pipelining``) run them; the drain's backwards run alone."""
+    devices = []
+    for ops in schedule.devices:
+        out: list[Op] = []
+        for op in ops:
+            last = out[-1] if out else None
+            if isinstance(op, Pass) and op.kind == F and isinstance(last, Pass) and last.kind in (B, BW):
+                out[-1] = Pair(op, last)
+            else:
+                out.append(op)
+        devices.append(tuple(out))
+    return replace(schedule, devices=tuple(devices))
 
 
 TORCH_KIND = {F: "F", B: "I", W: "W", BW: "B"}

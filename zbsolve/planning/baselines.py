@@ -25,7 +25,7 @@ from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
 from zbsolve.problem.request import Request
 from zbsolve.io.exports import MEGATRON, megatron_schedule
 from zbsolve.problem.splits import megatron_split, megatron_uneven_split, torchtitan_split
-from zbsolve.schedulers.builtins import BUILTINS, builtin_schedule
+from zbsolve.schedulers.builtins import BUILTINS, COMBINED, builtin_placement, builtin_schedule
 
 SPLITS = ("uniform", "torchtitan", "megatron")
 """The splits of the baselines: equal blocks per stage, torchtitan's default, Megatron's with the embedding and
@@ -161,14 +161,15 @@ def builtin_run(setting: BaselineSetting, name: str, chunks: int, counts: Sequen
                 limited: bool = False) -> tuple[Timeline, Costs]:
     """torch's built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, on the model's
     costs with ``recompute``, simulated (under the activation budgets where ``limited``: a schedule taken as the
-    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them; its
-    timeline and costs. A ``ZbsolveError`` where it does not run."""
+    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them (but
+    Megatron's ``COMBINED``, whose pairs Megatron overlaps); its timeline and costs. A ``ZbsolveError`` where it
+    does not run."""
     p = setting.num_devices
-    placement = make_placement(BUILTINS[name].placement, p, chunks)
+    placement = make_placement(builtin_placement(name, chunks), p, chunks)
     profile, costs = model_costs(setting.model, placement, tuple(counts), setting.device_memory, setting.reserve,
                                  recompute)
     schedule = builtin_schedule(name, profile, p, setting.num_microbatches, chunks)
-    schedule = schedule if setting.overlap else unpaired(schedule)
+    schedule = schedule if setting.overlap or name == COMBINED else unpaired(schedule)
     return simulate(with_limit(schedule, costs.limits()) if limited else schedule), costs
 
 
@@ -191,8 +192,10 @@ def _counts(ranges: Sequence[tuple[int, int]]) -> tuple[int, ...]:
 
 def _megatron(setting: BaselineSetting, split: str, chunks: int, counts: Sequence[int],
               recompute: Recompute) -> Baseline:
-    """Megatron's schedule on ``counts``, or the row saying why Megatron does not run it."""
-    name = megatron_schedule(chunks)
+    """Megatron's schedule on ``counts`` (the order it runs with ``recompute``, ``MEGATRON.schedule_of``: combined
+    1F1B where it runs it), or the row saying why Megatron does not run it."""
+    name = MEGATRON.schedule_of(setting.model, setting.num_devices, chunks, recompute)
+    assert name is not None  # Megatron runs its own order
     refusal = MEGATRON.microbatch_refusal("interleaved" if chunks > 1 else "sequential", setting.num_devices,
                                           setting.num_microbatches)
     if refusal is not None:

@@ -230,7 +230,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     # (and its order the runtime's, for a runtime that runs its own).
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
                and may_take(target, recompute, b.recompute, model) and b.counts is not None
-               and search.accepts(b.counts) and row.schedule_of(b.chunks) in (None, b.schedule)]
+               and search.accepts(b.counts)
+               and row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
@@ -297,10 +298,10 @@ def _own_order(search: Search, setting: BaselineSetting, row: Runtime
     best = best_of(search, lambda x: True)
     if best is None:
         return None, "", None, ("", 0, "none")
-    name = row.schedule_of(best.chunks)
+    recompute = parse_recompute(best.recompute)
+    name = row.schedule_of(search.model, setting.num_devices, best.chunks, recompute)
     assert name is not None  # a row of its own order
-    timeline, costs = builtin_run(setting, name, best.chunks, best.counts, parse_recompute(best.recompute),
-                                  limited=True)
+    timeline, costs = builtin_run(setting, name, best.chunks, best.counts, recompute, limited=True)
     search.say(f"{name}, {row.label}{OWN_ORDER}, on {best.label()} {list(best.counts)}: {timeline.makespan:.6g}s")
     return timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute)
 

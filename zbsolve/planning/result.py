@@ -16,7 +16,7 @@ from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
 from zbsolve.io.exports import Exportable, Plan, runs_as_planned
 from zbsolve.problem.costs import Costs, memory_figures
-from zbsolve.schedulers.builtins import BUILTINS
+from zbsolve.schedulers.builtins import builtin_placement
 
 
 OWN_ORDER = "'s own order"
@@ -60,7 +60,8 @@ class Baseline:
     split: str
     """"uniform", "torchtitan", "megatron" or "layout" (a Megatron ``--pipeline-model-parallel-layout``)."""
     schedule: str
-    """torch's schedule name (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)."""
+    """torch's schedule name (GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV), or
+    Megatron's combined 1F1B (``schedulers.builtins.COMBINED``)."""
     counts: tuple[int, ...] | None
     """Layers per stage (None when the split does not exist for this model)."""
     step_time: float | None
@@ -83,8 +84,9 @@ class Baseline:
 
     @property
     def placement(self) -> str:
-        """The placement its schedule runs on (``BUILTINS``), with ``chunks`` stages per device."""
-        return BUILTINS[self.schedule].placement
+        """The placement its schedule runs on (``BUILTINS``, ``builtin_placement``), with ``chunks`` stages per
+        device."""
+        return builtin_placement(self.schedule, self.chunks)
 
     def row(self) -> dict[str, object]:
         """The baseline as a table row; the blocks recomputed per stage with runs written n*k, as Megatron's

@@ -18,6 +18,7 @@ from zbsolve.planning.result import Candidate
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import timed
+from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.request import Request
 
 BOUND_SECONDS = 5.0
@@ -43,9 +44,10 @@ class Search:
     progress: Callable[[str], None] | None
     accepts: Callable[[tuple[int, ...]], bool] = lambda counts: True
     """Whether the plan's runtime can take a partition (``targets.partition_refusal``); others are never timed."""
-    own_schedule: Callable[[int], str | None] = lambda chunks: None
-    """The built-in schedule the plan's runtime runs with so many stages per device whatever the plan's order
-    (``Runtime.schedule_of``), every candidate timed with it; None: each timed with the heuristic's order."""
+    own_schedule: Callable[[Model, int, int, Recompute], str | None] = lambda *_: None
+    """The built-in schedule the plan's runtime runs for the model over so many devices with so many stages per
+    device and a recomputation whatever the plan's order (``Runtime.schedule_of``), every candidate timed with it;
+    None: each timed with the heuristic's order."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
 
@@ -66,9 +68,12 @@ class Search:
             if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
                 new.setdefault((pl, c, rc, counts), origin)
         limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
+        p = self.request.num_devices
+        assert p is not None  # a plan's request has its devices
         futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
                        "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
-                       "time_limit": limit, "workers": 1}), self.own_schedule(c)): (pl, c, rc, counts, origin)
+                       "time_limit": limit, "workers": 1}), self.own_schedule(self.model, p, c, parse_recompute(rc))
+                       ): (pl, c, rc, counts, origin)
                    for (pl, c, rc, counts), origin in new.items()}
         try:
             for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):

@@ -10,6 +10,8 @@ differ in the (p, m) they accept:
   of p, where the two orders are the same.
 - DualPipeV: torch refuses m < 2p; zbsolve's dualpipev runs m = 2p - 1, the fewest its warm-up needs.
 - InterleavedZeroBubble (torch's ZB1P on the looped placement) has no zbsolve family: it needs torch.
+
+Beside them, Megatron's combined 1F1B (``COMBINED``) is the order of one of them run combined.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from zbsolve.schedulers.families.classic import interleaved_1f1b
 from zbsolve.core.placement import make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
+from zbsolve.core.transforms import combined
 
 
 class Builtin(NamedTuple):
@@ -49,6 +52,20 @@ BUILTINS: dict[str, Builtin] = {
     "DualPipeV": Builtin("vshape", 2, "dualpipev"),
 }
 """torch's built-in schedules (``schedules.get_schedule_class`` names), in order, with their placements."""
+COMBINED = "Combined1F1B"
+"""Megatron's combined 1F1B (``--overlap-moe-expert-parallel-comm``), not one of torch's: the order of 1F1B (one
+stage per device, no pipeline parallelism) or Interleaved1F1B run combined (``core.transforms.combined``)."""
+
+
+def megatron_builtin(chunks: int) -> str:
+    """The built-in of Megatron-core's order with ``chunks`` stages per device (``io.exports.megatron_schedule``
+    says why): 1F1B with one, Interleaved1F1B with more; the order ``COMBINED`` runs combined."""
+    return "1F1B" if chunks == 1 else "Interleaved1F1B"
+
+
+def builtin_placement(name: str, chunks: int) -> str:
+    """The placement the built-in ``name`` (or ``COMBINED``) with ``chunks`` stages per device runs on."""
+    return BUILTINS[megatron_builtin(chunks) if name == COMBINED else name].placement
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,8 +85,13 @@ def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbat
     any count; without torch only Interleaved1F1B takes another count (``interleaved_1f1b``, Megatron's order).
     The profile has one entry per stage (stages per device x ``num_devices``) or scalars; for several stages per
     device, a ``num_devices``-stage or scalar profile is split into chunks as the families split it
-    (``Profile.per_chunk``). ``InputError`` of one line for an unknown name, a combination torch (or, without
-    torch, the family) refuses, and InterleavedZeroBubble without torch."""
+    (``Profile.per_chunk``). ``COMBINED`` is Megatron's order (``megatron_builtin``) run combined. ``InputError``
+    of one line for an unknown name, a combination torch (or, without torch, the family) refuses, and
+    InterleavedZeroBubble without torch."""
+    if name == COMBINED:
+        c = BUILTINS[megatron_builtin(2)].chunks if chunks is None else check_count("chunks", chunks)
+        return replace(combined(builtin_schedule(megatron_builtin(c), profile, num_devices, num_microbatches, c)),
+                       name=COMBINED)
     if name not in BUILTINS:
         raise InputError(f"schedule = {name!r} is not one of torch's built-in schedules; choose one of "
                          f"{', '.join(BUILTINS)}")

@@ -22,11 +22,13 @@ from __future__ import annotations
 import shlex
 
 from zbsolve.base.errors import InputError
+from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
-from zbsolve.problem.model import RECOMPUTE_MODULES, Setting
-from zbsolve.problem.recompute import leading_counts
+from zbsolve.problem.model import RECOMPUTE_MODULES, Model, Setting
+from zbsolve.problem.recompute import Recompute, leading_counts
 from zbsolve.problem.splits import megatron_layout
+from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
 
 MEGATRON_CORE_VERSION = "0.16.1"
 """The megatron-core release whose layout parser and recompute methods the Megatron export was checked with."""
@@ -47,23 +49,40 @@ def megatron_schedule(chunks: int) -> str:
     microbatches (``get_schedule_table``), the backwards' chunks reversed: torch's ``ScheduleInterleaved1F1B``,
     whose warm-up is (chunks - 1) * ``microbatches_per_round`` + 2 * (pp - 1 - r) with rounds of pp microbatches
     when pp divides m, which Megatron needs (``MEGATRON.grouped_microbatches``)."""
-    return "1F1B" if chunks == 1 else "Interleaved1F1B"
+    return megatron_builtin(chunks)
+
+
+def megatron_order(model: Model, num_devices: int, chunks: int, recompute: Recompute) -> str:
+    """The built-in schedule of the order Megatron runs ``model`` in over ``num_devices`` pipeline ranks with
+    ``chunks`` virtual stages each and ``recompute``: combined 1F1B (``COMBINED``) where it runs it with the
+    export's ``COMBINED_FLAGS`` (``combined_refusal`` is None: blocks recomputed whole are its full
+    recomputation), else ``megatron_schedule``.
+
+    With ``--delay-wgrad-compute`` the weight gradients still run inside the combined step that runs the backward
+    (``models/common/model_chunk_schedule_plan.py``: each layer's MLP weight gradient right after its MLP backward,
+    its attention's after its attention backward), so the pair's backward is a whole BW. One simplification: the
+    first layer's attention weight gradient runs after the stage sends its input gradient, which zbsolve sends at
+    the BW's end."""
+    full = recompute.mode != "none"
+    if combined_refusal(model, num_devices, chunks, full, recompute.modules) is None:
+        return COMBINED
+    return megatron_schedule(chunks)
 
 
 MEGATRON = Runtime(
     name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
-    placements={"sequential": (1,), "interleaved": None}, order="own", own_schedule=megatron_schedule,
+    placements={"sequential": (1,), "interleaved": None}, order="own", own_schedule=megatron_order,
     recompute=("none", "full", "uniform"), selective=False, selective_experts=False,
     auto_recompute=("none", "full", "uniform:1", "uniform:2", *MODULE_RECIPES), pairs=False, mtp=True,
     grouped_microbatches=True, layout_only=True,
     source="megatron/core/transformer/pipeline_parallel_layer_layout.py, transformer_block.py, "
            "pipeline_parallel/schedules.py, parallel_state.py, transformer_config.py (recompute_modules)",
-    modules=RECOMPUTE_MODULES)
+    modules=RECOMPUTE_MODULES, paired_orders=(COMBINED,))
 """Megatron builds looped placements from its layout, runs its own 1F1B or interleaved 1F1B order on them (the
 interleaved one in groups of pp microbatches), recomputes the first N blocks of every (virtual) stage, one N for all,
 or some of its modules in every block (``--recompute-modules``: no MLP activation function alone, so not zbsolve's
-selective), runs no F&B pair without its combined-1F1B flags, and places MTP layers in the last virtual stage of
-their rank."""
+selective), overlaps F&B pairs only in its combined 1F1B, where its flags are written (``megatron_order``), and places
+MTP layers in the last virtual stage of their rank."""
 
 
 def megatron_recompute(plan: Plan) -> list[str]:
@@ -117,16 +136,22 @@ SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--e
 def megatron_args(plan: Plan) -> list[str]:
     """Megatron's arguments for ``plan``: ``--pipeline-model-parallel-size`` p, ``--pipeline-model-parallel-layout``
     (``zbsolve.problem.splits.megatron_layout``), ``megatron_recompute``'s and, where the document has the setting
-    the costs are for, ``megatron_setting``'s (the valued ones first, the flags that take no value last). Megatron
-    places stage i on pipeline rank i % p, so any other placement (a V-shape, DualPipe's two routes) is an
-    ``InputError`` naming ``MEGATRON``'s row, and so is what else the row refuses. The arguments give Megatron the
-    partition, placement, recomputation and setting; it runs its own schedule on them (``megatron_schedule``)."""
+    the costs are for, ``megatron_setting``'s (the valued ones first, the flags that take no value last), with
+    ``COMBINED_FLAGS`` before those flags where Megatron runs combined 1F1B (``combined_refusal`` is None, as
+    ``megatron_order`` decides). Megatron places stage i on pipeline rank i % p, so any other placement (a V-shape,
+    DualPipe's two routes) is an ``InputError`` naming ``MEGATRON``'s row, and so is what else the row refuses, and
+    a combined 1F1B document where Megatron does not run it. The arguments give Megatron the partition, placement,
+    recomputation and setting; it runs its own schedule on them (``megatron_order``)."""
     placement = plan.schedule.placement
-    plan.check(MEGATRON)
+    _, chunks = plan.check(MEGATRON)
+    why = combined_refusal(plan.model, placement.num_devices, chunks, bool(plan.recomputed), plan.modules)
+    if why is not None and plan.schedule.name == COMBINED:
+        raise InputError(f"schedule {COMBINED}: Megatron runs combined 1F1B only where its conditions hold: {why}")
     layout = megatron_layout(plan.model, plan.stages, placement.num_devices)
     sizes, batch, switches = megatron_setting(plan.model.setting, plan.schedule.num_microbatches)
     return [*sizes[:2], "--pipeline-model-parallel-size", str(placement.num_devices), *sizes[2:], *batch,
-            "--pipeline-model-parallel-layout", layout, *megatron_recompute(plan), *switches]
+            "--pipeline-model-parallel-layout", layout, *megatron_recompute(plan),
+            *(COMBINED_FLAGS if why is None else ()), *switches]
 
 
 def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[list[str], list[str], list[str]]:

@@ -44,7 +44,7 @@ class Plan:
         recomputed blocks; an ``InputError`` naming the row otherwise."""
         named = runtime.check_placement(self.schedule.placement, self.schedule.num_microbatches)
         refused(runtime.mtp_refusal(self.model.mtp_layers))
-        refused(runtime.pairs_refusal(pair_count(self.schedule)))
+        refused(runtime.pairs_refusal(pair_count(self.schedule), self.schedule.name))
         why = runtime.modules_refusal(self.modules)
         if why is not None:
             raise InputError(f"partition.modules = {list(self.modules)}: {why}; plan with --target {runtime.name}")

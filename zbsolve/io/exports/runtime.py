@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement, placement_name
+from zbsolve.problem.model import Model
+from zbsolve.problem.recompute import Recompute
 
 
 ORDERS = ("planned", "own")
@@ -28,9 +30,10 @@ class Runtime:
     """The placements it builds, each with the stages per device it supports (None: any)."""
     order: str
     """Whose order of passes it runs: "planned" (the plan's, as exported) or "own" (its built-in schedule)."""
-    own_schedule: Callable[[int], str] | None
-    """With order "own": torch's built-in schedule of its order for a given number of stages per device
-    (``schedulers.builtins.BUILTINS``); None with "planned"."""
+    own_schedule: Callable[[Model, int, int, Recompute], str] | None
+    """With order "own": the built-in schedule of its order (``schedulers.builtins.BUILTINS``, or Megatron's
+    ``COMBINED``) for a model over a number of devices with a number of stages per device and a recomputation;
+    None with "planned"."""
     recompute: tuple[str, ...]
     """The recomputation modes it applies (``problem.recompute``'s modes, one setting for every stage unless
     "per-stage" is among them)."""
@@ -56,15 +59,19 @@ class Runtime:
     modules: tuple[str, ...] = ()
     """The Megatron-LM modules it recomputes in every block (``problem.model.RECOMPUTE_MODULES``, the choice
     ``modules:M,...``), with no block then recomputed whole; none for a runtime without such a choice."""
+    paired_orders: tuple[str, ...] = ()
+    """Its own orders whose F&B pairs it overlaps though ``pairs`` is False (Megatron's combined 1F1B): a document
+    of such an order is taken with its pairs."""
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS or (self.order == "own") != (self.own_schedule is not None):
             raise ValueError(f"{self.name}: order = {self.order!r} needs own_schedule exactly when it is 'own'")
 
-    def schedule_of(self, chunks: int) -> str | None:
-        """The built-in schedule this runtime runs with ``chunks`` stages per device whatever the plan's order
-        (order "own"), or None where it runs the plan's order."""
-        return None if self.own_schedule is None else self.own_schedule(chunks)
+    def schedule_of(self, model: Model, num_devices: int, chunks: int, recompute: Recompute) -> str | None:
+        """The built-in schedule this runtime runs for ``model`` over ``num_devices`` with ``chunks`` stages per
+        device and ``recompute``, whatever the plan's order (order "own"), or None where it runs the plan's
+        order."""
+        return None if self.own_schedule is None else self.own_schedule(model, num_devices, chunks, recompute)
 
     def _refuse(self, column: str, what: str) -> str:
         return f"{what} (runtime table: {self.name}.{column})"
@@ -91,9 +98,10 @@ class Runtime:
                                        "under pipeline parallelism")
         return None
 
-    def pairs_refusal(self, count: int) -> str | None:
-        """Why this runtime cannot run a schedule with ``count`` overlapped F&B pairs, or None."""
-        if count and not self.pairs:
+    def pairs_refusal(self, count: int, order: str = "") -> str | None:
+        """Why this runtime cannot run a schedule (of the order named ``order``) with ``count`` overlapped F&B
+        pairs, or None."""
+        if count and not self.pairs and order not in self.paired_orders:
             return self._refuse("pairs", f"the schedule runs {count} overlapped F&B pair(s): {self.label} runs a "
                                          "pair's passes one after the other, not overlapped")
         return None
