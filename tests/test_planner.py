@@ -344,3 +344,26 @@ def test_a_plan_says_which_placements_it_did_not_search(tmp_path):
         "note: interleaved x100: not searched: 400 stages over 4 devices, more than the model's 15 layers",
         "note: vshape x100: not searched: 400 stages over 4 devices, more than the model's 15 layers"]
     assert json.loads(done.stdout)["placement"] == "sequential"
+
+
+def test_every_option_is_timed_once_before_any_is_timed_twice():
+    """The first candidates the search times cover every (placement, stages per device, recomputation) option, so
+    that a deadline that stops the timing early leaves none of them untimed."""
+    import concurrent.futures as cf
+    import time
+
+    from conftest import act_heavy
+    from zbsolve.planning.search import Search, bounds
+    from zbsolve.problem.request import Request
+
+    options = [(name, c, rc) for name, c in (("sequential", 1), ("interleaved", 2), ("vshape", 2))
+               for rc in ("none", "full")]
+    request = Request(num_microbatches=8, num_devices=2, device_memory=80 * 2**30, reserve=0)
+    with cf.ThreadPoolExecutor(1) as pool:
+        search = Search(act_heavy(), request, time.monotonic() + 60, pool, 1, [], None)
+        asked: list[list[tuple]] = []
+        search.time_all = lambda jobs, until: asked.append(jobs) or []
+        bounds(search, options, 2.0, time.monotonic() + 60)
+    jobs = asked[0]
+    assert len(jobs) > len(options)  # several partitions an option
+    assert {job[:3] for job in jobs[:len(options)]} == set(options)

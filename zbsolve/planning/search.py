@@ -5,6 +5,7 @@ runtime's own order, for a runtime that runs its own)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -119,7 +120,8 @@ def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> float:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
-    ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits; the least split bound."""
+    ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits, round robin over the
+    (placement, recomputation) options; the least split bound."""
     layouts = []
     for name, c in dict.fromkeys((name, c) for name, c, _ in options):
         layout = make_placement(name, search.request.num_devices, c)
@@ -134,7 +136,7 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
     futures = {(name, c, heads): search.executor.submit(split_bound, search.model, layout, m,
                                                           time_limit=each if heads else each / 4, heads=heads)
                for name, c, layout in layouts for heads in (True, False)}
-    bound, jobs = math.inf, []
+    bound, queues = math.inf, []
     for name, c, layout in layouts:
         tight, even = futures[name, c, True].result(), futures[name, c, False].result()
         bound = min(bound, tight.bound)
@@ -150,8 +152,11 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                 continue
             if timed(search.model, counts):
                 found.append((counts, split))
-        jobs += [(name, c, rc, counts, origin) for n, k, rc in options if (n, k) == (name, c)
-                 for counts, origin in found]
+        queues += [[(name, c, rc, counts, origin) for counts, origin in found]
+                   for n, k, rc in options if (n, k) == (name, c)]
+    # Round robin: every option's first partition is timed before any option's second, so that a deadline leaves
+    # no placement untimed.
+    jobs = [job for rank in itertools.zip_longest(*queues) for job in rank if job is not None]
     for candidate in search.time_all(jobs, until):
         search.say(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
     return bound
