@@ -114,9 +114,9 @@ def test_compare_names_the_units_its_profile_states(profile, time, memory):
 
 
 def test_a_preset_s_device_memory_reads_in_gib_and_gb():
-    """The h100 preset's 80e9 bytes: 74.51 GiB, and the 80 GB it is; the tour's 80GiB likewise."""
+    """The h100 preset's 81,559 MiB (what the device reports): 79.65 GiB, 85.52 GB; the tour's 80GiB likewise."""
     preset = joined(zbsolve("solve", LLAMA, "-p", 8, "-m", 16, "--solver", "heuristic").stdout)
-    assert "device memory 74.51 GiB (80 GB)" in preset and "device_memory_gib" not in preset
+    assert "device memory 79.65 GiB (85.52 GB)" in preset and "device_memory_gib" not in preset
     given = joined(zbsolve("solve", LLAMA, "-p", 8, "-m", 16, "--solver", "heuristic", "--device-memory",
                            "80GiB").stdout)
     assert "device memory 80 GiB (85.9 GB)" in given

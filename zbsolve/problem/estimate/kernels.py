@@ -1,0 +1,129 @@
+"""Kernel-level times of a pass (``docs/cost-model.md``, "Times"): each weight matrix's products by shape, the
+attention core at flash attention's throughput by head size and sequence, memory-bound kernels at a fused kernel's
+share of HBM bandwidth. The constants were measured on a lent H100 (``problems/measured/h100/kernels.json``) and
+are taken for the other presets as the same shares of their datasheet peaks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from zbsolve.problem.estimate.gpus import GPUS, Gpu
+
+TILE = (128, 128)
+"""Output tile of one thread block of a Hopper matrix product (rows, columns): the tile of CUTLASS 3's default
+SM90 warp-specialized BF16/FP8 kernels, and the tile that fits the H100 grid best among 128x128 and 128x256."""
+SPLIT_K_DEPTH = 2048
+"""Inner size a split of a split-K product takes at least: where the output tiles leave SMs idle, cuBLAS splits
+the inner dimension over them (fitted to the H100 grid among 1024, 2048 and none)."""
+K_HALF_BYTES = 256
+"""Bytes of inner size at which a product reaches half its full-depth rate (its prologue and epilogue against the
+main loop: 128 BF16 or 256 FP8 elements; fitted to the H100 grid)."""
+ATTENTION_H100 = {64: {4096: (323e12, 306e12)},
+                  128: {2048: (317e12, 263e12), 4096: (363e12, 323e12), 8192: (395e12, 370e12)},
+                  192: {4096: (311e12, 278e12)}}
+"""Causal flash attention on the lent H100 (torch 2.11 ``scaled_dot_product_attention``, BF16), F and B FLOP/s by
+head size and sequence, counting the causal half of the 2·s²·(d + d_v) products of a head in F and 2.5 times that
+in B (``problems/measured/h100/kernels.json``, "attention"; d = 192 has value heads of 128)."""
+ATTENTION_REFERENCE = 128
+"""Head size whose sequences the table spans; other head sizes scale its rate by their ratio at 4096."""
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """A weight matrix a token's activation passes through (``y = x·W``, W of ``k`` x ``n``), as a runtime's
+    linear layer runs it: fused q/k/v and gate/up weights are one matrix."""
+
+    k: int
+    """Input width."""
+    n: int
+    """Output width."""
+    split: str = "column"
+    """How tensor parallelism splits it: "column" (n over tp, every token's row after the all-gather), "row" (k over
+    tp), "whole" (every device the whole matrix, over its 1/tp of the tokens) or "expert" (routed experts:
+    whole, over the tokens sent to the device's experts)."""
+    fp8: bool = True
+    """Whether Transformer Engine runs it in FP8 under ``dtype="fp8"`` (not the router, the head)."""
+    shared_input: bool = False
+    """Whether its input is also kept in 16 bits by another kernel (o's input: flash attention's output), so
+    that FP8 saves a copy more instead of halving it."""
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The kernel model of one GPU preset and dtype: seconds of products, attention and memory-bound kernels."""
+
+    gpu: Gpu
+    """The preset."""
+    dtype: str
+    """"bf16", "fp16" or "fp8"."""
+
+    def gemm(self, m: int, n: int, k: int, groups: int = 1, fp8: bool = False) -> float:
+        """Seconds of ``groups`` products of (m x k)·(k x n): the achievable rate times wave quantization of the
+        output tiles (split-K where they leave SMs idle) times the inner size's depth, bounded below by the bytes
+        the operands move at the fused memory rate."""
+        if m * n * k * groups == 0:
+            return 0.0
+        fp8 = fp8 and self.dtype == "fp8"
+        peak = (self.gpu.fp8_flops * self.gpu.fp8_gemm_fraction if fp8  # type: ignore[operator]
+                else self.gpu.flops * self.gpu.gemm_fraction)
+        element = 1 if fp8 else 2
+        tiles = groups * math.ceil(m / TILE[0]) * math.ceil(n / TILE[1])
+        split = max(1, min(self.gpu.sms // tiles, k // SPLIT_K_DEPTH)) if tiles < self.gpu.sms else 1
+        units = tiles * split
+        wave = units / (math.ceil(units / self.gpu.sms) * self.gpu.sms)
+        depth = k / (k + K_HALF_BYTES / element)
+        compute = 2 * groups * m * n * k / (peak * wave * depth)
+        return max(compute, self.memory(groups * (m * k + k * n) * element + groups * m * n * 2))
+
+    def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1,
+               copies: int = 1) -> tuple[float, float, float]:
+        """Seconds of F (x·W), B (the input gradient) and W (the weight gradient, the tokens as inner size) of
+        ``mm`` over a microbatch of ``tokens`` on one device of ``tp`` (routed experts: ``experts`` of them shared
+        out over ``ep``, ``copies`` of each token routed)."""
+        k, n, rows, groups = mm.k, mm.n, tokens, 1
+        if mm.split == "column":
+            n = -(-n // tp)
+        elif mm.split == "row":
+            k = -(-k // tp)
+        else:
+            rows = -(-tokens // tp)
+        if mm.split == "expert":
+            groups = experts // ep
+            rows = max(1, -(-rows * copies // groups))
+        return (self.gemm(rows, n, k, groups, mm.fp8), self.gemm(rows, k, n, groups, mm.fp8),
+                self.gemm(k, n, rows, groups, mm.fp8))
+
+    def attention(self, flops_f: float, head_dim: int, seq: int, flash: bool) -> tuple[float, float]:
+        """Seconds of the attention core's F and B whose F counts ``flops_f`` over every attended pair (causal
+        pairs counted twice less the diagonal, as the estimate counts them): under flash attention the causal half
+        at the measured rate of the head size and sequence (scaled by the preset's BF16 peak); without it every
+        score at the BF16 product rate."""
+        if not flash:
+            rate = self.gpu.flops * self.gpu.gemm_fraction
+            return flops_f / rate, 2 * flops_f / rate
+        f, b = attention_rate(head_dim, seq)
+        scale = self.gpu.flops / GPUS["h100"].flops
+        return flops_f / 2 / (f * scale), 2.5 * flops_f / 2 / (b * scale)
+
+    def memory(self, traffic: float) -> float:
+        """Seconds of memory-bound kernels moving ``traffic`` bytes over HBM at a fused kernel's rate."""
+        return traffic / (self.gpu.hbm_bytes_per_s * self.gpu.memory_fraction)
+
+
+def attention_rate(head_dim: int, seq: int) -> tuple[float, float]:
+    """The H100's F and B flash-attention FLOP/s for heads of ``head_dim`` at sequence ``seq``: the reference
+    head size's, linear in log2 of the sequence between the measured ones (the nearest outside them), times the
+    ratio of the nearest measured head size's rate to the reference's at 4096."""
+    reference = ATTENTION_H100[ATTENTION_REFERENCE]
+    seqs = sorted(reference)
+    x = min(max(math.log2(max(seq, 1)), math.log2(seqs[0])), math.log2(seqs[-1]))
+    i = min(bisect.bisect_right([math.log2(s) for s in seqs], x), len(seqs) - 1)
+    lo, hi = seqs[i - 1], seqs[i]
+    share = (x - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    f, b = (reference[lo][j] + share * (reference[hi][j] - reference[lo][j]) for j in (0, 1))
+    nearest = min(ATTENTION_H100, key=lambda d: (abs(d - head_dim), d))
+    at = ATTENTION_H100[nearest][4096]
+    return f * at[0] / reference[4096][0], b * at[1] / reference[4096][1]
