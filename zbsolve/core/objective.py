@@ -1,10 +1,13 @@
 """The step's objective, stated once: what one device's timeline adds up to, and the step over the devices.
 
 With an optimizer barrier ("makespan", the default) a device's share of the step is the end of its last pass; for
-the paper's post-validated runtime ("span") it is that end less the start of its first pass. The step is the
-largest share. The simulator, the formulation (and through it the backends and the bounds), the heuristic, the pair
-search and the planner read the step here, so a new term of a device's timeline is added here once. The step time
-without a barrier, the steady-state period of back-to-back steps, is ``core.step_time``'s, built on the simulator.
+the paper's post-validated runtime ("span") it is that end less the start of its first pass. Either way the share
+takes the device's tail: the seconds after its last pass that still belong to its step (its gradients'
+data-parallel synchronisation left exposed and the optimizer step, ``problem.step_tail``; 0 where none is given).
+The step is the largest share. The simulator, the formulation (and through it the backends and the bounds), the
+heuristic, the pair search and the planner read the step here, so a new term of a device's timeline is added here
+once. The step time without a barrier, the steady-state period of back-to-back steps, is ``core.step_time``'s,
+built on the simulator (it leaves the tail out).
 """
 
 from __future__ import annotations
@@ -30,14 +33,15 @@ def check_objective(objective: str) -> str:
     return objective
 
 
-def offset(first_start: T, objective: str) -> T | int:
-    """What a device's share subtracts from the end of its last pass: its first start for "span", else 0."""
-    return first_start if objective == "span" else 0
+def offset(first_start: T, objective: str, tail: T | int = 0) -> T | int:
+    """What a device's share subtracts from the end of its last pass: its first start for "span" (else 0), less
+    its ``tail`` (seconds after its last pass that belong to its step)."""
+    return (first_start if objective == "span" else 0) - tail
 
 
-def device_share(first_start: T, last_end: T, objective: str) -> T:
-    """One device's share of the step: the end of its last pass less ``offset``."""
-    return last_end - offset(first_start, objective)
+def device_share(first_start: T, last_end: T, objective: str, tail: T | int = 0) -> T:
+    """One device's share of the step: the end of its last pass less ``offset`` (its ``tail`` added)."""
+    return last_end - offset(first_start, objective, tail)
 
 
 def step(shares: Iterable[T]) -> T:

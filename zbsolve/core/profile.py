@@ -24,6 +24,7 @@ from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel, load_mapping, show
 from zbsolve.base.kinds import PROFILE, check_kind
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, pair_time
+from zbsolve.core.placement import Placement
 
 TIME_FIELDS = ("t_f", "t_b", "t_w")
 MEM_FIELDS = ("mem_f", "mem_b", "mem_w")
@@ -31,9 +32,9 @@ STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
 """The figures a profiler measures per stage."""
 COMM_FIELDS = ("comm_f", "comm_b")
 """The communication parts of F's and B's times (all-to-all), which an overlapped pair hides."""
-PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS
+PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS + ("t_tail",)
 """Every field with one value per stage (``mem_r`` only where some stage's B holds memory while it runs, the
-communication parts only where a stage communicates)."""
+communication parts only where a stage communicates, ``t_tail`` only where some stage has a tail)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -91,6 +92,10 @@ class Profile(InputModel):
     """Seconds of ``t_f`` that are communication (expert all-to-all): paid by F alone, hidden in an overlapped pair."""
     comm_b: PerStage = 0.0
     """Seconds of ``t_b`` that are communication, likewise (W communicates nothing)."""
+    t_tail: PerStage = 0.0
+    """Seconds the stage adds to its device's step after the device's last pass (its gradients' data-parallel
+    synchronisation left exposed and its share of the optimizer step, ``problem.step_tail``): a device's tail is
+    the sum of its stages' (``device_tails``), which ``core.objective`` adds to its share of the step."""
     overlap_saving: float = Field(OVERLAP_SAVING, ge=0.0, lt=1.0, allow_inf_nan=False)
     """Share of an overlapped pair's computation saved by running its two chunks together (``core.overlap``)."""
     overlap_slowdown: float = Field(OVERLAP_SLOWDOWN, ge=0.0, le=1.0, allow_inf_nan=False)
@@ -110,7 +115,7 @@ class Profile(InputModel):
                     raise ValueError(f"{at} = {x} must be a positive finite duration")
                 if not math.isfinite(x):
                     raise ValueError(f"{at} = {x} must be finite")
-                if name in ("mem_r",) + COMM_FIELDS and x < 0:
+                if name in ("mem_r", "t_tail") + COMM_FIELDS and x < 0:
                     raise ValueError(f"{at} = {x} must be >= 0")
                 if name in COMM_FIELDS and x > (t := self.stage_value(f"t_{name[-1]}", s)):
                     raise ValueError(f"{at} = {x} must be at most t_{name[-1]} = {t}: it is a part of that time")
@@ -233,6 +238,14 @@ class Profile(InputModel):
         """Seconds of a pass of ``kind``'s time on ``stage`` that are communication (``comm_b`` for BW; W none)."""
         return self.stage_value(f"comm_{kind[0].lower()}", stage) if kind[0] in "FB" else 0.0
 
+    def device_tails(self, placement: Placement) -> tuple[float, ...]:
+        """Per device of ``placement``, its tail: the ``t_tail`` of every stage it holds on any route, each once."""
+        held: list[set[int]] = [set() for _ in range(placement.num_devices)]
+        for route in placement.routes:
+            for s, d in enumerate(route):
+                held[d].add(s)
+        return tuple(sum(self.stage_value("t_tail", s) for s in stages) for stages in held)
+
     def pair_time(self, f_stage: int, back_kind: str, b_stage: int) -> float:
         """Duration of an overlapped pair: F of ``f_stage`` beside a ``back_kind`` (B or BW) of ``b_stage``, by the
         overlap rule (``core.overlap``)."""
@@ -256,13 +269,17 @@ class Profile(InputModel):
 
     def _stage_fields(self) -> tuple[str, ...]:
         """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage's B holds memory while it
-        runs, the communication parts only where some stage communicates)."""
+        runs, the communication parts only where some stage communicates, ``t_tail`` only where some stage has one)."""
         return (STAGE_FIELDS + (("mem_r",) if self.holds_in_b() else ())
-                + (COMM_FIELDS if self.communicates() else ()))
+                + (COMM_FIELDS if self.communicates() else ()) + (("t_tail",) if self.has_tail() else ()))
 
     def communicates(self) -> bool:
         """Whether any stage's F or B has a communication part."""
         return any(self.stage_value(name, s) for name in COMM_FIELDS for s in range(self.num_stages or 1))
+
+    def has_tail(self) -> bool:
+        """Whether any stage adds a tail to its device's step (``t_tail``)."""
+        return any(self.stage_value("t_tail", s) for s in range(self.num_stages or 1))
 
     def holds_in_b(self) -> bool:
         """Whether any stage's B holds memory while it runs (``mem_r``): a recomputing stage's may not, where all its B
@@ -273,8 +290,10 @@ class Profile(InputModel):
     def _dumped(self, handler: SerializerFunctionWrapHandler) -> dict:
         """Plain values, ``mem_r`` left out where no B holds memory while it runs and the communication parts (with the
         slowdown, at its default) where nothing communicates: documents, profile files and grid keys stay as they were
-        before these existed."""
+        before these existed; likewise ``t_tail`` where no stage has a tail."""
         data = handler(self)
+        if not self.has_tail():
+            data.pop("t_tail", None)
         if not self.holds_in_b():
             data.pop("mem_r", None)
         if not self.communicates():

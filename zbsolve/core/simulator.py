@@ -81,7 +81,8 @@ class Timeline:
 
     @property
     def makespan(self) -> float:
-        """One step with an optimizer barrier (``core.objective``): time from 0 to the last end on any device."""
+        """One step with an optimizer barrier (``core.objective``): time from 0 to the last end on any device, its
+        tail included."""
         return self.objective("makespan")
 
     @property
@@ -91,12 +92,15 @@ class Timeline:
 
     @property
     def span(self) -> tuple[float, ...]:
-        """Per device, time from its first start to its last end."""
+        """Per device, time from its first start to its last end, its tail included."""
         return self.device_shares("span")
 
     def device_shares(self, objective: str) -> tuple[float, ...]:
-        """Per device, its share of ``objective``: its span, or its last end for "makespan"."""
-        return tuple(device_share(ss[0], es[-1], objective) if ss else 0.0 for ss, es in zip(self.start, self.end))
+        """Per device, its share of ``objective``: its span, or its last end for "makespan", each with the device's
+        tail (``Profile.device_tails``)."""
+        tails = self.schedule.profile.device_tails(self.schedule.placement)
+        return tuple(device_share(ss[0], es[-1], objective, tail) if ss else 0.0
+                     for ss, es, tail in zip(self.start, self.end, tails))
 
     def objective(self, objective: str) -> float:
         """The schedule's ``objective`` (``core.objective.step``): longest per-device span ("span") or makespan

@@ -71,6 +71,8 @@ class Formulation:
     """Per device, the pass that starts it."""
     last: tuple[tuple[int, ...], ...]
     """Per device, the passes one of which ends it (the last W of each of its stages)."""
+    tail: tuple[int, ...]
+    """Per device, its scaled tail: seconds after its last pass that belong to its step (``Profile.device_tails``)."""
 
     @property
     def num_devices(self) -> int:
@@ -79,8 +81,9 @@ class Formulation:
 
     @property
     def offset(self) -> tuple[int, ...]:
-        """Per device, what the objective subtracts from its last end (its first start for "span")."""
-        return tuple(offset(self.earliest[i], self.objective) for i in self.first)
+        """Per device, what the objective subtracts from its last end (its first start for "span", less its
+        tail)."""
+        return tuple(offset(self.earliest[i], self.objective, tail) for i, tail in zip(self.first, self.tail))
 
     @property
     def work(self) -> tuple[int, ...]:
@@ -145,13 +148,13 @@ class Formulation:
         return timing.start
 
     def value(self, start: Sequence[int]) -> int:
-        """Scaled objective of a timing: max over devices of last end minus offset."""
+        """Scaled objective of a timing: max over devices of last end minus offset (``spans``)."""
         return step(self.spans(start))
 
     def spans(self, start: Sequence[int]) -> list[int]:
-        """Per device, scaled last end minus offset."""
-        return [device_share(self.earliest[first], max(start[i] + self.duration[i] for i in last), self.objective)
-                for first, last in zip(self.first, self.last)]
+        """Per device, its scaled share: last end minus offset (its tail added)."""
+        return [device_share(self.earliest[first], max(start[i] + self.duration[i] for i in last), self.objective, tail)
+                for first, last, tail in zip(self.first, self.last, self.tail)]
 
     def memory_ok(self, order: Sequence[Sequence[int]]) -> bool:
         """Whether every device's running memory stays within its limit."""
@@ -261,7 +264,8 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
                              "mem_f >= 0 and mem_w <= 0")
     limit = check_limit(mem_limit, p)
     limits = limit if isinstance(limit, tuple) else (limit,) * p
-    times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm]
+    tails = profile.device_tails(placement)
+    times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm, *tails]
     scale, exact = _time_scale(times)
     unit = _mem_unit([x for s in range(S) for x in (*profile.memories(s), profile.held_in(B, s))])
     passes = sorted((Pass(kind, mb, s) for kind in (F, B, W) for mb in range(m) for s in range(S)),
@@ -291,7 +295,8 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     return Formulation(placement, profile, m, limit,
                        objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta), tuple(mem_held),
                        tuple(_scaled_limit(x, unit) for x in limits), scale, exact, unit,
-                       tuple(edges), chains, tuple(es), tuple(first), tuple(last))
+                       tuple(edges), chains, tuple(es), tuple(first), tuple(last),
+                       tuple(round(tail * scale) for tail in tails))
 
 
 def predecessors(n: int, edges: Sequence[tuple[int, int, int]],

@@ -68,7 +68,7 @@ class _Problem:
     def __post_init__(self) -> None:
         pl, pr = self.placement, self.profile
         self.S = pl.num_stages
-        self.p = pl.num_devices
+        self.p, self.tails = pl.num_devices, pr.device_tails(pl)
         self.dev = list(pl.routes[0])
         self.stages = [[s for s in range(self.S) if self.dev[s] == d] for d in range(self.p)]
         self.stages_back = [st[::-1] for st in self.stages]
@@ -195,9 +195,9 @@ class _Run:
 
     def objective(self) -> tuple[float, float, float]:
         """(max per-device span, makespan, peak memory) of this run."""
-        busy = [d for d in range(self.prob.p) if self.ops[d]]
-        return (step(device_share(self.first_start[d], self.free[d], "span") for d in busy),
-                step(device_share(self.first_start[d], self.free[d], "makespan") for d in busy), self.peak)
+        busy, tails = [d for d in range(self.prob.p) if self.ops[d]], self.prob.tails
+        return (step(device_share(self.first_start[d], self.free[d], "span", tails[d]) for d in busy),
+                step(device_share(self.first_start[d], self.free[d], "makespan", tails[d]) for d in busy), self.peak)
 
     def _reserved(self, d: int) -> float:
         """Memory the microbatches in flight on device ``d`` may still need on top of what they hold."""
