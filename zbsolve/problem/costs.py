@@ -14,6 +14,7 @@ from zbsolve.base.errors import InfeasibleError, MemoryLimitError
 from zbsolve.problem.model import Layer, Model
 from zbsolve.problem.recompute import NONE, Recompute
 from zbsolve.problem.partition import held_static_bytes, module_names, partition, stage_profile
+from zbsolve.problem.step_tail import stage_tails
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import Timeline
@@ -116,13 +117,16 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
                 recompute: Recompute = NONE) -> tuple[Profile, Costs]:
     """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
     layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's static bytes
-    over the layers of every stage it holds (a weight two of them share counted once); ``device_memory`` and
+    over the layers of every stage it holds (a weight two of them share counted once); each stage's share of its
+    device's tail where the model says how its step ends (``step_tail.stage_tails``); ``device_memory`` and
     ``reserve`` in bytes (``Request`` reads them)."""
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
     recomputed, selective = recompute.layers(model, ranges), recompute.selected(model, ranges)
     modules = recompute.module_names(model)
-    return (stage_profile(model, ranges, recomputed, selective, modules),
+    profile = stage_profile(model, ranges, recomputed, selective, modules)
+    tails = stage_tails(model, ranges, placement)
+    return (profile if tails is None else profile.model_copy(update={"t_tail": tails}),
             Costs(model, tuple(ranges), device_memory, reserve, static, placement.routes[0], tuple(sorted(recomputed)),
                   tuple(sorted(selective)), modules))
 

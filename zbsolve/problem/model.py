@@ -113,6 +113,10 @@ class Layer(InputModel):
     hide; where known."""
     comm_b: Optional[Seconds] = None
     """Seconds of t_b that are expert-parallel all-to-all, likewise; where known."""
+    params: Optional[int] = Field(None, ge=0)
+    """Parameters of the layer one device holds (its share under tensor and expert parallelism): their gradients
+    are synchronised over the data-parallel replicas and updated by the optimizer after the device's last pass
+    (``Model.step``); where known."""
 
     @model_validator(mode="after")
     def _balanced(self) -> "Layer":
@@ -198,6 +202,32 @@ class Setting(InputModel):
         return self.microbatch_size * num_microbatches * self.dp
 
 
+class StepEnd(InputModel):
+    """How a step ends after a device's last pass: its gradients synchronised over the data-parallel replicas and
+    the optimizer step (``problem.step_tail`` times it from each device's ``Layer.params``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    what: ClassVar[str] = "step"
+
+    dp: PositiveInt = 1
+    """Data-parallel replicas the gradients are synchronised over."""
+    zero: Literal[0, 1, 3] = 0
+    """0: gradients all-reduced; 1: reduce-scattered, the optimizer sharded, the parameters all-gathered (Megatron's
+    distributed optimizer); 3: FSDP, parameters all-gathered before each pass and gradients reduce-scattered."""
+    link: Link
+    """The link of the data-parallel group."""
+    hbm_bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
+    """Memory bandwidth the optimizer step streams its states at, bytes/s."""
+    overlap_grad_reduce: bool = False
+    """Whether the gradients' reduction runs during the backward, bucket by bucket (Megatron's
+    ``--overlap-grad-reduce``; FSDP always), leaving the last bucket's after the last pass."""
+    overlap_param_gather: bool = False
+    """Whether the distributed optimizer's parameter all-gather runs during the next step's forward (Megatron's
+    ``--overlap-param-gather``; FSDP always), leaving the first bucket's exposed."""
+    bucket_params: PositiveInt = 40_000_000
+    """Parameters a bucket of the gradients' reduction holds (megatron-core 0.16.1's DDP: max(40M, 1M x dp))."""
+
+
 class Model(InputModel):
     """A model's layers in order, with what it takes to move an activation between stages."""
 
@@ -216,6 +246,8 @@ class Model(InputModel):
     """The link between stages, to derive t_comm from."""
     setting: Optional[Setting] = None
     """The training setting the costs are for."""
+    step: Optional[StepEnd] = None
+    """How the step ends after a device's last pass; None: at its last pass (no tail)."""
     layers: list[Layer] = Field(min_length=1)
     """The layers in the order the forward pass runs them."""
 

@@ -1,0 +1,105 @@
+"""The step's tail (``problem.step_tail``) and ``zbsolve predict``: one configuration in, figures that agree with
+each other and with the simulator, refusals in one line naming the numbers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError
+from zbsolve.core.placement import make_placement
+from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
+from zbsolve.problem.costs import model_costs
+from zbsolve.problem.model import Link, StepEnd
+from zbsolve.problem.step_tail import OPTIMIZER_STEP_BYTES, device_params, device_tail
+
+CONFIG = "problems/models/configs/llama3-8b.json"
+SMALL = Configuration(CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,
+                      tp=2, pp=4, vp=2)
+"""dp = 16 / (2 x 4) = 2, m = 16 / (1 x 2) = 8."""
+ARGS = [CONFIG, "--gpu", "h100", "--seq-len", "512", "--microbatch-size", "1", "--global-batch", "16", "--gpus", "16",
+        "--tp", "2", "--pp", "4", "--vp", "2"]
+LINK = Link(name="network", bytes_per_s=50e9, latency_s=1e-5)
+P = 10**9
+
+
+def step_end(**kw) -> StepEnd:
+    return StepEnd(**{"dp": 4, "zero": 0, "link": LINK, "hbm_bytes_per_s": 3e12, **kw})
+
+
+def test_one_replica_leaves_the_optimizer_step_alone():
+    tail = device_tail(P, step_end(dp=1, zero=1))
+    assert tail.sync == 0 and tail.optimizer == pytest.approx(P * OPTIMIZER_STEP_BYTES / 3e12)
+
+
+def test_ddp_all_reduces_every_gradient_after_the_last_pass_without_overlap():
+    tail = device_tail(P, step_end())
+    assert tail.sync == pytest.approx(2 * 3 / 4 * P * 2 / 50e9 + 1e-5)
+    overlapped = device_tail(P, step_end(overlap_grad_reduce=True))
+    assert overlapped.sync == pytest.approx(2 * 3 / 4 * 40e6 * 2 / 50e9 + 1e-5)
+    assert overlapped.optimizer == tail.optimizer
+
+
+def test_the_distributed_optimizer_shards_the_step_and_gathers_the_parameters():
+    plain, sharded = device_tail(P, step_end()), device_tail(P, step_end(zero=1))
+    assert sharded.optimizer == pytest.approx(plain.optimizer / 4)
+    assert sharded.sync == pytest.approx(2 * (3 / 4 * P * 2 / 50e9 + 1e-5))  # reduce-scatter, then all-gather
+    both = device_tail(P, step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True))
+    assert both.sync == pytest.approx(2 * (3 / 4 * 40e6 * 2 / 50e9 + 1e-5))
+    assert device_tail(P, step_end(zero=3)).sync == pytest.approx(both.sync)  # FSDP overlaps both
+
+
+def test_every_stage_carries_its_share_of_its_device_s_tail():
+    dp, _ = degrees(SMALL)
+    model = configured_model(SMALL, dp)
+    placement = make_placement("interleaved", 4, 2)
+    profile, costs = model_costs(model, placement)
+    assert model.step is not None and all(layer.params for layer in model.layers)
+    tails = [device_tail(n, model.step).seconds for n in device_params(model, costs.ranges, placement)]
+    assert profile.device_tails(placement) == pytest.approx(tails)
+    assert min(tails) > 0
+
+
+def test_predicted_figures_agree_with_each_other():
+    p = predict(SMALL)
+    assert (p.dp, p.num_microbatches, p.schedule) == (2, 8, "Interleaved1F1B") and len(p.counts) == 8
+    assert p.tokens_per_s_per_gpu * p.step_time_s * SMALL.gpus == pytest.approx(16 * 512)
+    assert p.mfu == pytest.approx(p.model_tflops_per_gpu * 1e12 / p.peak_flops)
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s)
+    assert p.breakdown["dp_sync"] > 0 and p.breakdown["optimizer"] > 0 and p.breakdown["bubble"] > 0
+    assert len(p.peak_memory_gib) == 4 and p.fits
+    assert not predict(replace(SMALL, device_memory=min(p.peak_memory_gib) * 2**30)).fits
+
+
+@pytest.mark.parametrize("change, line", [
+    (dict(gpus=12), "gpus = 12 is not a multiple of tp x pp x cp = 2 x 4 x 1 = 8"),
+    (dict(global_batch=15), "global_batch = 15 is not a multiple of microbatch_size x dp = 1 x 2 = 2"),
+    (dict(cp=2), "cp = 2: context parallelism is not modelled yet"),
+])
+def test_a_configuration_that_does_not_divide_is_refused_naming_the_numbers(change, line):
+    with pytest.raises(InputError, match="^" + line.replace("(", r"\(").replace(")", r"\)") + "$"):
+        degrees(replace(SMALL, **change))
+
+
+def test_the_command_prints_exactly_the_issue_s_json_keys():
+    run = CliRunner().invoke(app, ["predict", *ARGS, "--json"])
+    assert run.exit_code == 0, run.output
+    figures = json.loads(run.output)
+    assert set(figures) == {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "peak_memory_gib",
+                            "fits", "breakdown"}
+    assert set(figures["breakdown"]) == {"compute", "bubble", "exposed_comm", "dp_sync", "optimizer"}
+    assert figures["step_time_s"] == pytest.approx(predict(SMALL).step_time_s)
+
+
+@pytest.mark.parametrize("extra, line", [
+    (["--global-batch", "15"], "error: global_batch = 15 is not a multiple of microbatch_size x dp = 1 x 2 = 2"),
+    (["--zero", "2"], "error: --zero = 2: should be 0, 1 or 3"),
+    (["--layout", "Et|tL", "--partition", "uniform"], "error: --layout and --partition: give one"),
+])
+def test_the_command_refuses_bad_input_in_one_line(extra, line):
+    run = CliRunner().invoke(app, ["predict", *ARGS, *extra])
+    assert run.exit_code == 2 and run.output.strip() == line

@@ -1,0 +1,210 @@
+"""One training configuration in, its figures out (``zbsolve predict``): the model estimated for its GPUs and
+parallelism, cut into the pipeline's stages, run with one built-in order on the simulator, its step ended as the
+runtime ends it (``problem.step_tail``).
+
+The data-parallel degree is what the GPUs leave after tensor, pipeline and context parallelism, the microbatches
+what the global batch leaves after the data-parallel replicas; a configuration that does not divide is refused in
+one line naming the numbers. Pipeline parallelism is the outermost dimension of the device mesh (Megatron's
+default order tp-cp-ep-dp-pp, torchtitan's pp first), so a data-parallel group spans nodes once tp x cp x dp
+exceeds a node, and the stages' hops take the network once the GPUs span nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbsolve.base.errors import InputError
+from zbsolve.base.units import gib
+from zbsolve.core.schedule import Pass
+from zbsolve.core.simulator import Timeline
+from zbsolve.planning.baselines import BaselineSetting, builtin_run, split_ranges
+from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
+from zbsolve.problem.estimate.formula import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, estimate
+from zbsolve.problem.estimate.formula import reference_flops_per_token
+from zbsolve.problem.estimate.gpus import P2P_LATENCY, get_gpu
+from zbsolve.problem.layout import layout_counts
+from zbsolve.problem.model import Link, Model, StepEnd
+from zbsolve.problem.partition import partition
+from zbsolve.problem.recompute import parse_recompute
+from zbsolve.problem.step_tail import device_params, device_tail
+from zbsolve.schedulers.builtins import BUILTINS, COMBINED, megatron_builtin
+
+SPLITS = ("uniform", "torchtitan")
+"""The splits ``--partition`` names besides layer counts."""
+BREAKDOWN = ("compute", "bubble", "exposed_comm", "dp_sync", "optimizer")
+"""The parts of the step on its critical device, which sum to the step."""
+BREAKDOWN_NOTE = ("breakdown: on the device that ends the step; exposed_comm is the expert all-to-all of passes not "
+                  "overlapped with another (tensor-parallel collectives are inside each pass's compute time), "
+                  "dp_sync the data-parallel synchronisation after the last pass")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One training run's configuration, as ``zbsolve predict`` takes it."""
+
+    config: str | Path
+    """The model's Hugging Face config.json."""
+    gpu: str
+    """The GPU preset."""
+    dtype: str
+    """Type of the matrix products (bf16, fp16, or what the estimate takes)."""
+    seq_len: int
+    """Tokens per sequence."""
+    microbatch_size: int
+    """Sequences per microbatch."""
+    global_batch: int
+    """Sequences per step over every replica."""
+    gpus: int
+    """GPUs of the run."""
+    tp: int = 1
+    """Tensor-parallel degree."""
+    pp: int = 1
+    """Pipeline ranks."""
+    vp: int = 1
+    """Virtual stages per pipeline rank."""
+    cp: int = 1
+    """Context-parallel degree."""
+    ep: int = 1
+    """Expert-parallel degree."""
+    zero: int = 1
+    """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP."""
+    layout: str | None = None
+    """Megatron's ``--pipeline-model-parallel-layout`` (None: ``partition``)."""
+    partition: str = "uniform"
+    """uniform, torchtitan, or layer counts per stage."""
+    schedule: str | None = None
+    """A torch built-in or Combined1F1B (None: Megatron's order for ``vp``)."""
+    recompute: str = "none"
+    """The recomputation (``problem.recompute``'s grammar)."""
+    device_memory: int | None = None
+    """Bytes per device (None: the GPU preset's)."""
+    reserve: int = DEFAULT_RESERVE
+    """Bytes per device kept free of stages and activations."""
+    overlap_grad_reduce: bool = True
+    """Whether the gradients' reduction overlaps the backward (Megatron's ``--overlap-grad-reduce``)."""
+    overlap_param_gather: bool = True
+    """Whether the parameter all-gather overlaps the next forward (Megatron's ``--overlap-param-gather``)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration's figures."""
+
+    step_time_s: float
+    """Seconds of one step."""
+    tokens_per_s_per_gpu: float
+    """Global batch x sequence length / step / GPUs."""
+    model_tflops_per_gpu: float
+    """Model FLOPs (6N + attention, ``reference_flops_per_token``) a second and GPU, in TFLOP/s."""
+    mfu: float
+    """Model FLOPs over the GPU's dense peak for the dtype."""
+    peak_memory_gib: tuple[float, ...]
+    """Per pipeline device, its static bytes and peak activations, GiB."""
+    fits: bool
+    """Whether every device fits its memory with the reserve."""
+    breakdown: dict[str, float]
+    """Seconds of the step by ``BREAKDOWN``."""
+    dp: int
+    """Data-parallel degree."""
+    num_microbatches: int
+    """Microbatches of a step on each pipeline."""
+    schedule: str
+    """The order run."""
+    counts: tuple[int, ...]
+    """Layers per stage."""
+    device_memory_gib: float
+    """Memory per device, GiB."""
+    peak_flops: float
+    """The dense peak the MFU is over, FLOP/s."""
+
+    def figures(self) -> dict[str, object]:
+        """The figures ``--json`` prints."""
+        return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
+                "peak_memory_gib": list(self.peak_memory_gib), "fits": self.fits, "breakdown": self.breakdown}
+
+
+def degrees(c: Configuration) -> tuple[int, int]:
+    """(data-parallel degree, microbatches) of ``c``; an ``InputError`` naming the numbers that do not divide."""
+    if c.cp != 1:
+        raise InputError(f"cp = {c.cp}: context parallelism is not modelled yet")
+    replica = c.tp * c.pp * c.cp
+    if c.gpus % replica:
+        raise InputError(f"gpus = {c.gpus} is not a multiple of tp x pp x cp = {c.tp} x {c.pp} x {c.cp} = {replica}")
+    dp = c.gpus // replica
+    if c.global_batch % (c.microbatch_size * dp):
+        raise InputError(f"global_batch = {c.global_batch} is not a multiple of microbatch_size x dp = "
+                         f"{c.microbatch_size} x {dp} = {c.microbatch_size * dp}")
+    return dp, c.global_batch // (c.microbatch_size * dp)
+
+
+def configured_model(c: Configuration, dp: int) -> Model:
+    """The estimate of ``c``'s model on one device of its parallelism, each layer's parameters recorded and its
+    step ended as the runtime ends it."""
+    gpu = get_gpu(c.gpu)
+    link = "network" if c.pp > 1 and c.gpus > gpu.gpus_per_node else "nvlink"
+    shape = dict(gpu=c.gpu, seq_len=c.seq_len, microbatch_size=c.microbatch_size, tp=c.tp, ep=c.ep, link=link)
+    model = estimate(c.config, dp=dp, zero=c.zero, dtype=c.dtype, **shape)
+    params = layer_params(estimate(c.config, dp=1, zero=0, dtype="bf16", **shape))
+    dp_link = "nvlink" if c.tp * c.cp * dp <= gpu.gpus_per_node else "network"
+    step = StepEnd(dp=dp, zero=c.zero, link=Link(name=dp_link, bytes_per_s=gpu.link(dp_link), latency_s=P2P_LATENCY),
+                   hbm_bytes_per_s=gpu.hbm_bytes_per_s, overlap_grad_reduce=c.overlap_grad_reduce,
+                   overlap_param_gather=c.overlap_param_gather, bucket_params=max(40_000_000, 1_000_000 * dp))
+    layers = [layer.model_copy(update={"params": n}) for layer, n in zip(model.layers, params)]
+    return model.model_copy(update={"layers": layers, "step": step})
+
+
+def layer_params(plain: Model) -> list[int]:
+    """Per layer, the parameters one device holds: the static bytes of a bf16 estimate without ZeRO (``plain``)
+    over the bytes each parameter holds there (weight, gradient and optimizer states)."""
+    return [layer.static_bytes // (WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES) for layer in plain.layers]
+
+
+def stage_counts(c: Configuration, model: Model) -> tuple[int, ...]:
+    """Layers per stage of ``c``'s layout or partition over ``c.pp`` x ``c.vp`` stages."""
+    if c.layout is not None:
+        given = layout_counts(model, c.layout, c.pp)
+        if given.chunks != c.vp:
+            raise InputError(f"layout = {c.layout!r} has {given.chunks} virtual stages per rank, but vp = {c.vp}")
+        return given.counts
+    stages = c.pp * c.vp
+    ranges = (split_ranges(c.partition, model, stages) if c.partition in SPLITS
+              else partition(model, stages, c.partition))
+    return tuple(b - a for a, b in ranges)
+
+
+def predict(c: Configuration) -> Prediction:
+    """The figures of configuration ``c``: its model, partition and order simulated, the step's tail included."""
+    dp, m = degrees(c)
+    model = configured_model(c, dp)
+    gpu = get_gpu(c.gpu)
+    name = c.schedule or megatron_builtin(c.vp)
+    if name != COMBINED and name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
+        raise InputError(f"schedule = {name!r} runs several stages per rank; give --vp")
+    device_memory = c.device_memory if c.device_memory is not None else gpu.memory_bytes
+    setting = BaselineSetting(model, c.pp, m, device_memory, c.reserve)
+    counts = stage_counts(c, model)
+    timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))
+    step = timeline.makespan
+    tokens = c.global_batch * c.seq_len / step / c.gpus
+    flops = tokens * reference_flops_per_token(c.config, c.seq_len)
+    peak = gpu.fp8_flops if c.dtype == "fp8" and getattr(gpu, "fp8_flops", None) else gpu.flops
+    return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
+                      costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
+                      tuple(counts), gib(device_memory), peak)
+
+
+def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:
+    """Seconds of the step (``BREAKDOWN``) on the device whose share is the step: its passes' compute and their
+    expert all-to-all where a pass runs alone (an overlapped pair hides it), its idle time before its last end, and
+    its tail's synchronisation and optimizer step."""
+    schedule = timeline.schedule
+    shares = timeline.device_shares("makespan")
+    d = max(range(len(shares)), key=shares.__getitem__)
+    comm = sum(schedule.profile.comm(op.kind, op.stage) for op in schedule.devices[d] if isinstance(op, Pass))
+    assert model.step is not None  # configured_model gives it
+    tail = device_tail(device_params(model, costs.ranges, schedule.placement)[d], model.step)
+    work = timeline.work[d]
+    return {"compute": work - comm, "bubble": timeline.end[d][-1] - work, "exposed_comm": comm,
+            "dp_sync": tail.sync, "optimizer": tail.optimizer}
