@@ -17,8 +17,10 @@ from conftest import ROOT
 from zbsolve.problem.estimate import counting
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.formula import count_parameters, estimate, reference_flops_per_token, saving_windows
+from zbsolve.problem.estimate.formula import (FP8_WEIGHT_BYTES, count_parameters, estimate,
+                                              reference_flops_per_token, saving_windows)
 from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
+from zbsolve.problem.estimate.kernels import Kernels, Matmul
 from zbsolve.problem.estimate.hf_config import architecture, attended_pairs
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition, stage_profile
@@ -41,7 +43,7 @@ N = S * B
 H100 = GPUS["h100"]
 PEAK = H100.flops * 0.4
 HBM = H100.hbm_bytes_per_s * 0.4
-"""The H100 preset's FLOP/s and HBM bytes/s at the default efficiency."""
+"""The H100 preset's FLOP/s and HBM bytes/s at an explicit efficiency of 0.4 (the model before the kernel model)."""
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
 CONFIGS = ROOT / "problems" / "models" / "configs"
 RUNNER = CliRunner()
@@ -104,7 +106,9 @@ def test_korthikanti_and_zero_bubble_memory():
 
 
 def test_times_static_and_comm_by_hand():
-    model = tiny()
+    """An explicit efficiency: FLOPs over that share of the BF16 peak, the end layers' bytes over that share of
+    HBM bandwidth."""
+    model = tiny(efficiency=0.4)
     emb, block, norm, head = model.layers[0], model.layers[1], model.layers[3], model.layers[4]
     assert (block.t_f, block.t_b, block.t_w) == pytest.approx([f / PEAK for f in BLOCK_FLOPS], rel=1e-12)
     # Memory-bound: the embedding moves 2*32*64*2 bytes in F and 32*64*(2 + 8) in W; the norm 2 and 3 times its
@@ -121,8 +125,46 @@ def test_times_static_and_comm_by_hand():
     assert stage_profile(model, partition(model, 2)).t_comm == pytest.approx(4096 / 450e9 + P2P_LATENCY)
 
 
+def test_kernel_times_by_hand():
+    """The kernel model (the default): a block's pass is its four products by shape (fused q/k/v, o, fused
+    gate/up, down), the attention core at flash attention's rate and its memory-bound bytes a token at the fused
+    rate (F: two norms 2·2h·e, two residual adds 2·3h·e, rotary 2·(a + k)·d·e, SwiGLU 3·f·e: 2432; B: 2·3h·e,
+    2·3h·e, 2·(a + k)·d·e, 5·f·e: 3200); the head its product (BF16) and the loss's bytes; the norm its bytes."""
+    kernels = Kernels(H100, "bf16")
+    model = tiny()
+    block, norm, head = model.layers[1], model.layers[3], model.layers[4]
+    products = [kernels.matmul(mm, N, 1) for mm in (Matmul(64, 128), Matmul(64, 64, "row"), Matmul(64, 256),
+                                                    Matmul(128, 64, "row"))]
+    f, b, w = map(sum, zip(*products))
+    core_f, core_b = kernels.attention(131072, 16, S, True)
+    assert (block.t_f, block.t_b, block.t_w) == pytest.approx(
+        (f + core_f + kernels.memory(N * 2432), b + core_b + kernels.memory(N * 3200), w), rel=1e-12)
+    assert (norm.t_f, norm.t_b, norm.t_w) == pytest.approx((kernels.memory(8192), kernels.memory(12288), 0))
+    product = kernels.matmul(Matmul(64, 100, fp8=False), N, 1)
+    assert (head.t_f, head.t_b, head.t_w) == pytest.approx(
+        (product[0] + kernels.memory(19200), product[1] + kernels.memory(19200), product[2]), rel=1e-12)
+    assert model.setting.efficiency is None and tiny(efficiency=0.4).setting.efficiency == 0.4
+
+
+def test_fp8_by_hand():
+    """FP8: the block's four products in FP8 (the head stays BF16), each holding an FP8 weight and its transpose
+    (2 bytes a parameter more); their inputs saved in FP8 (q/k/v's 64, gate/up's 64 and down's 128 elements a
+    token one byte less each; o's input kept beside flash attention's BF16 output: one byte more), W needing
+    only the FP8 copies (320 bytes a token less)."""
+    fp8, bf16 = tiny(dtype="fp8"), tiny()
+    block = fp8.layers[1]
+    assert block.static_bytes == bf16.layers[1].static_bytes + FP8_WEIGHT_BYTES * 36864
+    assert (block.mem_f, block.mem_b, block.mem_w) == (53248 - 192 * N, -4096, -(53248 - 320 * N))
+    assert (block.flops_f, block.flops_b, block.flops_w) == BLOCK_FLOPS
+    assert fp8.layers[4] == bf16.layers[4]
+    big = {**TINY, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_key_value_heads": 8}
+    fast, slow = (estimate(big, seq_len=4096, microbatch_size=1, dtype=d).layers[1] for d in ("fp8", "bf16"))
+    assert fast.t_f < 0.8 * slow.t_f and fast.t_w < 0.8 * slow.t_w
+
+
 def test_tensor_parallel_by_hand():
-    model = tiny(tp=2)
+    model = tiny(tp=2, efficiency=0.4)
     block, head = model.layers[1], model.layers[4]
     assert (block.flops_f, block.flops_b, block.flops_w) == tuple(f // 2 for f in BLOCK_FLOPS)
     assert (block.mem_f, block.out_bytes) == (53248 // 2, 4096 // 2)
@@ -353,9 +395,10 @@ def test_count_without_transformers(tmp_path, monkeypatch):
     ({**TINY, "tie_word_embeddings": "no"}, {}, "tie_word_embeddings = 'no': should be true or false"),
     (TINY, {"tp": 4}, "tp = 4: num_key_value_heads = 2 is not a multiple of it"),
     (TINY, {"gpu": "tpu"}, "gpu = 'tpu': should be one of h100, h200, a100, b200"),
-    (TINY, {"dtype": "fp8"}, "dtype = 'fp8': should be one of bf16, fp16"),
+    (TINY, {"dtype": "int8"}, "dtype = 'int8': should be one of bf16, fp16, fp8"),
+    (TINY, {"dtype": "fp8", "gpu": "a100"}, "dtype = 'fp8': the NVIDIA A100 SXM4 80GB has no FP8 tensor cores"),
     (TINY, {"zero": 2}, "zero = 2: should be 0 or 1"),
-    (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1]"),
+    (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1], or None for the kernel model"),
     (TINY, {"link": "pcie"}, "link = 'pcie': should be one of nvlink, network"),
     (TINY, {"method": "auto"}, "method = 'auto': should be one of formula, count"),
     (TINY, {"seq_len": 0}, "seq_len = 0 must be an integer >= 1"),
@@ -404,7 +447,7 @@ def test_cli_writes_a_loadable_model(tmp_path):
     assert "layers.0..1 (x2)" in result.stdout and "FLOPs per token" in result.stdout
     model = Model.load(output)
     assert model.source == (f"zbsolve estimate {config} --gpu h100 --seq-len 16 --microbatch-size 2 --tp 1 --dp 1 "
-                            f"--zero 0 --dtype bf16 --efficiency 0.4 --flash-attention --link nvlink "
+                            f"--zero 0 --dtype bf16 --flash-attention --link nvlink "
                             f"--method formula -o {output}")
     assert model == estimate(config, seq_len=S, microbatch_size=B, source=model.source)
 

@@ -54,5 +54,5 @@ def test_matmul_splits():
     whole = k.matmul(Matmul(4096, 16384), 8192, 1)
     split = k.matmul(Matmul(4096, 16384), 8192, 4)
     assert all(0.2 < s / w < 0.3 for s, w in zip(split, whole))
-    experts = k.matmul(Matmul(2048, 1536, split="expert"), 4096, 1, ep=8, experts=128, copies=8)
+    experts = k.matmul(Matmul(2048, 1536, split="expert", copies=8), 4096, 1, ep=8, experts=128)
     assert experts[0] == k.gemm(4096 * 8 // 16, 1536, 2048, groups=16, fp8=True)

@@ -53,7 +53,7 @@ def test_selective_choices_are_read_written_and_refused_by_name():
 def test_the_estimate_gives_a_block_the_norm_and_activation_outputs_and_their_traffic():
     """Per token over tp: F keeps e·(2·h + f) less (two norm outputs, the gated product) and B reads and writes
     e·(4·h + 3·f) more over HBM at the efficiency."""
-    model = estimate(LLAMA, gpu="h100", seq_len=8192, microbatch_size=1, tp=4)
+    model = estimate(LLAMA, gpu="h100", seq_len=8192, microbatch_size=1, tp=4, efficiency=0.4)
     arch, e, tokens = architecture(LLAMA), 2, 8192
     block = model.layers[1]
     assert block.mem_sel == tokens * e * (2 * arch.hidden + arch.ffn) // 4

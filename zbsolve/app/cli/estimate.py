@@ -31,9 +31,11 @@ def estimate(
                            help="Data-parallel degree (shards the optimizer under --zero 1)."),
     zero: int = typer.Option(0, "--zero", min=0, max=1, metavar="N",
                              help="ZeRO stage: 1 shards the optimizer states over --dp."),
-    dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE", help="bf16 or fp16."),
-    efficiency: float = typer.Option(0.4, "--efficiency", metavar="SHARE",
-                                     help="Fraction of the GPU's peak a pass reaches."),
+    dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE",
+                              help="bf16, fp16 or fp8 (Transformer Engine's FP8 linear layers)."),
+    efficiency: Optional[float] = typer.Option(None, "--efficiency", metavar="SHARE",
+                                               help="Time FLOPs at this fraction of the GPU's BF16 peak instead of "
+                                                    "the kernel model (default)."),
     eager_attention: bool = typer.Option(False, "--no-flash-attention", metavar="",
                                          help="Keep the s x s attention probabilities (default: flash attention "
                                               "keeps none)."),
@@ -59,7 +61,7 @@ def estimate(
     Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
     """
     from zbsolve.problem.estimate.formula import estimate as estimate_model
-    from zbsolve.problem.estimate.formula import flops_note, method_note
+    from zbsolve.problem.estimate.notes import flops_note, method_note
     from zbsolve.problem.estimate.gpus import get_gpu
     from zbsolve.problem.estimate.hf_config import architecture
     from zbsolve.present.layers import LAYER_HEADERS, layer_rows
@@ -70,8 +72,9 @@ def estimate(
     flash_attention = not eager_attention
     experts = architecture(config).experts is not None
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
-               f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} --efficiency {efficiency:g} "
-               f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
+               f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} "
+               + (f"--efficiency {efficiency:g} " if efficiency is not None else "")
+               + f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
                + (f" --ep {ep}" if experts else "") + (f" --a2a-link {a2a_link}" if experts and a2a_link else "")
                + f" --method {method}" + (f" --name {name}" if name else "") + f" -o {output}")
     model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
@@ -88,7 +91,9 @@ def estimate(
     s = model.setting
     title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
              + (f"ep {ep}, " if experts else "")
-             + f"dp {s.dp}, zero {s.zero}, {s.dtype}, efficiency {s.efficiency:g}; per device, one microbatch")
+             + f"dp {s.dp}, zero {s.zero}, {s.dtype}, "
+             + (f"efficiency {s.efficiency:g}" if s.efficiency is not None else "kernel model")
+             + "; per device, one microbatch")
     block = next(layer for layer in model.layers if layer.block)
     comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({mib(block.out_bytes):.1f} "
             f"MiB over {model.link.name})")

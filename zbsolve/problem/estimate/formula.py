@@ -1,8 +1,9 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
 GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), whose blocks'
 parts come from ``zbsolve.problem.estimate.block`` and ``zbsolve.problem.estimate.moe``, and the closed-form cost
-model of ``docs/cost-model.md``: FLOPs per pass over a GPU preset's peak throughput times an efficiency, activation
-bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel
+model of ``docs/cost-model.md``: each pass's kernels timed by ``zbsolve.problem.estimate.kernels`` (products by
+shape, flash attention, memory-bound kernels; or, with an explicit efficiency, FLOPs over a share of the peak), FP8
+products under Transformer Engine's recipe, activation bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel
 all-to-alls over NVLink or the network. Every figure is per device of the tensor-parallel group. With
 ``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
 (``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by
@@ -22,13 +23,17 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
+from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_saved
 from zbsolve.core.profile import paper_deltas
 from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting
 
-EFFICIENCY = 0.4
-"""Default fraction of the peak FLOP/s and HBM bandwidth a pass reaches (an assumed model FLOPs utilization)."""
-DTYPE_BYTES = {"bf16": 2, "fp16": 2}
-"""Bytes per element of weights and activations, by ``dtype``."""
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
+"""Bytes per element of weights and activations, by ``dtype`` (under FP8 both stay BF16 between kernels:
+Transformer Engine casts a linear layer's input and weight to FP8 inside it)."""
+FP8_WEIGHT_BYTES = 2
+"""Bytes a parameter of an FP8 product adds under ``dtype="fp8"``: Transformer Engine's cached FP8 copy of the
+weight and its transpose (Hopper's FP8 products take only one operand layout). Its scaling state (a scale and an
+amax, or an amax history, per tensor) is a few bytes per layer and left out."""
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12
 """Mixed-precision Adam per parameter (ZeRO, Rajbhandari et al. 2020, section 3.1): 16-bit weight and gradient,
 fp32 master weight, momentum and variance."""
@@ -39,15 +44,6 @@ FP32_BYTES = 4
 METHODS = ("formula", "count")
 """Where FLOPs and activation bytes come from: the closed form (the default), or counted by torch on the
 transformers model."""
-
-
-def method_note(method: str) -> str:
-    """One line saying what the figures of ``method`` stand for, and which is an upper bound."""
-    if method == "count":
-        return ("method: count (counted by torch on transformers' eager modules: the activation bytes are an upper "
-                "bound; fused norm and MLP kernels keep those of --method formula)")
-    return ("method: formula (the closed form, docs/cost-model.md: activations as fused norm and MLP kernels keep "
-            "them; --method count counts transformers' eager modules, an upper bound)")
 
 
 def saving_windows(arch: Architecture, seq_len: int, flash_attention: bool) -> list[int | None]:
@@ -99,10 +95,14 @@ class _Costs:
     all_to_all: tuple[int, int, int] | None = None
     modules: dict[str, tuple[_Costs, int]] | None = None
     """Megatron's recomputed modules: what each runs again (as an F) and the bytes F keeps no more."""
+    kernel: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Seconds of each pass's kernels under the kernel model (products, attention core, memory-bound kernels)."""
+    fp8_params: int = 0
+    """Parameters of its FP8 products on the device (under ``dtype="fp8"``)."""
 
 
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
-             dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float = EFFICIENCY,
+             dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float | None = None,
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
              source: str | None = None, method: str = "formula", ep: int = 1,
              a2a_link: str | None = None) -> Model:
@@ -119,6 +119,11 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     ``tp``), and runs two all-to-alls in F and two in B of each block with experts over ``a2a_link`` (default:
     NVLink where ``ep`` fits the GPU's node, else the network), their seconds in t_f and t_b and recorded as the
     layer's comm_f and comm_b; DeepSeek-V3's multi-token prediction layers follow the blocks as ``mtp.0``, ...
+
+    Times come from each pass's kernels (``zbsolve.problem.estimate.kernels``); an ``efficiency`` in (0, 1] times
+    FLOPs and the end layers' HBM bytes at that share of the preset's BF16 peaks instead. ``dtype="fp8"`` runs the
+    linear layers' products in FP8 (Transformer Engine), keeps their FP8 weight copies and saves their inputs in
+    FP8 for the backward.
     """
     if method not in METHODS:
         raise InputError(f"method = {method!r}: should be one of {', '.join(METHODS)}")
@@ -132,8 +137,11 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     moe.check(arch, method, tp * dp if zero else 0, ep, a2a_link)
     if dtype not in DTYPE_BYTES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
-    if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0 < efficiency <= 1:
-        raise InputError(f"efficiency = {efficiency!r}: should be a number in (0, 1]")
+    if dtype == "fp8" and device.fp8_flops is None:
+        raise InputError(f"dtype = 'fp8': the {device.name} has no FP8 tensor cores")
+    if efficiency is not None and (isinstance(efficiency, bool) or not isinstance(efficiency, (int, float))
+                                   or not 0 < efficiency <= 1):
+        raise InputError(f"efficiency = {efficiency!r}: should be a number in (0, 1], or None for the kernel model")
     if link not in LINKS:
         raise InputError(f"link = {link!r}: should be one of {', '.join(LINKS)}")
     if arch.positions and seq_len > arch.positions:
@@ -143,27 +151,32 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
             raise InputError(f"tp = {tp}: {what} = {value} is not a multiple of it")
 
     tokens, e = seq_len * microbatch_size, DTYPE_BYTES[dtype]
-    shard = _Shard(tokens, tp, ep)
+    shard = _Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1)
     costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
              if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
     collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
     exchange = (moe.all_to_all_bytes(-(-tokens // tp), arch, e, ep) / device.link(a2a_link or device.expert_link(ep))
                 + P2P_LATENCY if ep > 1 else 0.0)
 
+    memory_rate = device.hbm_bytes_per_s * (device.memory_fraction if efficiency is None else efficiency)
+
     def seconds(c: _Costs, p: int) -> float:
-        return (c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency)
-                + c.collectives[p] * collective + (c.all_to_all[p] * exchange if c.all_to_all else 0.0))
+        compute = (c.kernel[p] if efficiency is None else
+                   c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency))
+        return compute + c.collectives[p] * collective + (c.all_to_all[p] * exchange if c.all_to_all else 0.0)
 
     def static(params: int, optimizer_shards: int) -> int:
         return params * (WEIGHT_BYTES + GRAD_BYTES) + math.ceil(params * OPTIMIZER_BYTES / optimizer_shards)
 
+    fp8 = FP8_WEIGHT_BYTES if dtype == "fp8" else 0
+
     layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
                     **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
-                    static_bytes=static(c.params, dp if zero else 1)
+                    static_bytes=static(c.params, dp if zero else 1) + fp8 * c.fp8_params
                     + (static(c.expert_params, tp * dp // ep if zero else 1) if c.expert_params else 0),
                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
                     **({} if c.selective is None else
-                       {"t_sel": c.selective[0] / (device.hbm_bytes_per_s * efficiency),
+                       {"t_sel": c.selective[0] / memory_rate,
                         "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
                     **({} if c.modules is None else {"recompute_modules": {
                         name: ModuleCost(t=seconds(again, 0), mem=min(saved, max(c.m_b, c.m_w)))
@@ -232,26 +245,41 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
     tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs (the microbatch's
     attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
     ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
-    those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again."""
-    n, t = shard.tokens, shard.tp
+    those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again. Its kernels:
+    the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
+    FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``)."""
+    n, t, kernels = shard.tokens, shard.tp, shard.kernels
     core = core_flops(arch) * scores // t
     f, b, w = (n * flops // t for flops in part.flops)
     probabilities = _probabilities(arch, e, seq_len, flash_attention)
+    attention = kernels.attention(core, arch.head_dim, seq_len, flash_attention)
+
+    def products(matmuls: tuple[Matmul, ...]) -> tuple[float, float, float]:
+        times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
+        return tuple(map(sum, zip(*times))) if times else (0.0, 0.0, 0.0)  # type: ignore[return-value]
 
     def again(r: recompute_modules.Redo) -> tuple[_Costs, int]:
+        redo = products(r.matmuls)[0] + attention[0] * r.core + kernels.memory(shard.bytes(r.traffic + r.elementwise))
         return (_Costs(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
-                       all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None),
+                       all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0)),
                 shard.bytes(r.saved + probabilities * r.core))
 
+    gemm = products(part.matmuls)
+    kernel = tuple(g + a + kernels.memory(shard.bytes(x))
+                   for g, a, x in zip(gemm, (*attention, 0.0), part.elementwise))
+    fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
+    fp8_params = sum(mm.k * mm.n // (t if mm.split in ("column", "row") else 1)
+                     * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
     return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
-                  m_b=shard.bytes(part.saved + probabilities),
-                  m_w=shard.bytes(part.for_w), params=-(-part.split // t) + part.whole,
+                  m_b=shard.bytes(part.saved + fp8[0] + probabilities),
+                  m_w=shard.bytes(part.for_w + fp8[1]), params=-(-part.split // t) + part.whole,
                   out_bytes=shard.bytes(arch.hidden * e), selective=tuple(map(shard.bytes, part.recomputed)),
                   expert_params=part.experts // shard.ep,
                   all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
-                  modules=None if redone is None else {name: again(r) for name, r in redone.items()})
+                  modules=None if redone is None else {name: again(r) for name, r in redone.items()},
+                  kernel=kernel, fp8_params=fp8_params)  # type: ignore[arg-type]
 
 
 def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) -> _Costs:
@@ -271,17 +299,20 @@ def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) 
     return _Costs(flops=total("flops"), traffic=total("traffic"), collectives=total("collectives"),
                   m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
-                  expert_params=block.expert_params, all_to_all=block.all_to_all)
+                  expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
+                  fp8_params=entry.fp8_params + block.fp8_params)
 
 
 @dataclass(frozen=True)
 class _Shard:
-    """A microbatch of ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the experts): what a
-    per-token size comes to."""
+    """A microbatch of ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the ``experts`` routed experts),
+    its kernels timed by ``kernels``: what a per-token size comes to."""
 
     tokens: int
     tp: int
-    ep: int = 1
+    ep: int
+    kernels: Kernels
+    experts: int
 
     def bytes(self, per_token: int) -> int:
         """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
@@ -302,9 +333,15 @@ def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
     ids = n * ID_BYTES
     grad = shard.bytes(h * e)
     params = -(-arch.vocab // t) * h + arch.positions * h
-    return _Costs(flops=(0, 0, 0), traffic=(2 * n * h * e, 0, n * h * (e + 2 * FP32_BYTES)),
+    traffic = (2 * n * h * e, 0, n * h * (e + 2 * FP32_BYTES))
+    return _Costs(flops=(0, 0, 0), traffic=traffic,
                   collectives=(1, 0, 1) if t > 1 else (0, 0, 0), m_b=ids, m_w=ids + grad, params=params,
-                  out_bytes=shard.bytes(h * e))
+                  out_bytes=shard.bytes(h * e), kernel=_streamed(shard, traffic))
+
+
+def _streamed(shard: _Shard, traffic: tuple[int, int, int]) -> tuple[float, float, float]:
+    """Seconds of each pass's memory-bound ``traffic`` under the kernel model."""
+    return tuple(map(shard.kernels.memory, traffic))  # type: ignore[return-value]
 
 
 def _probabilities(arch: Architecture, e: int, seq_len: int, flash_attention: bool) -> int:
@@ -319,52 +356,24 @@ def _norm(arch: Architecture, shard: _Shard, e: int) -> _Costs:
     """Memory-bound: F reads and writes the activation, B reads it and the output gradient and writes the input
     gradient (and its weight gradient: only matmul weights wait for W)."""
     slice_bytes = shard.bytes(arch.hidden * e)
-    return _Costs(flops=(0, 0, 0), traffic=(2 * slice_bytes, 3 * slice_bytes, 0), collectives=(0, 0, 0),
-                  m_b=slice_bytes, m_w=0, params=arch.norm_params, out_bytes=slice_bytes)
+    traffic = (2 * slice_bytes, 3 * slice_bytes, 0)
+    return _Costs(flops=(0, 0, 0), traffic=traffic, collectives=(0, 0, 0),
+                  m_b=slice_bytes, m_w=0, params=arch.norm_params, out_bytes=slice_bytes,
+                  kernel=_streamed(shard, traffic))
 
 
 def _output(arch: Architecture, shard: _Shard, e: int) -> _Costs:
     """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
-    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input."""
+    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input. The
+    product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8)."""
     n, h, t = shard.tokens, arch.hidden, shard.tp
     vocab = -(-arch.vocab // t)
     matmul = 2 * n * h * vocab
     logits = n * vocab
     x = shard.bytes(h * e)
-    return _Costs(flops=(matmul, matmul, matmul), traffic=(logits * (e + FP32_BYTES), logits * (FP32_BYTES + e), 0),
+    traffic = (logits * (e + FP32_BYTES), logits * (FP32_BYTES + e), 0)
+    product = shard.kernels.matmul(Matmul(h, arch.vocab, fp8=False), n, t)
+    return _Costs(flops=(matmul, matmul, matmul), traffic=traffic,
                   collectives=(1, 1, 1) if t > 1 else (0, 0, 0), m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
-                  params=vocab * h, out_bytes=FP32_BYTES)
-
-
-def flops_note(model: Model, config: dict | str | Path, flash_attention: bool = True) -> str:
-    """One line comparing the estimate's training FLOPs per token with 6·N + 12·L·a·d·s
-    (``reference_flops_per_token``)."""
-    arch = architecture(config)
-    if model.setting is None:
-        raise InputError(f"model {model.name} has no setting: its tokens per microbatch are unknown")
-    params, matmuls = _weights_a_token(arch)
-    reference = reference_flops_per_token(arch, model.setting.seq_len, flash_attention)
-    attention = reference - 6 * params
-    windows = set(saving_windows(arch, model.setting.seq_len, flash_attention)) - {None}
-    ours = model.flops_per_token()
-    no_matmul = params - matmuls
-    counted = ours - reference + 6 * no_matmul
-    return (f"FLOPs per token: estimate {ours / 1e9:.2f} G (F + B + W of every layer) vs 6·N + 12·L·a·d·s = "
-            f"{reference / 1e9:.2f} G (N = {params / 1e9:.3f}e9 {'active ' * bool(arch.experts)}parameters: "
-            f"6·N = {6 * params / 1e9:.2f} G, "
-            f"attention {attention / 1e9:.2f} G"
-            + (f" over the pairs of a sliding window of {', '.join(map(str, sorted(windows)))}" if windows else "")
-            + f"), ratio {ours / reference:.3f}; 6·N also counts the "
-            f"{no_matmul / 1e6:.1f}e6 weights that are no matmul here (input embedding, norms, biases)"
-            + (f"; the estimate counts {counted / 1e9:.2f} G more (counted by torch: flash attention's recomputation "
-               "of QK^T in B)" if abs(counted) >= 5e6 else ""))
-
-
-def _weights_a_token(arch: Architecture) -> tuple[int, int]:
-    """The N of 6·N (the parameters; with experts those a token uses, and the head once more for each
-    multi-token prediction layer) and how many of them are matmul weights."""
-    head = arch.vocab * arch.hidden
-    parts = [moe.block(arch, 1, i) for i in range(arch.layers + arch.mtp)]
-    parts += [moe.projection(arch, 1)] * arch.mtp
-    return (count_parameters(arch, active=True) + arch.mtp * head,
-            sum(part.flops[0] // 2 for part in parts) + (1 + arch.mtp) * head)
+                  params=vocab * h, out_bytes=FP32_BYTES,
+                  kernel=tuple(p + m for p, m in zip(product, _streamed(shard, traffic))))  # type: ignore[arg-type]

@@ -49,6 +49,8 @@ class Matmul:
     shared_input: bool = False
     """Whether its input is also kept in 16 bits by another kernel (o's input: flash attention's output), so
     that FP8 saves a copy more instead of halving it."""
+    copies: int = 1
+    """Copies of each token it runs on (routed experts: top_k)."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,10 @@ class Kernels:
         compute = 2 * groups * m * n * k / (peak * wave * depth)
         return max(compute, self.memory(groups * (m * k + k * n) * element + groups * m * n * 2))
 
-    def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1,
-               copies: int = 1) -> tuple[float, float, float]:
+    def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1) -> tuple[float, float, float]:
         """Seconds of F (x·W), B (the input gradient) and W (the weight gradient, the tokens as inner size) of
         ``mm`` over a microbatch of ``tokens`` on one device of ``tp`` (routed experts: ``experts`` of them shared
-        out over ``ep``, ``copies`` of each token routed)."""
+        out over ``ep``, each receiving as many of the device's token copies)."""
         k, n, rows, groups = mm.k, mm.n, tokens, 1
         if mm.split == "column":
             n = -(-n // tp)
@@ -92,7 +93,7 @@ class Kernels:
             rows = -(-tokens // tp)
         if mm.split == "expert":
             groups = experts // ep
-            rows = max(1, -(-rows * copies // groups))
+            rows = max(1, -(-rows * mm.copies // groups))
         return (self.gemm(rows, n, k, groups, mm.fp8), self.gemm(rows, k, n, groups, mm.fp8),
                 self.gemm(k, n, rows, groups, mm.fp8))
 
@@ -127,3 +128,11 @@ def attention_rate(head_dim: int, seq: int) -> tuple[float, float]:
     nearest = min(ATTENTION_H100, key=lambda d: (abs(d - head_dim), d))
     at = ATTENTION_H100[nearest][4096]
     return f * at[0] / reference[4096][0], b * at[1] / reference[4096][1]
+
+
+def fp8_saved(matmuls: tuple[Matmul, ...], e: int) -> tuple[int, int]:
+    """Bytes a token F keeps (M_B) and W needs (M_W) more under FP8: Transformer Engine saves an FP8 product's input
+    cast to FP8 for its weight gradient, in place of the 16-bit one (``e - 1`` bytes less an element), or beside it
+    where another kernel keeps that (one more; W then needs only the FP8 copy)."""
+    kept = sum((1 if mm.shared_input else 1 - e) * mm.k * mm.copies for mm in matmuls if mm.fp8)
+    return kept, sum((1 - e) * mm.k * mm.copies for mm in matmuls if mm.fp8)

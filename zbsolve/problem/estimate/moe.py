@@ -14,9 +14,10 @@ each processes ``top_k`` expert MLPs per token of its own microbatch. Experts ar
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.block import Part, attention, dense_mlp, half
+from zbsolve.problem.estimate.block import Part, activation, attention, dense_mlp, half
 from zbsolve.problem.estimate.gpus import LINKS
 from zbsolve.problem.estimate.hf_config import Architecture
+from zbsolve.problem.estimate.kernels import Matmul
 
 FP32_BYTES = 4
 """Bytes of the router's fp32 probabilities and of the top-k weights (every router here takes its softmax or
@@ -73,37 +74,51 @@ def _experts(arch: Architecture, e: int) -> Part:
 
 def router(arch: Architecture, e: int) -> Part:
     """The router (h x E, and Qwen2-MoE's h x 1 shared-expert gate), whole on every device. Kept: the MLP's input
-    (h), the fp32 probabilities (E) and top-k weights (k); W needs that input and the router's output gradient."""
+    (h), the fp32 probabilities (E) and top-k weights (k); W needs that input and the router's output gradient.
+    Kernels: its product in 16 bits (Transformer Engine keeps the router out of FP8); the scores read the logits and
+    write fp32 probabilities in F, the reverse in B."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     weights = h * x.routed + h * x.shared_gate
+    scores = x.routed * (e + FP32_BYTES)
     return Part(flops=(2 * weights,) * 3, saved=e * h + FP32_BYTES * (x.routed + x.top_k), for_w=e * (h + x.routed),
-                split=0, whole=weights, collectives=(0, 0, 0))
+                split=0, whole=weights, collectives=(0, 0, 0),
+                matmuls=(Matmul(h, x.routed + x.shared_gate, "whole", fp8=False),), elementwise=(scores, scores, 0))
 
 
 def routed(arch: Architecture, e: int) -> Part:
     """``top_k`` routed SwiGLU experts of inner size f_e a token, shared out over the expert-parallel group, each
     token dispatched and combined by all-to-all. Kept: the k dispatched copies of the token (k·h), each expert's
     gate and up outputs and down input (3·f_e), the experts' outputs the combine weighs (k·h); W needs each expert's
-    inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions again."""
+    inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions again.
+    Kernels: grouped gate/up and down products over the device's experts; their activation functions; the
+    permutation that copies each token k times before the dispatch and the weighted sum after the combine (read
+    h and write k·h, read k·h and write h, in F and in B)."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     k, fe = x.top_k, x.ffn
+    permute = 2 * (k + 1) * h * e
+    act = activation(k * fe, e, True)
     return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=e * (2 * k * h + 3 * k * fe), for_w=e * k * (2 * h + 3 * fe),
                 split=0, whole=0, collectives=(0, 0, 0), recomputed=(e * 3 * k * fe, e * k * fe),
-                experts=3 * h * fe * x.routed, all_to_all=2)
+                experts=3 * h * fe * x.routed, all_to_all=2,
+                matmuls=(Matmul(h, 2 * fe, "expert", copies=k), Matmul(fe, h, "expert", copies=k)),
+                elementwise=(act[0] + permute, act[1] + permute, 0))
 
 
 def shared(arch: Architecture, e: int) -> Part:
     """The shared experts on every token (a SwiGLU of inner size f_s, split over tp as a dense MLP; none where f_s
     is 0). Kept: their 3·f_s (and, gated, their output h and the gate); W needs their inputs and output gradient
-    (3·f_s + h) and the gate's output gradient; selective recomputation runs their activation function again."""
+    (3·f_s + h) and the gate's output gradient; selective recomputation runs their activation function again.
+    Kernels: gate/up (whose input the router keeps too) and down, the activation function."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     fs = x.shared_ffn
     return Part(flops=(2 * 3 * h * fs,) * 3, saved=e * (3 * fs + (h + 1) * x.shared_gate),
                 for_w=e * ((3 * fs + h) * (fs > 0) + x.shared_gate), split=3 * h * fs, whole=0,
-                collectives=(2, 2, 1) if fs else (0, 0, 0), recomputed=(e * 3 * fs, e * fs))
+                collectives=(2, 2, 1) if fs else (0, 0, 0), recomputed=(e * 3 * fs, e * fs),
+                matmuls=(Matmul(h, 2 * fs, shared_input=True), Matmul(fs, h, "row")) if fs else (),
+                elementwise=activation(fs, e, True))
 
 
 def projection(arch: Architecture, e: int) -> Part:
@@ -111,10 +126,10 @@ def projection(arch: Architecture, e: int) -> Part:
     next token's embedding, each normed, concatenated and projected from 2h to h (split over tp). Kept: the two
     norms' inputs and the projection's 2h-wide input; W needs that input and the h-wide output gradient. Under
     tensor parallelism an all-gather of the 2h-wide input and one of the output in F, their transposes in B, the
-    input gathered again in W: 3, 3 and 2 h-wide collectives."""
+    input gathered again in W: 3, 3 and 2 h-wide collectives. Kernels: the projection and the two norms."""
     h = arch.hidden
     return Part(flops=(4 * h * h,) * 3, saved=e * 4 * h, for_w=e * 3 * h, split=2 * h * h, whole=2 * arch.norm_params,
-                collectives=(3, 3, 2))
+                collectives=(3, 3, 2), matmuls=(Matmul(2 * h, h),), elementwise=(4 * h * e, 6 * h * e, 0))
 
 
 def active(part: Part, arch: Architecture) -> int:

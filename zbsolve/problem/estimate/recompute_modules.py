@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from zbsolve.problem.estimate import moe
 from zbsolve.problem.estimate.block import Part, latent_up, mlp, norm
 from zbsolve.problem.estimate.hf_config import Architecture
+from zbsolve.problem.estimate.kernels import Matmul
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,13 @@ class Redo:
     flops: int = 0
     """FLOPs of the matmuls it runs again (its part's F)."""
     traffic: int = 0
-    """HBM bytes of the memory-bound kernels it runs again (norms, activation functions), where F's time leaves
-    them to the efficiency."""
+    """HBM bytes of the memory-bound kernels it runs again (norms, activation functions), counted under an
+    explicit efficiency too."""
+    matmuls: tuple[Matmul, ...] = ()
+    """The products it runs again (the kernel model times their F)."""
+    elementwise: int = 0
+    """HBM bytes of its part's memory-bound kernels in F, which the kernel model times and an explicit efficiency
+    leaves to itself."""
     collectives: int = 0
     """Tensor-parallel collectives it runs again (its part's F)."""
     all_to_all: int = 0
@@ -46,7 +52,7 @@ def checkpointed(part: Part, kept_input: int) -> Redo:
     """A module checkpointed whole: its part's F again; F keeps only its input (``kept_input`` of its part's
     ``saved``, 0 where the part's saved bytes do not count the input)."""
     return Redo(flops=part.flops[0], collectives=part.collectives[0], all_to_all=part.all_to_all,
-                saved=part.saved - kept_input)
+                saved=part.saved - kept_input, matmuls=part.matmuls, elementwise=part.elementwise[0])
 
 
 def discarded(part: Part) -> Redo:
@@ -67,7 +73,8 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
                                   saved=separate * norm(arch, e).recomputed[1])
     if arch.latent:
         up = latent_up(arch, e)
-        found["mla_up_proj"] = Redo(flops=up.flops[0], collectives=up.collectives[0], saved=up.saved)
+        found["mla_up_proj"] = Redo(flops=up.flops[0], collectives=up.collectives[0], saved=up.saved,
+                                    matmuls=up.matmuls, elementwise=up.elementwise[0])
     if not experts:
         found["mlp"] = checkpointed(mlp(arch, e), 0)
         return found
