@@ -397,7 +397,7 @@ def test_count_without_transformers(tmp_path, monkeypatch):
     (TINY, {"gpu": "tpu"}, "gpu = 'tpu': should be one of h100, h200, a100, b200"),
     (TINY, {"dtype": "int8"}, "dtype = 'int8': should be one of bf16, fp16, fp8"),
     (TINY, {"dtype": "fp8", "gpu": "a100"}, "dtype = 'fp8': the NVIDIA A100 SXM4 80GB has no FP8 tensor cores"),
-    (TINY, {"zero": 2}, "zero = 2: should be 0 or 1"),
+    (TINY, {"zero": 2}, "zero = 2: should be 0, 1 or 3"),
     (TINY, {"efficiency": 1.5}, "efficiency = 1.5: should be a number in (0, 1], or None for the kernel model"),
     (TINY, {"link": "pcie"}, "link = 'pcie': should be one of nvlink, network"),
     (TINY, {"method": "auto"}, "method = 'auto': should be one of formula, count"),

@@ -174,7 +174,7 @@ def bad_file(tmp_path, edit) -> str:
     (lambda d: d.update(t_comm=0.1, link={"bytes_per_s": 1e9}), "give t_comm or link, not both"),
     (lambda d: d.update(link={"bytes_per_s": 0}), "link.bytes_per_s = 0: should be greater than 0"),
     (lambda d: d.update(setting={"seq_len": 1024, "microbatch_size": 1, "zero": 2}),
-     "setting.zero = 2: should be 0 or 1"),
+     "setting.zero = 2: should be 0, 1 or 3"),
 ])
 def test_bad_model_files(tmp_path, edit, message):
     assert bad_file(tmp_path, edit) == message

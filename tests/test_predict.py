@@ -78,7 +78,7 @@ def test_predicted_figures_agree_with_each_other():
 @pytest.mark.parametrize("change, line", [
     (dict(gpus=12), "gpus = 12 is not a multiple of tp x pp x cp = 2 x 4 x 1 = 8"),
     (dict(global_batch=15), "global_batch = 15 is not a multiple of microbatch_size x dp = 1 x 2 = 2"),
-    (dict(cp=2), "cp = 2: context parallelism is not modelled yet"),
+    (dict(cp=4), "gpus = 16 is not a multiple of tp x pp x cp = 2 x 4 x 4 = 32"),
 ])
 def test_a_configuration_that_does_not_divide_is_refused_naming_the_numbers(change, line):
     with pytest.raises(InputError, match="^" + line.replace("(", r"\(").replace(")", r"\)") + "$"):
@@ -93,6 +93,24 @@ def test_the_command_prints_exactly_the_issue_s_json_keys():
                             "fits", "breakdown"}
     assert set(figures["breakdown"]) == {"compute", "bubble", "exposed_comm", "dp_sync", "optimizer"}
     assert figures["step_time_s"] == pytest.approx(predict(SMALL).step_time_s)
+
+
+@pytest.mark.parametrize("change", [dict(zero=3), dict(cp=2), dict(cp=2, zero=3)])
+def test_fsdp_and_context_parallelism_are_predicted(change):
+    """FSDP and context parallelism run end to end: the figures still agree, the data-parallel degree leaves room
+    for cp, and the tail shards the optimizer over the dp x cp replicas."""
+    c = replace(SMALL, **change)
+    dp, m = degrees(c)
+    p, model = predict(c), configured_model(c, dp)
+    assert (p.dp, p.num_microbatches) == (dp, m) == (16 // (2 * 4 * c.cp), 16 // dp)
+    assert model.step is not None and model.step.dp == dp * c.cp and model.step.zero == c.zero
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s) and p.breakdown["optimizer"] > 0
+
+
+def test_the_command_takes_zero_3_and_cp():
+    run = CliRunner().invoke(app, ["predict", *ARGS, "--zero", "3", "--cp", "2", "--json"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["step_time_s"] == pytest.approx(predict(replace(SMALL, zero=3, cp=2)).step_time_s)
 
 
 @pytest.mark.parametrize("extra, line", [

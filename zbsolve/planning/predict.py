@@ -20,11 +20,10 @@ from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
 from zbsolve.planning.baselines import BaselineSetting, builtin_run, split_ranges
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.problem.estimate.formula import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, estimate
-from zbsolve.problem.estimate.formula import reference_flops_per_token
-from zbsolve.problem.estimate.gpus import P2P_LATENCY, get_gpu
+from zbsolve.problem.estimate.formula import estimate, reference_flops_per_token
+from zbsolve.problem.estimate.gpus import get_gpu
 from zbsolve.problem.layout import layout_counts
-from zbsolve.problem.model import Link, Model, StepEnd
+from zbsolve.problem.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.step_tail import device_params, device_tail
@@ -127,8 +126,6 @@ class Prediction:
 
 def degrees(c: Configuration) -> tuple[int, int]:
     """(data-parallel degree, microbatches) of ``c``; an ``InputError`` naming the numbers that do not divide."""
-    if c.cp != 1:
-        raise InputError(f"cp = {c.cp}: context parallelism is not modelled yet")
     replica = c.tp * c.pp * c.cp
     if c.gpus % replica:
         raise InputError(f"gpus = {c.gpus} is not a multiple of tp x pp x cp = {c.tp} x {c.pp} x {c.cp} = {replica}")
@@ -141,24 +138,11 @@ def degrees(c: Configuration) -> tuple[int, int]:
 
 def configured_model(c: Configuration, dp: int) -> Model:
     """The estimate of ``c``'s model on one device of its parallelism, each layer's parameters recorded and its
-    step ended as the runtime ends it."""
-    gpu = get_gpu(c.gpu)
-    link = "network" if c.pp > 1 and c.gpus > gpu.gpus_per_node else "nvlink"
-    shape = dict(gpu=c.gpu, seq_len=c.seq_len, microbatch_size=c.microbatch_size, tp=c.tp, ep=c.ep, link=link)
-    model = estimate(c.config, dp=dp, zero=c.zero, dtype=c.dtype, **shape)
-    params = layer_params(estimate(c.config, dp=1, zero=0, dtype="bf16", **shape))
-    dp_link = "nvlink" if c.tp * c.cp * dp <= gpu.gpus_per_node else "network"
-    step = StepEnd(dp=dp, zero=c.zero, link=Link(name=dp_link, bytes_per_s=gpu.link(dp_link), latency_s=P2P_LATENCY),
-                   hbm_bytes_per_s=gpu.hbm_bytes_per_s, overlap_grad_reduce=c.overlap_grad_reduce,
-                   overlap_param_gather=c.overlap_param_gather, bucket_params=max(40_000_000, 1_000_000 * dp))
-    layers = [layer.model_copy(update={"params": n}) for layer, n in zip(model.layers, params)]
-    return model.model_copy(update={"layers": layers, "step": step})
-
-
-def layer_params(plain: Model) -> list[int]:
-    """Per layer, the parameters one device holds: the static bytes of a bf16 estimate without ZeRO (``plain``)
-    over the bytes each parameter holds there (weight, gradient and optimizer states)."""
-    return [layer.static_bytes // (WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES) for layer in plain.layers]
+    step ended as the runtime ends it (``Model.step``, even for one replica without ZeRO: its optimizer step)."""
+    link = "network" if c.pp > 1 and c.gpus > get_gpu(c.gpu).gpus_per_node else "nvlink"
+    return estimate(c.config, gpu=c.gpu, seq_len=c.seq_len, microbatch_size=c.microbatch_size, tp=c.tp, dp=dp,
+                    cp=c.cp, ep=c.ep, zero=c.zero, dtype=c.dtype, link=link,
+                    overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather, step=True)
 
 
 def stage_counts(c: Configuration, model: Model) -> tuple[int, ...]:

@@ -117,6 +117,10 @@ class Layer(InputModel):
     """Parameters of the layer one device holds (its share under tensor and expert parallelism): their gradients
     are synchronised over the data-parallel replicas and updated by the optimizer after the device's last pass
     (``Model.step``); where known."""
+    gathered_bytes: Optional[Bytes] = Field(None, ge=0)
+    """Under FSDP, bytes its passes hold unsharded beyond ``static_bytes``: its parameters gathered before F and
+    again before B, and the gradient B writes before the reduce-scatter; a device holds ``FSDP_LIVE_LAYERS`` of its
+    largest at once (``problem.partition.held_static_bytes``); where known."""
 
     @model_validator(mode="after")
     def _balanced(self) -> "Layer":
@@ -166,6 +170,14 @@ class Link(InputModel):
         """Seconds to send ``num_bytes``."""
         return num_bytes / self.bytes_per_s + self.latency_s
 
+    def collective(self, num_bytes: float, ranks: int, factor: int = 1) -> float:
+        """Seconds of a ring reduce-scatter or all-gather (``factor`` 2: an all-reduce) of ``num_bytes`` a rank over
+        ``ranks`` ranks on this link: (r - 1) / r of the bytes a rank (NCCL's ring algorithms, its performance
+        notes' "algorithm bandwidth") plus the latency; 0 for one rank or no bytes."""
+        if ranks == 1 or num_bytes == 0:
+            return 0.0
+        return factor * (ranks - 1) / ranks * num_bytes / self.bytes_per_s + self.latency_s
+
 
 class Setting(InputModel):
     """The training setting the costs are for."""
@@ -181,10 +193,14 @@ class Setting(InputModel):
     """Tensor-parallel degree: every figure is per device of the tensor-parallel group."""
     dp: PositiveInt = 1
     """Data-parallel degree."""
+    cp: Optional[PositiveInt] = None
+    """Context-parallel degree, where above 1: every figure is per device of the group, which holds 1/cp of a
+    sequence's tokens (None: 1)."""
     ep: Optional[PositiveInt] = None
     """Expert-parallel degree of a model with experts (None for a dense model)."""
-    zero: Literal[0, 1] = 0
-    """ZeRO stage: 1 shards the optimizer states over the dp replicas."""
+    zero: Literal[0, 1, 3] = 0
+    """ZeRO stage: 1 shards the optimizer states over the dp x cp replicas, 3 (FSDP) also the weights and
+    gradients."""
     dtype: str = "bf16"
     """Type of weights and activations."""
     gpu: Optional[str] = None
@@ -287,7 +303,8 @@ class Model(InputModel):
         return sum(layer.flops_f + layer.flops_b + layer.flops_w for layer in self.layers)  # type: ignore[operator]
 
     def flops_per_token(self) -> float:
-        """Training FLOPs (F + B + W) per token of the whole model, over every device of a tensor-parallel group."""
+        """Training FLOPs (F + B + W) per token of the whole model, over every device of a tensor- and
+        context-parallel group."""
         if self.setting is None:
             raise InputError(f"model {self.name} has no setting: its tokens per microbatch are unknown")
-        return self.total_flops() * self.setting.tp / self.setting.tokens
+        return self.total_flops() * self.setting.tp * (self.setting.cp or 1) / self.setting.tokens

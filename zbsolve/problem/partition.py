@@ -139,10 +139,18 @@ def timed(model: Model, counts: Sequence[int]) -> bool:
     return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
 
 
+FSDP_LIVE_LAYERS = 2
+"""Layers whose gathered parameters (``Layer.gathered_bytes``) a device holds at once under FSDP: the one computing
+and the next, whose all-gather FSDP2 issues during it (torch FSDP2's implicit prefetching; Megatron FSDP's
+prefetch of the next bucket)."""
+
+
 def held_static_bytes(layers: Sequence[Layer]) -> int:
-    """The static bytes of ``layers`` held together, a weight two of them share counted once."""
+    """The static bytes of ``layers`` held together, a weight two of them share counted once, and under FSDP the
+    ``FSDP_LIVE_LAYERS`` largest of their ``gathered_bytes``."""
     names = {layer.name for layer in layers}
-    return sum(layer.static_bytes for layer in layers if layer.shares not in names)
+    gathered = sorted((layer.gathered_bytes or 0 for layer in layers), reverse=True)[:FSDP_LIVE_LAYERS]
+    return sum(layer.static_bytes for layer in layers if layer.shares not in names) + sum(gathered)
 
 
 def module_names(model: Model, ranges: Sequence[Sequence[int]]) -> str:

@@ -1,15 +1,14 @@
 """What a device's step runs after its last pass (its tail, ``core.objective``): the gradients' data-parallel
 synchronisation left exposed and the optimizer step, from the parameters the device holds and ``Model.step``.
 
-Collectives are NCCL's ring algorithms: a reduce-scatter or an all-gather of n bytes over r ranks moves
-(r - 1) / r x n bytes a rank, an all-reduce twice that (NCCL's performance notes, "algorithm bandwidth"), each
-over the data-parallel group's link plus its latency. The optimizer is Adam, memory-bound: a parameter of the
-device's shard reads and writes its fp32 states and reads its gradient and writes its weight
-(``OPTIMIZER_STEP_BYTES``), at the step's HBM bandwidth. What each runtime overlaps:
+Collectives are NCCL's ring algorithms over the data-parallel group's link (``Link.collective``). The optimizer is
+Adam, memory-bound: a parameter of the device's shard reads and writes its fp32 states and reads its gradient and
+writes its weight (``OPTIMIZER_STEP_BYTES``), at the step's HBM bandwidth. What each runtime overlaps:
 
 - zero 0 (DDP) all-reduces the gradients, zero 1 (Megatron's distributed optimizer, ZeRO-1) reduce-scatters
   them, updates its 1/dp shard and all-gathers the parameters, zero 3 (FSDP) reduce-scatters them and gathers
-  the parameters before each layer's passes;
+  the parameters before each layer's passes (the estimate times those inside the passes, each overlapped with the
+  layer before it; the tail keeps what follows the last pass and the first gather, which nothing precedes);
 - with ``overlap_grad_reduce`` (and always under FSDP) each bucket is reduced once its gradients are ready, during
   the backward: only the last bucket's reduction follows the last pass (``bucket_params`` parameters, or the
   device's own where fewer);
@@ -48,23 +47,15 @@ class Tail:
         return self.sync + self.optimizer
 
 
-def collective(num_bytes: float, ranks: int, step: StepEnd, factor: int = 1) -> float:
-    """Seconds of a ring reduce-scatter or all-gather (``factor`` 2: an all-reduce) of ``num_bytes`` a rank over
-    ``ranks`` ranks on the step's link; 0 for one rank."""
-    if ranks == 1 or num_bytes == 0:
-        return 0.0
-    return factor * (ranks - 1) / ranks * num_bytes / step.link.bytes_per_s + step.link.latency_s
-
-
 def device_tail(params: int, step: StepEnd) -> Tail:
     """The tail of a device holding ``params`` parameters (``Layer.params``) under ``step``."""
     dp, fsdp = step.dp, step.zero == 3
     bucket = min(params, step.bucket_params)
     reduced = bucket if step.overlap_grad_reduce or fsdp else params
-    sync = collective(reduced * GRAD_BYTES, dp, step, 1 if step.zero else 2)
+    sync = step.link.collective(reduced * GRAD_BYTES, dp, 1 if step.zero else 2)
     if step.zero:
         gathered = bucket if step.overlap_param_gather or fsdp else params
-        sync += collective(gathered * WEIGHT_BYTES, dp, step)
+        sync += step.link.collective(gathered * WEIGHT_BYTES, dp)
     shard = params / dp if step.zero else params
     return Tail(sync, shard * OPTIMIZER_STEP_BYTES / step.hbm_bytes_per_s)
 

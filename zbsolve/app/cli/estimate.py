@@ -29,8 +29,10 @@ def estimate(
     tp: int = typer.Option(1, "--tp", min=1, metavar="N", help="Tensor-parallel degree (with sequence parallelism)."),
     dp: int = typer.Option(1, "--dp", min=1, metavar="N",
                            help="Data-parallel degree (shards the optimizer under --zero 1)."),
-    zero: int = typer.Option(0, "--zero", min=0, max=1, metavar="N",
-                             help="ZeRO stage: 1 shards the optimizer states over --dp."),
+    zero: int = typer.Option(0, "--zero", metavar="N",
+                             help="0; 1 shards the optimizer states over --dp x --cp; 3 (FSDP) also the weights and "
+                                  "gradients."),
+    cp: int = typer.Option(1, "--cp", min=1, metavar="N", help="Context-parallel degree (ring attention)."),
     dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE",
                               help="bf16, fp16 or fp8 (Transformer Engine's FP8 linear layers)."),
     efficiency: Optional[float] = typer.Option(None, "--efficiency", metavar="SHARE",
@@ -72,12 +74,12 @@ def estimate(
     flash_attention = not eager_attention
     experts = architecture(config).experts is not None
     command = (f"zbsolve estimate {config} --gpu {gpu} --seq-len {seq_len} --microbatch-size {microbatch_size} "
-               f"--tp {tp} --dp {dp} --zero {zero} --dtype {dtype} "
+               f"--tp {tp} --dp {dp} --zero {zero} " + (f"--cp {cp} " if cp > 1 else "") + f"--dtype {dtype} "
                + (f"--efficiency {efficiency:g} " if efficiency is not None else "")
                + f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
                + (f" --ep {ep}" if experts else "") + (f" --a2a-link {a2a_link}" if experts and a2a_link else "")
                + f" --method {method}" + (f" --name {name}" if name else "") + f" -o {output}")
-    model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
+    model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp, cp=cp,
                            zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
                            name=name, source=command, method=method, ep=ep, a2a_link=a2a_link)
     model.save(output)

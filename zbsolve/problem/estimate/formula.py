@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbsolve.problem.estimate import counting, moe, recompute_modules
+from zbsolve.problem.estimate import context, counting, moe, recompute_modules
 from zbsolve.problem.estimate.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
@@ -25,7 +25,7 @@ from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
 from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_saved
 from zbsolve.core.profile import paper_deltas
-from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting
+from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per element of weights and activations, by ``dtype`` (under FP8 both stay BF16 between kernels:
@@ -41,6 +41,9 @@ ID_BYTES = 8
 """Bytes of a token id (int64), which the embedding keeps for its weight gradient."""
 FP32_BYTES = 4
 """Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
+BUCKET_PARAMS = (40_000_000, 1_000_000)
+"""Parameters of a bucket of the gradients' reduction: the larger of the first and the second times the replicas
+(megatron-core 0.16.1, ``distributed_data_parallel.py``: ``max(40000000, 1000000 * dp_group.size())``)."""
 METHODS = ("formula", "count")
 """Where FLOPs and activation bytes come from: the closed form (the default), or counted by torch on the
 transformers model."""
@@ -99,20 +102,29 @@ class _Costs:
     """Seconds of each pass's kernels under the kernel model (products, attention core, memory-bound kernels)."""
     fp8_params: int = 0
     """Parameters of its FP8 products on the device (under ``dtype="fp8"``)."""
+    ring: tuple[float, float] = (0.0, 0.0)
+    """Seconds of F's and B's context-parallel key/value exchanges left exposed (``context.exposed``)."""
 
 
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
              dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float | None = None,
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
              source: str | None = None, method: str = "formula", ep: int = 1,
-             a2a_link: str | None = None) -> Model:
+             a2a_link: str | None = None, cp: int = 1, overlap_grad_reduce: bool = False,
+             overlap_param_gather: bool = False, step: bool | None = None) -> Model:
     """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
-    ``zero=1`` shards the optimizer states over the ``dp`` replicas; ``link`` ("nvlink" or "network") carries the
-    activations between stages. Layers are named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ...,
-    ``norm``, ``output``. A block whose sliding window is shorter than ``seq_len`` counts the attention scores of
-    ``attended_pairs`` under flash attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and
+    ``cp`` splits each sequence (``zbsolve.problem.estimate.context``: ring attention); ``zero=1`` shards the
+    optimizer states over the ``dp`` x ``cp`` replicas, ``zero=3`` (FSDP) also the weights and gradients, each layer
+    gathering its parameters before F and B and reduce-scattering its gradients after W, each transfer overlapped
+    with the passes of the layer before it (FSDP2's prefetching): only what outlasts its pass is added to it.
+    With ``step`` (None: where there are several replicas or ZeRO) ``Model.step`` says how the step ends
+    (``problem.step_tail``), with Megatron's ``overlap_grad_reduce`` and ``overlap_param_gather``; each layer
+    records its ``params``. ``link`` ("nvlink" or "network") carries the activations between stages. Layers are
+    named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ..., ``norm``, ``output``. A block whose
+    sliding window is shorter than ``seq_len`` counts the attention scores of ``attended_pairs`` under flash
+    attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and
     activation bytes from ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
 
     A mixture-of-experts config (``moe``) spreads its routed experts over ``ep`` devices, whole (not split by
@@ -130,11 +142,13 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     arch = architecture(config)
     device = gpu if isinstance(gpu, Gpu) else get_gpu(gpu)
     for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp),
-                        ("ep", ep)):
+                        ("ep", ep), ("cp", cp)):
         check_count(what, value)
-    if zero not in (0, 1) or isinstance(zero, bool):
-        raise InputError(f"zero = {zero!r}: should be 0 or 1")
-    moe.check(arch, method, tp * dp if zero else 0, ep, a2a_link)
+    if zero not in (0, 1, 3) or isinstance(zero, bool):
+        raise InputError(f"zero = {zero!r}: should be 0, 1 or 3")
+    replicas = dp * cp
+    moe.check(arch, method, tp * replicas if zero else 0, ep, a2a_link)
+    context.check(seq_len, cp, flash_attention, method)
     if dtype not in DTYPE_BYTES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
     if dtype == "fp8" and device.fp8_flops is None:
@@ -150,8 +164,10 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
         if value % tp:
             raise InputError(f"tp = {tp}: {what} = {value} is not a multiple of it")
 
-    tokens, e = seq_len * microbatch_size, DTYPE_BYTES[dtype]
-    shard = _Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1)
+    tokens, e = seq_len * microbatch_size // cp, DTYPE_BYTES[dtype]
+    ring = (tokens * context.kv_bytes(arch, e) // tp / device.link(device.group_link(tp * cp)) + P2P_LATENCY
+            if cp > 1 else 0.0)
+    shard = _Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1, cp, ring)
     costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
              if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
     collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
@@ -165,15 +181,32 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                    c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency))
         return compute + c.collectives[p] * collective + (c.all_to_all[p] * exchange if c.all_to_all else 0.0)
 
-    def static(params: int, optimizer_shards: int) -> int:
-        return params * (WEIGHT_BYTES + GRAD_BYTES) + math.ceil(params * OPTIMIZER_BYTES / optimizer_shards)
+    def static(params: int, shards: int) -> int:
+        if zero == 3:
+            return math.ceil(params * (WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES) / shards)
+        return params * (WEIGHT_BYTES + GRAD_BYTES) + math.ceil(params * OPTIMIZER_BYTES / shards)
 
     fp8 = FP8_WEIGHT_BYTES if dtype == "fp8" else 0
+    dp_link_name = device.group_link(tp * replicas)
+    dp_link = Link(name=dp_link_name, bytes_per_s=device.link(dp_link_name), latency_s=P2P_LATENCY)
 
-    layers = [Layer(name=n, block=n.startswith("layers."), t_f=seconds(c, 0), t_b=seconds(c, 1), t_w=seconds(c, 2),
+    def pass_time(c: _Costs, p: int) -> float:
+        """Seconds of pass ``p``: its kernels and collectives, the ring's exposed exchange, and under FSDP what of
+        its parameters' all-gather (F, B) or its gradients' reduce-scatter (W) outlasts it."""
+        t = seconds(c, p) + (c.ring[p] if p < 2 else 0.0)
+        if zero != 3:
+            return t
+        moved = (c.params + c.expert_params) * (GRAD_BYTES if p == 2 else WEIGHT_BYTES)
+        return t + max(0.0, dp_link.collective(moved, replicas) - t)
+
+    layers = [Layer(name=n, block=n.startswith("layers."), t_f=pass_time(c, 0), t_b=pass_time(c, 1),
+                    t_w=pass_time(c, 2),
                     **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
-                    static_bytes=static(c.params, dp if zero else 1) + fp8 * c.fp8_params
-                    + (static(c.expert_params, tp * dp // ep if zero else 1) if c.expert_params else 0),
+                    static_bytes=static(c.params, replicas if zero else 1)
+                    + math.ceil(fp8 * c.fp8_params / (replicas if zero == 3 else 1))
+                    + (static(c.expert_params, tp * replicas // ep if zero else 1) if c.expert_params else 0),
+                    params=c.params + c.expert_params,
+                    gathered_bytes=(c.params + c.expert_params) * (WEIGHT_BYTES + GRAD_BYTES) if zero == 3 else None,
                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
                     **({} if c.selective is None else
                        {"t_sel": c.selective[0] / memory_rate,
@@ -193,11 +226,19 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                                   f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
                                   f"link={link!r}, method={method!r}"
                                   + (f", ep={ep}, a2a_link={a2a_link!r}" if arch.experts else "")
+                                  + (f", cp={cp}" if cp > 1 else "")
+                                  + (f", overlap_grad_reduce={overlap_grad_reduce}, "
+                                     f"overlap_param_gather={overlap_param_gather}, step={step}"
+                                     if replicas > 1 or zero or step else "")
                                   + "); cost model: docs/cost-model.md",
                  link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
                  setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
-                                 ep=ep if arch.experts else None, zero=zero, dtype=dtype, gpu=gpu_name,
-                                 efficiency=efficiency),
+                                 cp=cp if cp > 1 else None, ep=ep if arch.experts else None, zero=zero, dtype=dtype,
+                                 gpu=gpu_name, efficiency=efficiency),
+                 step=StepEnd(dp=replicas, zero=zero, link=dp_link, hbm_bytes_per_s=device.hbm_bytes_per_s,
+                              overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
+                              bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
+                 if (replicas > 1 or zero > 0 if step is None else step) else None,
                  layers=layers)
 
 
@@ -249,10 +290,10 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
     the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
     FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``)."""
     n, t, kernels = shard.tokens, shard.tp, shard.kernels
-    core = core_flops(arch) * scores // t
+    core = core_flops(arch) * scores // (t * shard.cp)
     f, b, w = (n * flops // t for flops in part.flops)
     probabilities = _probabilities(arch, e, seq_len, flash_attention)
-    attention = kernels.attention(core, arch.head_dim, seq_len, flash_attention)
+    attention = kernels.attention(core, arch.head_dim, seq_len // shard.cp, flash_attention)
 
     def products(matmuls: tuple[Matmul, ...]) -> tuple[float, float, float]:
         times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
@@ -279,7 +320,8 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
                   expert_params=part.experts // shard.ep,
                   all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
                   modules=None if redone is None else {name: again(r) for name, r in redone.items()},
-                  kernel=kernel, fp8_params=fp8_params)  # type: ignore[arg-type]
+                  kernel=kernel, fp8_params=fp8_params,  # type: ignore[arg-type]
+                  ring=context.exposed(attention, shard.ring, shard.cp) if core else (0.0, 0.0))
 
 
 def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) -> _Costs:
@@ -300,19 +342,22 @@ def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) 
                   m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
                   expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
-                  fp8_params=entry.fp8_params + block.fp8_params)
+                  fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring)
 
 
 @dataclass(frozen=True)
 class _Shard:
-    """A microbatch of ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the ``experts`` routed experts),
-    its kernels timed by ``kernels``: what a per-token size comes to."""
+    """A microbatch's ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the ``experts`` routed experts,
+    and of ``cp``: the device's share of the sequence), its kernels timed by ``kernels``, a key/value chunk's
+    exchange round the context-parallel ring taking ``ring`` seconds: what a per-token size comes to."""
 
     tokens: int
     tp: int
     ep: int
     kernels: Kernels
     experts: int
+    cp: int = 1
+    ring: float = 0.0
 
     def bytes(self, per_token: int) -> int:
         """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
