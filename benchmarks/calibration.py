@@ -172,8 +172,10 @@ def mapped(run: dict) -> Mapped:
         if value is None:
             notes.append(f"{key} not published: on")
         flags[key] = True if value is None else bool(value)
-    if par["tp"] > 1 and (overlap.get("tp_comm_overlap") or overlap.get("async_tp")):
-        notes.append("TP communication overlap on in the run: predict has no flag for it")
+    tp_comm_overlap = bool(overlap.get("tp_comm_overlap") or overlap.get("async_tp"))
+    if par["tp"] > 1 and overlap.get("tp_comm_overlap") is None and overlap.get("async_tp") is None:
+        notes.append("TP communication overlap not published: off")
+    dispatcher = "flex" if str((run.get("moe") or {}).get("dispatcher", "")).startswith("flex") else "alltoall"
     if overlap.get("delay_wgrad_compute"):
         notes.append("delay_wgrad_compute on in the run: predict has no flag for it")
     vp = par["vp"] or 1
@@ -188,6 +190,7 @@ def mapped(run: dict) -> Mapped:
         gpus=hardware["gpus"], tp=par["tp"], pp=par["pp"], vp=vp, cp=par["cp"], ep=par["ep"], zero=zero,
         layout=layout, partition="torchtitan" if titan else "uniform",
         schedule=None if order in (None, megatron_builtin(vp)) else order, recompute=recompute,
+        tp_comm_overlap=tp_comm_overlap and par["tp"] > 1, dispatcher=dispatcher if par["ep"] > 1 else "alltoall",
         **flags)
     return Mapped(configuration, None, tuple(notes))
 
@@ -212,6 +215,10 @@ def command(c: Configuration) -> str:
         words.append("--no-overlap-grad-reduce")
     if not c.overlap_param_gather:
         words.append("--no-overlap-param-gather")
+    if c.tp_comm_overlap:
+        words.append("--tp-comm-overlap")
+    if c.dispatcher != "alltoall":
+        words += ["--dispatcher", c.dispatcher]
     return shlex.join(words)
 
 

@@ -84,6 +84,11 @@ class Configuration:
     """Whether the gradients' reduction overlaps the backward (Megatron's ``--overlap-grad-reduce``)."""
     overlap_param_gather: bool = True
     """Whether the parameter all-gather overlaps the next forward (Megatron's ``--overlap-param-gather``)."""
+    tp_comm_overlap: bool = False
+    """Whether tensor-parallel collectives overlap the products beside them (Megatron's ``--tp-comm-overlap``,
+    torchtitan's AsyncTP; both off by default)."""
+    dispatcher: str = "alltoall"
+    """How the expert all-to-all sends a token: "alltoall" or "flex" (DeepEP, HybridEP)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,8 @@ def configured_model(c: Configuration, dp: int) -> Model:
     link = "network" if c.pp > 1 and c.gpus > get_gpu(c.gpu).gpus_per_node else "nvlink"
     return estimate(c.config, gpu=c.gpu, seq_len=c.seq_len, microbatch_size=c.microbatch_size, tp=c.tp, dp=dp,
                     cp=c.cp, ep=c.ep, zero=c.zero, dtype=c.dtype, link=link,
-                    overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather, step=True)
+                    overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather, step=True,
+                    tp_comm_overlap=c.tp_comm_overlap, dispatcher=c.dispatcher)
 
 
 def stage_counts(c: Configuration, model: Model) -> tuple[int, ...]:

@@ -46,8 +46,15 @@ def estimate(
     ep: int = typer.Option(1, "--ep", min=1, metavar="N", help="Expert-parallel degree (routed experts whole, not "
                                                                "split by --tp)."),
     a2a_link: Optional[str] = typer.Option(None, "--a2a-link", metavar="LINK",
-                                           help="Link of the experts' all-to-all: nvlink or network (default: nvlink "
-                                                "while --ep fits a node)."),
+                                           help="Link of every byte of the experts' all-to-all: nvlink or "
+                                                "network (default: the copies within the node over NVLink, the others "
+                                                "over the network)."),
+    dispatcher: str = typer.Option("alltoall", "--dispatcher", metavar="NAME",
+                                   help="How the all-to-all sends a token: alltoall (a copy per expert) or flex "
+                                        "(DeepEP/HybridEP: once per node, forwarded over NVLink)."),
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                         help="Hide each tensor-parallel collective behind the product beside it "
+                                              "(Transformer Engine's userbuffers, torch's AsyncTP)."),
     method: str = typer.Option("formula", "--method", metavar="METHOD",
                                help="formula (the closed form: fused kernels) or count (torch on transformers' "
                                     "eager modules: an upper bound)."),
@@ -64,7 +71,6 @@ def estimate(
     """
     from zbsolve.problem.estimate.formula import estimate as estimate_model
     from zbsolve.problem.estimate.notes import flops_note, method_note
-    from zbsolve.problem.estimate.gpus import get_gpu
     from zbsolve.problem.estimate.hf_config import architecture
     from zbsolve.present.layers import LAYER_HEADERS, layer_rows
 
@@ -77,11 +83,15 @@ def estimate(
                f"--tp {tp} --dp {dp} --zero {zero} " + (f"--cp {cp} " if cp > 1 else "") + f"--dtype {dtype} "
                + (f"--efficiency {efficiency:g} " if efficiency is not None else "")
                + f"--{'' if flash_attention else 'no-'}flash-attention --link {link}"
-               + (f" --ep {ep}" if experts else "") + (f" --a2a-link {a2a_link}" if experts and a2a_link else "")
+               + (f" --ep {ep}" if experts else "")
+               + (f" --dispatcher {dispatcher}" if experts and dispatcher != "alltoall" else "")
+               + (f" --a2a-link {a2a_link}" if experts and a2a_link else "")
+               + (" --tp-comm-overlap" if tp_comm_overlap else "")
                + f" --method {method}" + (f" --name {name}" if name else "") + f" -o {output}")
     model = estimate_model(config, gpu=gpu, seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp, cp=cp,
                            zero=zero, dtype=dtype, efficiency=efficiency, flash_attention=flash_attention, link=link,
-                           name=name, source=command, method=method, ep=ep, a2a_link=a2a_link)
+                           name=name, source=command, method=method, ep=ep, a2a_link=a2a_link,
+                           dispatcher=dispatcher, tp_comm_overlap=tp_comm_overlap)
     model.save(output)
     note = flops_note(model, config, flash_attention)
     if quiet:
@@ -101,8 +111,9 @@ def estimate(
             f"MiB over {model.link.name})")
     exchange = next((layer.comm_f for layer in model.layers if layer.comm_f is not None), None)
     if exchange is not None:
-        comm += (f"; all-to-all of a block with experts: {1e3 * exchange:.3f} ms in F and in B (2 of ep {ep} over "
-                 f"{a2a_link or get_gpu(gpu).expert_link(ep)}, in t_f and t_b)")
+        where = f"over {a2a_link}" if a2a_link else "within the node over NVLink, across nodes over the network"
+        comm += (f"; all-to-all of a block with experts: {1e3 * exchange:.3f} ms in F and in B (2 of ep {ep}, {where}, "
+                 f"{dispatcher} dispatcher, in t_f and t_b)")
     out.print(text_table(LAYER_HEADERS, layer_rows(model), title), highlight=False)
     for line in (method_note(method), comm, note, f"wrote {output}"):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

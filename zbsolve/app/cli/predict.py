@@ -49,6 +49,13 @@ def predict(
                                              help="Gradients reduced during the backward, bucket by bucket."),
     overlap_param_gather: bool = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
                                               help="Parameters all-gathered during the next forward."),
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                         help="Tensor-parallel collectives hidden behind the products beside them "
+                                              "(Megatron's --tp-comm-overlap, torchtitan's AsyncTP; both off by "
+                                              "default)."),
+    dispatcher: str = typer.Option("alltoall", "--dispatcher", metavar="NAME",
+                                   help="How the expert all-to-all sends a token: alltoall (a copy per expert) or "
+                                        "flex (DeepEP/HybridEP: once per node, forwarded over NVLink)."),
     as_json: bool = JSON,
 ) -> None:
     """Predict one configuration's step: the model estimated for its GPUs and parallelism, run in one order on the
@@ -66,7 +73,8 @@ def predict(
     c = Configuration(config, gpu, dtype, seq_len, microbatch_size, global_batch, gpus, tp, pp, vp, cp, ep, zero,
                       layout, partition or "uniform", schedule, recompute,
                       None if device_memory is None else parse_bytes(device_memory, "device_memory"),
-                      parse_bytes(reserve, "reserve", zero=True), overlap_grad_reduce, overlap_param_gather)
+                      parse_bytes(reserve, "reserve", zero=True), overlap_grad_reduce, overlap_param_gather,
+                      tp_comm_overlap, dispatcher)
     p = run(c)
     if as_json:
         print(json.dumps(p.figures(), indent=1))

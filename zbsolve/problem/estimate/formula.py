@@ -102,6 +102,9 @@ class _Costs:
     """Seconds of each pass's kernels under the kernel model (products, attention core, memory-bound kernels)."""
     fp8_params: int = 0
     """Parameters of its FP8 products on the device (under ``dtype="fp8"``)."""
+    hiding: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
+    """Per pass, seconds each of its first collectives can hide behind under TP communication overlap
+    (``_hiding``); a collective past them hides behind none."""
     ring: tuple[float, float] = (0.0, 0.0)
     """Seconds of F's and B's context-parallel key/value exchanges left exposed (``context.exposed``)."""
 
@@ -111,7 +114,8 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
              source: str | None = None, method: str = "formula", ep: int = 1,
              a2a_link: str | None = None, cp: int = 1, overlap_grad_reduce: bool = False,
-             overlap_param_gather: bool = False, step: bool | None = None) -> Model:
+             overlap_param_gather: bool = False, step: bool | None = None, dispatcher: str = "alltoall",
+             tp_comm_overlap: bool = False) -> Model:
     """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
@@ -128,9 +132,15 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     activation bytes from ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
 
     A mixture-of-experts config (``moe``) spreads its routed experts over ``ep`` devices, whole (not split by
-    ``tp``), and runs two all-to-alls in F and two in B of each block with experts over ``a2a_link`` (default:
-    NVLink where ``ep`` fits the GPU's node, else the network), their seconds in t_f and t_b and recorded as the
-    layer's comm_f and comm_b; DeepSeek-V3's multi-token prediction layers follow the blocks as ``mtp.0``, ...
+    ``tp``), and runs two all-to-alls in F and two in B of each block with experts, their seconds in t_f and t_b and
+    recorded as the layer's comm_f and comm_b: the copies to the device's node over NVLink and the others over the
+    network at once (``moe.all_to_all_bytes``, by ``dispatcher``: "alltoall" a copy per expert, "flex" once per
+    node under node-limited routing), or every byte over ``a2a_link`` where given; DeepSeek-V3's multi-token
+    prediction layers follow the blocks as ``mtp.0``, ...
+
+    ``tp_comm_overlap`` hides each tensor-parallel collective behind the product beside it, up to that product's
+    time (``_hiding``: Transformer Engine's userbuffers overlap, torch's AsyncTP); off by default, as in both
+    runtimes, every collective then adds its time.
 
     Times come from each pass's kernels (``zbsolve.problem.estimate.kernels``); an ``efficiency`` in (0, 1] times
     FLOPs and the end layers' HBM bytes at that share of the preset's BF16 peaks instead. ``dtype="fp8"`` runs the
@@ -147,7 +157,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     if zero not in (0, 1, 3) or isinstance(zero, bool):
         raise InputError(f"zero = {zero!r}: should be 0, 1 or 3")
     replicas = dp * cp
-    moe.check(arch, method, tp * replicas if zero else 0, ep, a2a_link)
+    moe.check(arch, method, tp * replicas if zero else 0, ep, a2a_link, dispatcher)
     context.check(seq_len, cp, flash_attention, method)
     if dtype not in DTYPE_BYTES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
@@ -171,15 +181,15 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
              if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
     collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
-    exchange = (moe.all_to_all_bytes(-(-tokens // tp), arch, e, ep) / device.link(a2a_link or device.expert_link(ep))
-                + P2P_LATENCY if ep > 1 else 0.0)
+    exchange = _exchange(device, arch, -(-tokens // tp), e, ep, a2a_link, dispatcher) if ep > 1 else 0.0
 
     memory_rate = device.hbm_bytes_per_s * (device.memory_fraction if efficiency is None else efficiency)
 
     def seconds(c: _Costs, p: int) -> float:
         compute = (c.kernel[p] if efficiency is None else
                    c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency))
-        return compute + c.collectives[p] * collective + (c.all_to_all[p] * exchange if c.all_to_all else 0.0)
+        return compute + _collectives(c, p, collective, tp_comm_overlap) + (c.all_to_all[p] * exchange
+                                                                            if c.all_to_all else 0.0)
 
     def static(params: int, shards: int) -> int:
         if zero == 3:
@@ -225,7 +235,8 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                                   f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
                                   f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
                                   f"link={link!r}, method={method!r}"
-                                  + (f", ep={ep}, a2a_link={a2a_link!r}" if arch.experts else "")
+                                  + (f", ep={ep}, a2a_link={a2a_link!r}, dispatcher={dispatcher!r}" if arch.experts
+                                     else "") + f", tp_comm_overlap={tp_comm_overlap}"
                                   + (f", cp={cp}" if cp > 1 else "")
                                   + (f", overlap_grad_reduce={overlap_grad_reduce}, "
                                      f"overlap_param_gather={overlap_param_gather}, step={step}"
@@ -240,6 +251,40 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
                               bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
                  if (replicas > 1 or zero > 0 if step is None else step) else None,
                  layers=layers)
+
+
+def _exchange(device: Gpu, arch: Architecture, tokens: int, e: int, ep: int, a2a_link: str | None,
+              dispatcher: str) -> float:
+    """Seconds of one dispatch or combine of a device's ``tokens``: its NVLink and network bytes
+    (``moe.all_to_all_bytes``) sent at once, the slower link's time, or all of them over ``a2a_link``."""
+    nvlink, network = moe.all_to_all_bytes(tokens, arch, e, ep, device.gpus_per_node, dispatcher)
+    if a2a_link is not None:
+        return (nvlink + network) / device.link(a2a_link) + P2P_LATENCY
+    return max(nvlink / device.nvlink_bytes_per_s, network / device.network_bytes_per_s) + P2P_LATENCY
+
+
+def _collectives(c: _Costs, p: int, collective: float, overlap: bool) -> float:
+    """Seconds pass ``p`` of ``c`` spends in tensor-parallel collectives of ``collective`` seconds each: all of
+    them, or under overlap what each shows past the time it can hide behind (``_Costs.hiding``)."""
+    if not overlap:
+        return c.collectives[p] * collective
+    hidden = c.hiding[p]
+    return sum(max(0.0, collective - g) for g in hidden) + (c.collectives[p] - len(hidden)) * collective
+
+
+def _hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]], collectives: tuple[int, int, int],
+            tp: int) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per pass, the seconds each collective can hide behind: (tp - 1)/tp of the product it overlaps, which the
+    overlap runs in tp chunks, one of them without a transfer beside it. The products: in F and B the column- and
+    row-parallel ones in order (an all-gather before a column-parallel product, a reduce-scatter after a
+    row-parallel one, and their transposes), in W the column-parallel ones (the all-gather of their input for the
+    weight gradient); a collective left without one overlaps none."""
+    hiding = []
+    for p, count in enumerate(collectives):
+        kinds = ("column", "row") if p < 2 else ("column",)
+        products = [t[p] * (tp - 1) / tp for mm, t in zip(matmuls, times) if mm.split in kinds]
+        hiding.append(tuple(products[:count]))
+    return tuple(hiding)  # type: ignore[return-value]
 
 
 def _dense_layers(config: dict | str | Path, arch: Architecture, shard: _Shard, e: int, seq_len: int,
@@ -299,11 +344,16 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
         times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
         return tuple(map(sum, zip(*times))) if times else (0.0, 0.0, 0.0)  # type: ignore[return-value]
 
+    def hidden(matmuls: tuple[Matmul, ...], collectives: tuple[int, int, int]) -> tuple[tuple[float, ...], ...]:
+        return (((), (), ()) if t == 1 else
+                _hiding(matmuls, [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls], collectives, t))
+
     def again(r: recompute_modules.Redo) -> tuple[_Costs, int]:
         redo = products(r.matmuls)[0] + attention[0] * r.core + kernels.memory(shard.bytes(r.traffic + r.elementwise))
         return (_Costs(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
-                       all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0)),
+                       all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0),
+                       hiding=hidden(r.matmuls, (r.collectives, 0, 0))),  # type: ignore[arg-type]
                 shard.bytes(r.saved + probabilities * r.core))
 
     gemm = products(part.matmuls)
@@ -314,6 +364,7 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
     return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
+                  hiding=hidden(part.matmuls, part.collectives),  # type: ignore[arg-type]
                   m_b=shard.bytes(part.saved + fp8[0] + probabilities),
                   m_w=shard.bytes(part.for_w + fp8[1]), params=-(-part.split // t) + part.whole,
                   out_bytes=shard.bytes(arch.hidden * e), selective=tuple(map(shard.bytes, part.recomputed)),
@@ -342,6 +393,7 @@ def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) 
                   m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
                   expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
+                  hiding=tuple(sum((part.hiding[p] for part in parts), ()) for p in range(3)),  # type: ignore[arg-type]
                   fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring)
 
 
@@ -417,8 +469,10 @@ def _output(arch: Architecture, shard: _Shard, e: int) -> _Costs:
     logits = n * vocab
     x = shard.bytes(h * e)
     traffic = (logits * (e + FP32_BYTES), logits * (FP32_BYTES + e), 0)
-    product = shard.kernels.matmul(Matmul(h, arch.vocab, fp8=False), n, t)
+    head = Matmul(h, arch.vocab, fp8=False)
+    product = shard.kernels.matmul(head, n, t)
+    collectives = (1, 1, 1) if t > 1 else (0, 0, 0)
     return _Costs(flops=(matmul, matmul, matmul), traffic=traffic,
-                  collectives=(1, 1, 1) if t > 1 else (0, 0, 0), m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
-                  params=vocab * h, out_bytes=FP32_BYTES,
+                  collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
+                  params=vocab * h, out_bytes=FP32_BYTES, hiding=_hiding((head,), [product], collectives, t),
                   kernel=tuple(p + m for p, m in zip(product, _streamed(shard, traffic))))  # type: ignore[arg-type]

@@ -56,10 +56,6 @@ class Gpu:
             raise InputError(f"link = {kind!r}: should be one of {', '.join(LINKS)}")
         return self.nvlink_bytes_per_s if kind == "nvlink" else self.network_bytes_per_s
 
-    def expert_link(self, ep: int) -> str:
-        """The link an all-to-all over ``ep`` devices takes (``group_link``)."""
-        return self.group_link(ep)
-
     def group_link(self, devices: int) -> str:
         """The link a group of ``devices`` adjacent ranks communicates over: NVLink while they fit one node, else
         the network (Megatron's rank order tp-cp-ep-dp-pp puts a tp x cp group, then its dp replicas, side by

@@ -51,6 +51,8 @@ ROUTING = {"deepseek_v2": {"scoring_func": ("softmax",), "topk_method": ("greedy
 LATENT_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                    "v_head_dim": 128}
 """transformers' defaults of DeepSeek's latent attention sizes (V2 and V3 alike)."""
+GROUP_DEFAULTS = {"deepseek_v3": {"n_group": 8, "topk_group": 4}}
+"""transformers' defaults of the router's groups (DeepSeek-V2 has none: a group-limited config names them)."""
 DEEPSEEK_DEFAULTS = {"deepseek_v2": {"n_shared_experts": 2, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
                      "deepseek_v3": {"n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1}}
 """transformers' defaults of the DeepSeek keys a config may leave out (V3's ``num_mtp_layers`` is
@@ -79,6 +81,11 @@ class Experts:
     """A sigmoid gate, an h x 1 matmul, scales the shared experts' output (Qwen2-MoE)."""
     layers: tuple[bool, ...]
     """Which blocks have experts; the others have a dense MLP of inner size ``Architecture.ffn``."""
+    groups: int = 1
+    """Groups of consecutive experts the router limits a token to (``n_group`` where routing is group-limited:
+    DeepSeek-V3's ``noaux_tc``, DeepSeek-V2's ``group_limited_greedy``; 1 otherwise)."""
+    group_limit: int = 1
+    """Groups a token's experts may come from (``topk_group``; ``groups`` where routing is not limited)."""
 
 
 @dataclass(frozen=True)
@@ -232,8 +239,24 @@ def _mixture(data: dict, kind: str, arch: dict[str, Any], where: str) -> dict[st
     routed = _int(data, key, where)
     if top_k > routed:
         raise InputError(f"{where}: num_experts_per_tok = {top_k}: should be at most {key} = {routed}")
+    groups, limit = _groups(data, kind, routed, where)
     return {**extra, "experts": Experts(key=key, routed=routed, top_k=top_k, ffn=ffn, shared_ffn=shared,
-                                        shared_gate=gate, layers=tuple(moe))}
+                                        shared_gate=gate, layers=tuple(moe), groups=groups, group_limit=limit)}
+
+
+def _groups(data: dict, kind: str, routed: int, where: str) -> tuple[int, int]:
+    """(``n_group``, ``topk_group``) where transformers limits a token's experts to ``topk_group`` of ``n_group``
+    groups of consecutive experts (DeepSeek-V3 always, DeepSeek-V2 with ``group_limited_greedy``), else (1, 1).
+    The groups must divide the experts, and ``topk_group`` be at most ``n_group``."""
+    if not (kind == "deepseek_v3" or kind == "deepseek_v2" and data.get("topk_method") == "group_limited_greedy"):
+        return 1, 1
+    defaults = GROUP_DEFAULTS.get(kind, {})
+    groups = _int(data, "n_group", where, defaults.get("n_group", _MISSING))
+    limit = _int(data, "topk_group", where, defaults.get("topk_group", _MISSING))
+    if routed % groups or limit > groups:
+        raise InputError(f"{where}: n_group = {groups}, topk_group = {limit}: n_group should divide the {routed} "
+                         "experts and topk_group be at most n_group")
+    return groups, limit
 
 
 def _deepseek(data: dict, kind: str, where: str) -> dict[str, Any]:

@@ -22,11 +22,18 @@ from zbsolve.problem.estimate.kernels import Matmul
 FP32_BYTES = 4
 """Bytes of the router's fp32 probabilities and of the top-k weights (every router here takes its softmax or
 sigmoid in fp32)."""
+DISPATCHERS = ("alltoall", "flex")
+"""How a dispatch reaches the experts: "alltoall" (Megatron-LM's alltoall dispatcher: one copy of a token per routed
+expert, in NCCL's all-to-all) or "flex" (DeepEP or HybridEP: a token crosses the network once per node it is routed
+to, to the GPU of the same local index there, which forwards it over NVLink to the GPUs of its experts)."""
 
 
-def check(arch: Architecture, method: str, replicas: int, ep: int, a2a_link: str | None) -> None:
-    """Refuse expert parallelism and an all-to-all link without experts, an ``ep`` that does not divide the
-    routed experts (or, ``replicas`` = tp·dp under ZeRO-1, those replicas), and counting experts."""
+def check(arch: Architecture, method: str, replicas: int, ep: int, a2a_link: str | None,
+          dispatcher: str = "alltoall") -> None:
+    """Refuse expert parallelism and an all-to-all link without experts, an unknown dispatcher, an ``ep`` that does
+    not divide the routed experts (or, ``replicas`` = tp·dp under ZeRO-1, those replicas), and counting experts."""
+    if dispatcher not in DISPATCHERS:
+        raise InputError(f"dispatcher = {dispatcher!r}: should be one of {', '.join(DISPATCHERS)}")
     experts = arch.experts
     if experts is None:
         if ep > 1 or a2a_link is not None:
@@ -138,8 +145,26 @@ def active(part: Part, arch: Architecture) -> int:
     return part.params - (part.experts - part.experts // x.routed * x.top_k if x else 0)
 
 
-def all_to_all_bytes(tokens: int, arch: Architecture, e: int, ep: int) -> int:
-    """Bytes a device sends in one dispatch or combine: of its ``tokens``' top_k copies of h, the (ep - 1)/ep
-    that go to other devices' experts under balanced routing."""
+def all_to_all_bytes(tokens: int, arch: Architecture, e: int, ep: int, per_node: int,
+                     dispatcher: str = "alltoall") -> tuple[float, float]:
+    """(NVLink bytes, network bytes) a device sends in one dispatch or combine of its ``tokens`` under balanced
+    routing, the ``ep`` devices consecutive on nodes of ``per_node`` GPUs (Megatron's expert rank order with
+    expert tensor parallelism 1): n = min(ep, per_node) of them share a node, so of a token's top_k copies 1/ep
+    stays, (n - 1)/ep goes over NVLink and (ep - n)/ep over the network ("alltoall"). "flex" sends a token over
+    the network once per other node among the ``reached`` nodes its experts are on, and forwards each copy over
+    NVLink unless it lands on the receiving GPU ((n - 1)/n of them)."""
     assert arch.experts is not None
-    return tokens * arch.experts.top_k * arch.hidden * e * (ep - 1) // ep
+    k, width = arch.experts.top_k, tokens * arch.hidden * e
+    n = min(ep, per_node)
+    if dispatcher == "alltoall":
+        return width * k * (n - 1) / ep, width * k * (ep - n) / ep
+    return width * k * (n - 1) / n, width * reached(arch, ep / n) * (ep - n) / ep
+
+
+def reached(arch: Architecture, nodes: float) -> float:
+    """Nodes at most a token's experts are on, of the expert-parallel group's ``nodes``: top_k, the nodes, and under
+    node-limited routing the ``group_limit`` groups it may choose, each of consecutive experts spanning nodes /
+    groups nodes where groups are larger than a node's experts (DeepSeek-V3, section 2.1.2: at most M = 4 nodes)."""
+    x = arch.experts
+    assert x is not None
+    return min(x.top_k, nodes, x.group_limit * max(1.0, nodes / x.groups))
