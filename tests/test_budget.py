@@ -46,7 +46,8 @@ WRAPPER = textwrap.dedent('''
 
     def announce(name, fn):
         def wrapped(*args, **kwargs):
-            print(f"phase {name}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"phase {name}\\n")  # one write: a worker thread's line never splits it
+            sys.stderr.flush()
             return fn(*args, **kwargs)
         return wrapped
 

@@ -12,7 +12,8 @@ from conftest import ROOT
 from zbsolve.base.errors import InputError
 from zbsolve.planning.predict import Configuration, configured_model
 from zbsolve.problem.estimate import moe
-from zbsolve.problem.estimate.formula import _collectives, _Costs, _hiding, estimate
+from zbsolve.problem.estimate.formula import _collectives, estimate
+from zbsolve.problem.estimate.layer_costs import LayerCosts, hiding
 from zbsolve.problem.estimate.gpus import GPUS
 from zbsolve.problem.estimate.hf_config import architecture
 from zbsolve.problem.estimate.kernels import Matmul
@@ -93,8 +94,8 @@ def test_the_estimate_sends_both_parts_at_once():
 
 def test_a_collective_hides_behind_its_product_up_to_its_time():
     """Three collectives of 0.5 s; under overlap the first two hide behind 1.0 and 0.1 s, the third behind none."""
-    costs = _Costs(flops=(0, 0, 0), traffic=(0, 0, 0), collectives=(3, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
-                   hiding=((1.0, 0.1), (), ()))
+    costs = LayerCosts(flops=(0, 0, 0), traffic=(0, 0, 0), collectives=(3, 0, 0), m_b=0, m_w=0, params=0,
+                       out_bytes=0, hiding=((1.0, 0.1), (), ()))
     assert _collectives(costs, 0, 0.5, overlap=False) == 1.5
     assert _collectives(costs, 0, 0.5, overlap=True) == pytest.approx(0.0 + 0.4 + 0.5)
 
@@ -104,8 +105,8 @@ def test_collectives_pair_with_the_tensor_parallel_products():
     (tp - 1)/tp of its product (one chunk of tp runs without a transfer)."""
     mms = (Matmul(8, 8), Matmul(8, 8, "whole"), Matmul(8, 8, "row"), Matmul(8, 8))
     times = [(1.0, 2.0, 3.0), (9.0, 9.0, 9.0), (4.0, 5.0, 6.0), (7.0, 8.0, 10.0)]
-    assert _hiding(mms, times, (2, 3, 2), 4) == ((0.75, 3.0), (1.5, 3.75, 6.0), (2.25, 7.5))
-    assert _hiding(mms, times, (0, 5, 0), 2)[1] == (1.0, 2.5, 4.0)
+    assert hiding(mms, times, (2, 3, 2), 4) == ((0.75, 3.0), (1.5, 3.75, 6.0), (2.25, 7.5))
+    assert hiding(mms, times, (0, 5, 0), 2)[1] == (1.0, 2.5, 4.0)
 
 
 def test_the_flag_hides_tensor_parallel_collectives_only():

@@ -81,7 +81,7 @@ def label(key: str, units: Units | None = None) -> str:
 
 
 def size_text(size: float) -> str:
-    """Bytes as GiB and as GB, so a preset's decimal size and a size given in GiB read alike: "74.51 GiB (80 GB)"."""
+    """Bytes as GiB and as GB, so a preset's decimal size and a size given in GiB read alike: "79.65 GiB (85.52 GB)"."""
     return f"{_trimmed(gib(size), 2)} GiB ({_trimmed(size / 1e9, 2)} GB)"
 
 

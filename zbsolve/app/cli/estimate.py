@@ -52,9 +52,9 @@ def estimate(
     dispatcher: str = typer.Option("alltoall", "--dispatcher", metavar="NAME",
                                    help="How the all-to-all sends a token: alltoall (a copy per expert) or flex "
                                         "(DeepEP/HybridEP: once per node, forwarded over NVLink)."),
-    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap",
                                          help="Hide each tensor-parallel collective behind the product beside it "
-                                              "(Transformer Engine's userbuffers, torch's AsyncTP)."),
+                                              "(Transformer Engine's userbuffers, torch's AsyncTP; off if not given)."),
     method: str = typer.Option("formula", "--method", metavar="METHOD",
                                help="formula (the closed form: fused kernels) or count (torch on transformers' "
                                     "eager modules: an upper bound)."),

@@ -49,7 +49,7 @@ def predict(
                                              help="Gradients reduced during the backward, bucket by bucket."),
     overlap_param_gather: bool = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
                                               help="Parameters all-gathered during the next forward."),
-    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap/--no-tp-comm-overlap",
+    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap",
                                          help="Tensor-parallel collectives hidden behind the products beside them "
                                               "(Megatron's --tp-comm-overlap, torchtitan's AsyncTP; both off by "
                                               "default)."),

@@ -1,10 +1,11 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
 GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), whose blocks'
-parts come from ``zbsolve.problem.estimate.block`` and ``zbsolve.problem.estimate.moe``, and the closed-form cost
-model of ``docs/cost-model.md``: each pass's kernels timed by ``zbsolve.problem.estimate.kernels`` (products by
-shape, flash attention, memory-bound kernels; or, with an explicit efficiency, FLOPs over a share of the peak), FP8
-products under Transformer Engine's recipe, activation bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper, expert-parallel
-all-to-alls over NVLink or the network. Every figure is per device of the tensor-parallel group. With
+parts come from ``zbsolve.problem.estimate.block`` and ``zbsolve.problem.estimate.moe`` (the other layers' from
+``zbsolve.problem.estimate.layer_costs``), and the closed-form cost model of ``docs/cost-model.md``: each pass's
+kernels timed by ``zbsolve.problem.estimate.kernels`` (products by shape, flash attention, memory-bound kernels;
+or, with an explicit efficiency, FLOPs over a share of the peak), FP8 products under Transformer Engine's recipe,
+activation bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper,
+expert-parallel all-to-alls over NVLink or the network. Every figure is per device of the tensor-parallel group. With
 ``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
 (``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by
 ``zbsolve.problem.estimate.hf_config``.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from zbsolve.problem.estimate import context, counting, moe, recompute_modules
@@ -24,6 +24,8 @@ from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
 from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_saved
+from zbsolve.problem.estimate.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
+                                                  output_costs, probability_bytes, with_counts)
 from zbsolve.core.profile import paper_deltas
 from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
 
@@ -37,10 +39,6 @@ amax, or an amax history, per tensor) is a few bytes per layer and left out."""
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12
 """Mixed-precision Adam per parameter (ZeRO, Rajbhandari et al. 2020, section 3.1): 16-bit weight and gradient,
 fp32 master weight, momentum and variance."""
-ID_BYTES = 8
-"""Bytes of a token id (int64), which the embedding keeps for its weight gradient."""
-FP32_BYTES = 4
-"""Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
 BUCKET_PARAMS = (40_000_000, 1_000_000)
 """Parameters of a bucket of the gradients' reduction: the larger of the first and the second times the replicas
 (megatron-core 0.16.1, ``distributed_data_parallel.py``: ``max(40000000, 1000000 * dp_group.size())``)."""
@@ -80,35 +78,6 @@ def reference_flops_per_token(config: Architecture | dict | str | Path, seq_len:
     return 6 * (count_parameters(arch, active=True) + head) + 3 * core_flops(arch) * pairs / seq_len
 
 
-@dataclass(frozen=True)
-class _Costs:
-    """One layer's costs before they become times: per pass (F, B, W) its FLOPs, its HBM traffic in bytes
-    (memory-bound work) and its tensor-parallel collectives; its activation bytes M_B and M_W, its parameters and
-    the bytes of its output."""
-
-    flops: tuple[int, int, int]
-    traffic: tuple[int, int, int]
-    collectives: tuple[int, int, int]
-    m_b: int
-    m_w: int
-    params: int
-    out_bytes: int
-    selective: tuple[int, int] | None = None
-    expert_params: int = 0
-    all_to_all: tuple[int, int, int] | None = None
-    modules: dict[str, tuple[_Costs, int]] | None = None
-    """Megatron's recomputed modules: what each runs again (as an F) and the bytes F keeps no more."""
-    kernel: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    """Seconds of each pass's kernels under the kernel model (products, attention core, memory-bound kernels)."""
-    fp8_params: int = 0
-    """Parameters of its FP8 products on the device (under ``dtype="fp8"``)."""
-    hiding: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
-    """Per pass, seconds each of its first collectives can hide behind under TP communication overlap
-    (``_hiding``); a collective past them hides behind none."""
-    ring: tuple[float, float] = (0.0, 0.0)
-    """Seconds of F's and B's context-parallel key/value exchanges left exposed (``context.exposed``)."""
-
-
 def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
              dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float | None = None,
              flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
@@ -128,8 +97,8 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     records its ``params``. ``link`` ("nvlink" or "network") carries the activations between stages. Layers are
     named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ..., ``norm``, ``output``. A block whose
     sliding window is shorter than ``seq_len`` counts the attention scores of ``attended_pairs`` under flash
-    attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and
-    activation bytes from ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
+    attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and activation bytes from
+    ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
 
     A mixture-of-experts config (``moe``) spreads its routed experts over ``ep`` devices, whole (not split by
     ``tp``), and runs two all-to-alls in F and two in B of each block with experts, their seconds in t_f and t_b and
@@ -139,7 +108,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     prediction layers follow the blocks as ``mtp.0``, ...
 
     ``tp_comm_overlap`` hides each tensor-parallel collective behind the product beside it, up to that product's
-    time (``_hiding``: Transformer Engine's userbuffers overlap, torch's AsyncTP); off by default, as in both
+    time (``hiding``: Transformer Engine's userbuffers overlap, torch's AsyncTP); off by default, as in both
     runtimes, every collective then adds its time.
 
     Times come from each pass's kernels (``zbsolve.problem.estimate.kernels``); an ``efficiency`` in (0, 1] times
@@ -177,7 +146,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     tokens, e = seq_len * microbatch_size // cp, DTYPE_BYTES[dtype]
     ring = (tokens * context.kv_bytes(arch, e) // tp / device.link(device.group_link(tp * cp)) + P2P_LATENCY
             if cp > 1 else 0.0)
-    shard = _Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1, cp, ring)
+    shard = Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1, cp, ring)
     costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
              if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
     collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
@@ -185,7 +154,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
 
     memory_rate = device.hbm_bytes_per_s * (device.memory_fraction if efficiency is None else efficiency)
 
-    def seconds(c: _Costs, p: int) -> float:
+    def seconds(c: LayerCosts, p: int) -> float:
         compute = (c.kernel[p] if efficiency is None else
                    c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency))
         return compute + _collectives(c, p, collective, tp_comm_overlap) + (c.all_to_all[p] * exchange
@@ -200,7 +169,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     dp_link_name = device.group_link(tp * replicas)
     dp_link = Link(name=dp_link_name, bytes_per_s=device.link(dp_link_name), latency_s=P2P_LATENCY)
 
-    def pass_time(c: _Costs, p: int) -> float:
+    def pass_time(c: LayerCosts, p: int) -> float:
         """Seconds of pass ``p``: its kernels and collectives, the ring's exposed exchange, and under FSDP what of
         its parameters' all-gather (F, B) or its gradients' reduce-scatter (W) outlasts it."""
         t = seconds(c, p) + (c.ring[p] if p < 2 else 0.0)
@@ -263,56 +232,41 @@ def _exchange(device: Gpu, arch: Architecture, tokens: int, e: int, ep: int, a2a
     return max(nvlink / device.nvlink_bytes_per_s, network / device.network_bytes_per_s) + P2P_LATENCY
 
 
-def _collectives(c: _Costs, p: int, collective: float, overlap: bool) -> float:
+def _collectives(c: LayerCosts, p: int, collective: float, overlap: bool) -> float:
     """Seconds pass ``p`` of ``c`` spends in tensor-parallel collectives of ``collective`` seconds each: all of
-    them, or under overlap what each shows past the time it can hide behind (``_Costs.hiding``)."""
+    them, or under overlap what each shows past the time it can hide behind (``LayerCosts.hiding``)."""
     if not overlap:
         return c.collectives[p] * collective
     hidden = c.hiding[p]
     return sum(max(0.0, collective - g) for g in hidden) + (c.collectives[p] - len(hidden)) * collective
 
 
-def _hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]], collectives: tuple[int, int, int],
-            tp: int) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Per pass, the seconds each collective can hide behind: (tp - 1)/tp of the product it overlaps, which the
-    overlap runs in tp chunks, one of them without a transfer beside it. The products: in F and B the column- and
-    row-parallel ones in order (an all-gather before a column-parallel product, a reduce-scatter after a
-    row-parallel one, and their transposes), in W the column-parallel ones (the all-gather of their input for the
-    weight gradient); a collective left without one overlaps none."""
-    hiding = []
-    for p, count in enumerate(collectives):
-        kinds = ("column", "row") if p < 2 else ("column",)
-        products = [t[p] * (tp - 1) / tp for mm, t in zip(matmuls, times) if mm.split in kinds]
-        hiding.append(tuple(products[:count]))
-    return tuple(hiding)  # type: ignore[return-value]
-
-
-def _dense_layers(config: dict | str | Path, arch: Architecture, shard: _Shard, e: int, seq_len: int,
-                  microbatch_size: int, flash_attention: bool, method: str, dtype: str) -> list[tuple[str, _Costs]]:
+def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e: int, seq_len: int,
+                  microbatch_size: int, flash_attention: bool, method: str, dtype: str) -> list[tuple[str, LayerCosts]]:
     """A dense decoder's layers by name: one set of block costs for each distinct sliding window, counted by
     torch with ``method`` "count"."""
     windows = saving_windows(arch, seq_len, flash_attention)
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
-    ends = [_embedding(arch, shard, e), _norm(arch, shard, e), _output(arch, shard, e)]
+    ends = [embedding_costs(arch, shard, e), norm_costs(arch, shard, e), output_costs(arch, shard, e)]
     blocks = [_from_part(moe.block(arch, e, 0), arch, shard, e, seq_len, flash_attention,
                          microbatch_size * attended_pairs(seq_len, w), recompute_modules.modules(arch, e, 0))
               for w in kinds]
     if method == "count":
         counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
                                  flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
-        ends = [_counted(part, counts, shard.tp) for part, counts in
+        ends = [with_counts(part, counts, shard.tp) for part, counts in
                 zip(ends, (counted.embedding, counted.norm, counted.output))]
-        blocks = [_counted(part, counts, shard.tp) for part, counts in zip(blocks, counted.blocks)]
+        blocks = [with_counts(part, counts, shard.tp) for part, counts in zip(blocks, counted.blocks)]
     block_of = dict(zip(kinds, blocks))
     return ([("tok_embeddings", ends[0])] + [(f"layers.{i}", block_of[w]) for i, w in enumerate(windows)]
             + [("norm", ends[1]), ("output", ends[2])])
 
 
-def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
-                   microbatch_size: int) -> list[tuple[str, _Costs]]:
+def _expert_layers(arch: Architecture, shard: Shard, e: int, seq_len: int, flash_attention: bool,
+                   microbatch_size: int) -> list[tuple[str, LayerCosts]]:
     """A mixture-of-experts decoder's layers by name: the embedding, its blocks (with experts or a dense MLP),
     its multi-token prediction layers ``mtp.j``, the final norm and the head."""
-    def block(index: int, window: int | None) -> _Costs:
+    def block(index: int, window: int | None) -> LayerCosts:
         scores = microbatch_size * attended_pairs(seq_len, window)
         return _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores,
                           recompute_modules.modules(arch, e, index))
@@ -321,12 +275,12 @@ def _expert_layers(arch: Architecture, shard: _Shard, e: int, seq_len: int, flas
     blocks = [(f"layers.{i}", block(i, w)) for i, w in enumerate(windows)]
     last = block(arch.layers, None)
     mtp = [(f"mtp.{j}", _mtp(arch, shard, e, last, first=j == 0)) for j in range(arch.mtp)]
-    return ([("tok_embeddings", _embedding(arch, shard, e))] + blocks + mtp
-            + [("norm", _norm(arch, shard, e)), ("output", _output(arch, shard, e))])
+    return ([("tok_embeddings", embedding_costs(arch, shard, e))] + blocks + mtp
+            + [("norm", norm_costs(arch, shard, e)), ("output", output_costs(arch, shard, e))])
 
 
-def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: int, flash_attention: bool,
-               scores: int, redone: dict[str, recompute_modules.Redo] | None = None) -> _Costs:
+def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: int, flash_attention: bool,
+               scores: int, redone: dict[str, recompute_modules.Redo] | None = None) -> LayerCosts:
     """A block's costs per device from its per-token ``part``: FLOPs and bytes of the device's 1/tp of the
     tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs (the microbatch's
     attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
@@ -337,7 +291,7 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
     n, t, kernels = shard.tokens, shard.tp, shard.kernels
     core = core_flops(arch) * scores // (t * shard.cp)
     f, b, w = (n * flops // t for flops in part.flops)
-    probabilities = _probabilities(arch, e, seq_len, flash_attention)
+    probabilities = probability_bytes(arch, e, seq_len, flash_attention)
     attention = kernels.attention(core, arch.head_dim, seq_len // shard.cp, flash_attention)
 
     def products(matmuls: tuple[Matmul, ...]) -> tuple[float, float, float]:
@@ -346,11 +300,11 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
 
     def hidden(matmuls: tuple[Matmul, ...], collectives: tuple[int, int, int]) -> tuple[tuple[float, ...], ...]:
         return (((), (), ()) if t == 1 else
-                _hiding(matmuls, [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls], collectives, t))
+                hiding(matmuls, [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls], collectives, t))
 
-    def again(r: recompute_modules.Redo) -> tuple[_Costs, int]:
+    def again(r: recompute_modules.Redo) -> tuple[LayerCosts, int]:
         redo = products(r.matmuls)[0] + attention[0] * r.core + kernels.memory(shard.bytes(r.traffic + r.elementwise))
-        return (_Costs(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
+        return (LayerCosts(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
                        all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0),
                        hiding=hidden(r.matmuls, (r.collectives, 0, 0))),  # type: ignore[arg-type]
@@ -362,7 +316,7 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
     fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
     fp8_params = sum(mm.k * mm.n // (t if mm.split in ("column", "row") else 1)
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
-    return _Costs(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
+    return LayerCosts(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
                   hiding=hidden(part.matmuls, part.collectives),  # type: ignore[arg-type]
                   m_b=shard.bytes(part.saved + fp8[0] + probabilities),
@@ -375,104 +329,24 @@ def _from_part(part: Part, arch: Architecture, shard: _Shard, e: int, seq_len: i
                   ring=context.exposed(attention, shard.ring, shard.cp) if core else (0.0, 0.0))
 
 
-def _mtp(arch: Architecture, shard: _Shard, e: int, block: _Costs, first: bool) -> _Costs:
+def _mtp(arch: Architecture, shard: Shard, e: int, block: LayerCosts, first: bool) -> LayerCosts:
     """A multi-token prediction layer (DeepSeek-V3, after the blocks and before the final norm, where
     Megatron-LM's pipeline layout puts it): the next tokens' embedding (the first holds a copy of the
     embedding's weights, as Megatron-LM's last stage does), its projection, a block of the last block's kind, its
     own norm and the loss through the head of ``output`` (whose weights it shares); it passes the blocks' hidden
     state on to ``norm``."""
     entry = _from_part(moe.projection(arch, e), arch, shard, e, 0, True, 0)
-    embedding, head = _embedding(arch, shard, e), _output(arch, shard, e)
-    parts = [embedding if first else dataclasses.replace(embedding, params=0), entry, block, _norm(arch, shard, e),
+    embedding, head = embedding_costs(arch, shard, e), output_costs(arch, shard, e)
+    parts = [embedding if first else dataclasses.replace(embedding, params=0), entry, block, norm_costs(arch, shard, e),
              dataclasses.replace(head, params=0)]
 
     def total(field: str) -> tuple[int, int, int]:
         return tuple(map(sum, zip(*(getattr(part, field) for part in parts))))  # type: ignore[return-value]
 
-    return _Costs(flops=total("flops"), traffic=total("traffic"), collectives=total("collectives"),
+    return LayerCosts(flops=total("flops"), traffic=total("traffic"), collectives=total("collectives"),
                   m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
                   expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
                   hiding=tuple(sum((part.hiding[p] for part in parts), ()) for p in range(3)),  # type: ignore[arg-type]
                   fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring)
 
-
-@dataclass(frozen=True)
-class _Shard:
-    """A microbatch's ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the ``experts`` routed experts,
-    and of ``cp``: the device's share of the sequence), its kernels timed by ``kernels``, a key/value chunk's
-    exchange round the context-parallel ring taking ``ring`` seconds: what a per-token size comes to."""
-
-    tokens: int
-    tp: int
-    ep: int
-    kernels: Kernels
-    experts: int
-    cp: int = 1
-    ring: float = 0.0
-
-    def bytes(self, per_token: int) -> int:
-        """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
-        (sequence parallelism: each device holds a 1/tp slice, rounded up)."""
-        return -(-self.tokens * per_token // self.tp)
-
-
-def _counted(part: _Costs, counts: counting.Counts, tp: int) -> _Costs:
-    """``part`` with the counted FLOPs and activation bytes, each divided over the ``tp`` devices (rounded up)."""
-    f, b, w = (-(-flops // tp) for flops in counts.flops)
-    return dataclasses.replace(part, flops=(f, b, w), m_b=-(-counts.m_b // tp), m_w=-(-counts.m_w // tp))
-
-
-def _embedding(arch: Architecture, shard: _Shard, e: int) -> _Costs:
-    """A gather: no FLOPs; F reads the rows and writes the output, W reads the output gradient and reads and
-    writes fp32 gradient rows (scatter-add); B has nothing to do (its input is token ids)."""
-    n, h, t = shard.tokens, arch.hidden, shard.tp
-    ids = n * ID_BYTES
-    grad = shard.bytes(h * e)
-    params = -(-arch.vocab // t) * h + arch.positions * h
-    traffic = (2 * n * h * e, 0, n * h * (e + 2 * FP32_BYTES))
-    return _Costs(flops=(0, 0, 0), traffic=traffic,
-                  collectives=(1, 0, 1) if t > 1 else (0, 0, 0), m_b=ids, m_w=ids + grad, params=params,
-                  out_bytes=shard.bytes(h * e), kernel=_streamed(shard, traffic))
-
-
-def _streamed(shard: _Shard, traffic: tuple[int, int, int]) -> tuple[float, float, float]:
-    """Seconds of each pass's memory-bound ``traffic`` under the kernel model."""
-    return tuple(map(shard.kernels.memory, traffic))  # type: ignore[return-value]
-
-
-def _probabilities(arch: Architecture, e: int, seq_len: int, flash_attention: bool) -> int:
-    """Bytes a token attention keeps without flash attention: its softmax probabilities over all s keys (and with
-    attention dropout also its mask and output); none with flash attention."""
-    if flash_attention:
-        return 0
-    return e * arch.heads * seq_len + (arch.heads * seq_len + e * arch.heads * seq_len) * arch.attention_dropout
-
-
-def _norm(arch: Architecture, shard: _Shard, e: int) -> _Costs:
-    """Memory-bound: F reads and writes the activation, B reads it and the output gradient and writes the input
-    gradient (and its weight gradient: only matmul weights wait for W)."""
-    slice_bytes = shard.bytes(arch.hidden * e)
-    traffic = (2 * slice_bytes, 3 * slice_bytes, 0)
-    return _Costs(flops=(0, 0, 0), traffic=traffic, collectives=(0, 0, 0),
-                  m_b=slice_bytes, m_w=0, params=arch.norm_params, out_bytes=slice_bytes,
-                  kernel=_streamed(shard, traffic))
-
-
-def _output(arch: Architecture, shard: _Shard, e: int) -> _Costs:
-    """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
-    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input. The
-    product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8)."""
-    n, h, t = shard.tokens, arch.hidden, shard.tp
-    vocab = -(-arch.vocab // t)
-    matmul = 2 * n * h * vocab
-    logits = n * vocab
-    x = shard.bytes(h * e)
-    traffic = (logits * (e + FP32_BYTES), logits * (FP32_BYTES + e), 0)
-    head = Matmul(h, arch.vocab, fp8=False)
-    product = shard.kernels.matmul(head, n, t)
-    collectives = (1, 1, 1) if t > 1 else (0, 0, 0)
-    return _Costs(flops=(matmul, matmul, matmul), traffic=traffic,
-                  collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
-                  params=vocab * h, out_bytes=FP32_BYTES, hiding=_hiding((head,), [product], collectives, t),
-                  kernel=tuple(p + m for p, m in zip(product, _streamed(shard, traffic))))  # type: ignore[arg-type]
