@@ -55,4 +55,15 @@ def test_matmul_splits():
     split = k.matmul(Matmul(4096, 16384), 8192, 4)
     assert all(0.2 < s / w < 0.3 for s, w in zip(split, whole))
     experts = k.matmul(Matmul(2048, 1536, split="expert", copies=8), 4096, 1, ep=8, experts=128)
-    assert experts[0] == k.gemm(4096 * 8 // 16, 1536, 2048, groups=16, fp8=True)
+    assert experts == (16 * k.gemm(2048, 1536, 2048), 16 * k.gemm(2048, 2048, 1536), 16 * k.gemm(2048, 1536, 2048))
+
+
+def test_each_local_expert_is_its_own_product():
+    """A local expert's product fills its own waves: 8 experts of 128 rows by 8 tiles of columns (8 tiles each, 64
+    of 132 SMs) take 8 of one expert's time, not that of one product of 64 tiles; with as many rows as one
+    grouped product of their tiles would fill, each expert's idle SMs make the sum slower than that product."""
+    k = Kernels(H100, "bf16")
+    experts = k.matmul(Matmul(8 * TILE[1], 4096, split="expert"), 8 * TILE[0], 1, ep=1, experts=8)
+    one = k.gemm(TILE[0], 4096, 8 * TILE[1])
+    assert experts[0] == 8 * one
+    assert experts[0] > 1.5 * k.gemm(8 * TILE[0], 4096, 8 * TILE[1])

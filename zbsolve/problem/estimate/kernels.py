@@ -62,28 +62,30 @@ class Kernels:
     dtype: str
     """"bf16", "fp16" or "fp8"."""
 
-    def gemm(self, m: int, n: int, k: int, groups: int = 1, fp8: bool = False) -> float:
-        """Seconds of ``groups`` products of (m x k)·(k x n): the achievable rate times wave quantization of the
+    def gemm(self, m: int, n: int, k: int, fp8: bool = False) -> float:
+        """Seconds of a product of (m x k)·(k x n): the achievable rate times wave quantization of the
         output tiles (split-K where they leave SMs idle) times the inner size's depth, bounded below by the bytes
         the operands move at the fused memory rate."""
-        if m * n * k * groups == 0:
+        if m * n * k == 0:
             return 0.0
         fp8 = fp8 and self.dtype == "fp8"
         peak = (self.gpu.fp8_flops * self.gpu.fp8_gemm_fraction if fp8  # type: ignore[operator]
                 else self.gpu.flops * self.gpu.gemm_fraction)
         element = 1 if fp8 else 2
-        tiles = groups * math.ceil(m / TILE[0]) * math.ceil(n / TILE[1])
+        tiles = math.ceil(m / TILE[0]) * math.ceil(n / TILE[1])
         split = max(1, min(self.gpu.sms // tiles, k // SPLIT_K_DEPTH)) if tiles < self.gpu.sms else 1
         units = tiles * split
         wave = units / (math.ceil(units / self.gpu.sms) * self.gpu.sms)
         depth = k / (k + K_HALF_BYTES / element)
-        compute = 2 * groups * m * n * k / (peak * wave * depth)
-        return max(compute, self.memory(groups * (m * k + k * n) * element + groups * m * n * 2))
+        compute = 2 * m * n * k / (peak * wave * depth)
+        return max(compute, self.memory((m * k + k * n) * element + m * n * 2))
 
     def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1) -> tuple[float, float, float]:
         """Seconds of F (x·W), B (the input gradient) and W (the weight gradient, the tokens as inner size) of
         ``mm`` over a microbatch of ``tokens`` on one device of ``tp`` (routed experts: ``experts`` of them shared
-        out over ``ep``, each receiving as many of the device's token copies)."""
+        out over ``ep``, each receiving as many of the device's token copies under balanced routing, and each local
+        expert's product timed on its own rows, its own waves and split-K, the experts' times summed: Transformer
+        Engine's ``GroupedLinear`` runs one cuBLAS product per expert)."""
         k, n, rows, groups = mm.k, mm.n, tokens, 1
         if mm.split == "column":
             n = -(-n // tp)
@@ -94,8 +96,8 @@ class Kernels:
         if mm.split == "expert":
             groups = experts // ep
             rows = max(1, -(-rows * mm.copies // groups))
-        return (self.gemm(rows, n, k, groups, mm.fp8), self.gemm(rows, k, n, groups, mm.fp8),
-                self.gemm(k, n, rows, groups, mm.fp8))
+        return (groups * self.gemm(rows, n, k, fp8=mm.fp8), groups * self.gemm(rows, k, n, fp8=mm.fp8),
+                groups * self.gemm(k, n, rows, fp8=mm.fp8))
 
     def attention(self, flops_f: float, head_dim: int, seq: int, flash: bool) -> tuple[float, float]:
         """Seconds of the attention core's F and B whose F counts ``flops_f`` over every attended pair (causal
