@@ -70,6 +70,12 @@ WIDE = typer.Option(False, "--wide", help="Print the tables whole, every column,
 QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
 RESERVE = typer.Option(f"{DEFAULT_RESERVE / GIB:g}GiB", "--reserve",
                        help="Memory per device kept free of stages and activations.")
+DISPATCHER = typer.Option("alltoall", "--dispatcher", metavar="NAME",
+                          help="Expert all-to-all: alltoall (a copy per expert) or flex (DeepEP: a copy per "
+                               "node, then NVLink).")
+TP_COMM_OVERLAP = typer.Option(False, "--tp-comm-overlap",
+                               help="Hide each tensor-parallel collective behind the product beside it "
+                                    "(Megatron's --tp-comm-overlap, torchtitan's AsyncTP).")
 
 
 def cli_errors(fn: Callable) -> Callable:

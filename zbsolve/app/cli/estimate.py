@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, out
+from zbsolve.app.cli.common import DISPATCHER, JSON, QUIET, TP_COMM_OVERLAP, app, cli_errors, out
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.units import mib
@@ -49,12 +49,8 @@ def estimate(
                                            help="Link of every byte of the experts' all-to-all: nvlink or "
                                                 "network (default: the copies within the node over NVLink, the others "
                                                 "over the network)."),
-    dispatcher: str = typer.Option("alltoall", "--dispatcher", metavar="NAME",
-                                   help="How the all-to-all sends a token: alltoall (a copy per expert) or flex "
-                                        "(DeepEP/HybridEP: once per node, forwarded over NVLink)."),
-    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap",
-                                         help="Hide each tensor-parallel collective behind the product beside it "
-                                              "(Transformer Engine's userbuffers, torch's AsyncTP; off if not given)."),
+    dispatcher: str = DISPATCHER,
+    tp_comm_overlap: bool = TP_COMM_OVERLAP,
     method: str = typer.Option("formula", "--method", metavar="METHOD",
                                help="formula (the closed form: fused kernels) or count (torch on transformers' "
                                     "eager modules: an upper bound)."),

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, RESERVE, app, cli_errors, out
+from zbsolve.app.cli.common import DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors, out
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import parse_bytes
 from zbsolve.present.tables import text_table
@@ -49,13 +49,8 @@ def predict(
                                              help="Gradients reduced during the backward, bucket by bucket."),
     overlap_param_gather: bool = typer.Option(True, "--overlap-param-gather/--no-overlap-param-gather",
                                               help="Parameters all-gathered during the next forward."),
-    tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap",
-                                         help="Tensor-parallel collectives hidden behind the products beside them "
-                                              "(Megatron's --tp-comm-overlap, torchtitan's AsyncTP; both off by "
-                                              "default)."),
-    dispatcher: str = typer.Option("alltoall", "--dispatcher", metavar="NAME",
-                                   help="How the expert all-to-all sends a token: alltoall (a copy per expert) or "
-                                        "flex (DeepEP/HybridEP: once per node, forwarded over NVLink)."),
+    tp_comm_overlap: bool = TP_COMM_OVERLAP,
+    dispatcher: str = DISPATCHER,
     as_json: bool = JSON,
 ) -> None:
     """Predict one configuration's step: the model estimated for its GPUs and parallelism, run in one order on the
