@@ -10,7 +10,9 @@ import pytest
 
 from conftest import ROOT
 from zbsolve.problem.estimate.gpus import GPUS
-from zbsolve.problem.estimate.kernels import TILE, Kernels, Matmul, attention_rate
+from zbsolve.problem.estimate import formula
+from zbsolve.problem.estimate.formula import estimate
+from zbsolve.problem.estimate.kernels import TILE, Kernels, Matmul, attention_rate, fp8_casts
 
 MEASURED = json.loads((ROOT / "problems" / "measured" / "h100" / "kernels.json").read_text())
 H100 = GPUS["h100"]
@@ -67,3 +69,26 @@ def test_each_local_expert_is_its_own_product():
     one = k.gemm(TILE[0], 4096, 8 * TILE[1])
     assert experts[0] == 8 * one
     assert experts[0] > 1.5 * k.gemm(8 * TILE[0], 4096, 8 * TILE[1])
+
+
+def test_fp8_casts_by_hand():
+    """F casts an FP8 product's input (2 bytes read, 1 written in each of two layouts) unless a fused norm wrote
+    it; B casts every FP8 product's output gradient; 16-bit products cast nothing; W casts nothing."""
+    matmuls = (Matmul(8, 24, fused_norm=True), Matmul(16, 8, "row"), Matmul(8, 4, "expert", copies=2),
+               Matmul(8, 3, "whole", fp8=False))
+    assert fp8_casts(matmuls, 2) == (4 * 16 + 4 * 8 * 2, 4 * 24 + 4 * 8 + 4 * 4 * 2, 0)
+
+
+def test_fp8_casts_lengthen_an_fp8_block_only(monkeypatch):
+    """A Llama-style block's F and B take longer under FP8 by its casts' bytes at the memory rate, W not: q/k/v and
+    fc1 take their fused norms' FP8 output, o's and fc2's inputs are cast, and all four output gradients."""
+    config = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128, "max_position_embeddings": 64}
+    cast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
+    monkeypatch.setattr(formula, "fp8_casts", lambda matmuls, e: (0, 0, 0))
+    uncast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
+    memory = Kernels(H100, "fp8").memory
+    tokens, q_kv, f = 128, 256 + 2 * 2 * 64, 512
+    assert cast.t_f - uncast.t_f == pytest.approx(memory(tokens * 4 * (256 + f)))
+    assert cast.t_b - uncast.t_b == pytest.approx(memory(tokens * 4 * (q_kv + 256 + 2 * f + 256)))
+    assert cast.t_w == uncast.t_w

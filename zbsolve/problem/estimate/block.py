@@ -99,7 +99,7 @@ def _heads(arch: Architecture, e: int) -> Part:
     rotary, norms = 2 * (qd + kd) * e, (qd + kd) * e * arch.qk_norm
     return Part(flops=(2 * weights,) * 3, saved=e * (h + 2 * qd + 2 * kd + (qd + kd) * arch.qk_norm),
                 for_w=e * (h + qd + 2 * kd + qd + h), split=weights + biases, whole=2 * arch.head_dim * arch.qk_norm,
-                collectives=(2, 2, 1), matmuls=(Matmul(h, qd + 2 * kd), Matmul(qd, h, "row", shared_input=True)),
+                collectives=(2, 2, 1), matmuls=(Matmul(h, qd + 2 * kd, fused_norm=True), Matmul(qd, h, "row", shared_input=True)),
                 elementwise=(rotary + 2 * norms, rotary + 3 * norms, 0))
 
 
@@ -134,7 +134,8 @@ def latent_up(arch: Architecture, e: int) -> Part:
     rotary = 2 * (a + 1) * m.rope * e
     return Part(flops=(2 * up,) * 3, saved=e * (2 * a * qk + a * m.v),
                 for_w=e * (m.q_rank + m.kv_rank + a * qk + a * (m.nope + m.v)), split=up, whole=0,
-                collectives=(1, 1, 1), matmuls=(Matmul(m.q_rank or h, a * qk), Matmul(m.kv_rank, a * (m.nope + m.v))),
+                collectives=(1, 1, 1), matmuls=(Matmul(m.q_rank or h, a * qk, fused_norm=bool(m.q_rank)),
+                         Matmul(m.kv_rank, a * (m.nope + m.v), fused_norm=True)),
                 elementwise=(rotary, rotary, 0))
 
 
@@ -152,7 +153,7 @@ def mlp(arch: Architecture, e: int) -> Part:
     matrices = 3 if arch.gated else 2
     return Part(flops=(2 * matrices * h * f,) * 3, saved=e * (h + matrices * f), for_w=e * (2 * h + matrices * f),
                 split=matrices * h * f + (f + h) * arch.biases, whole=0, collectives=(2, 2, 1),
-                recomputed=(e * matrices * f, e * f), matmuls=(Matmul(h, (matrices - 1) * f), Matmul(f, h, "row")),
+                recomputed=(e * matrices * f, e * f), matmuls=(Matmul(h, (matrices - 1) * f, fused_norm=True), Matmul(f, h, "row")),
                 elementwise=activation(f, e, arch.gated))
 
 

@@ -23,7 +23,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
 from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
-from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_saved
+from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_casts, fp8_saved
 from zbsolve.problem.estimate.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
                                                   output_costs, probability_bytes, with_counts)
 from zbsolve.core.profile import paper_deltas
@@ -287,7 +287,8 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
     those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again. Its kernels:
     the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
-    FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``)."""
+    FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``) and their casts move bytes
+    (``kernels.fp8_casts``)."""
     n, t, kernels = shard.tokens, shard.tp, shard.kernels
     core = core_flops(arch) * scores // (t * shard.cp)
     f, b, w = (n * flops // t for flops in part.flops)
@@ -303,16 +304,20 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
                 hiding(matmuls, [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls], collectives, t))
 
     def again(r: recompute_modules.Redo) -> tuple[LayerCosts, int]:
-        redo = products(r.matmuls)[0] + attention[0] * r.core + kernels.memory(shard.bytes(r.traffic + r.elementwise))
+        redo = products(r.matmuls)[0] + attention[0] * r.core + kernels.memory(shard.bytes(
+            r.traffic + r.elementwise + casts(r.matmuls)[0]))
         return (LayerCosts(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
                        all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0),
                        hiding=hidden(r.matmuls, (r.collectives, 0, 0))),  # type: ignore[arg-type]
                 shard.bytes(r.saved + probabilities * r.core))
 
+    def casts(matmuls: tuple[Matmul, ...]) -> tuple[int, int, int]:
+        return fp8_casts(matmuls, e) if kernels.dtype == "fp8" else (0, 0, 0)
+
     gemm = products(part.matmuls)
-    kernel = tuple(g + a + kernels.memory(shard.bytes(x))
-                   for g, a, x in zip(gemm, (*attention, 0.0), part.elementwise))
+    kernel = tuple(g + a + kernels.memory(shard.bytes(x + c))
+                   for g, a, x, c in zip(gemm, (*attention, 0.0), part.elementwise, casts(part.matmuls)))
     fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
     fp8_params = sum(mm.k * mm.n // (t if mm.split in ("column", "row") else 1)
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)

@@ -51,6 +51,10 @@ class Matmul:
     that FP8 saves a copy more instead of halving it."""
     copies: int = 1
     """Copies of each token it runs on (routed experts: top_k)."""
+    fused_norm: bool = False
+    """Whether the norm before it is fused into it and writes its input in FP8 under ``dtype="fp8"`` (Transformer
+    Engine's ``LayerNormLinear``: Megatron's ``linear_qkv``, a dense MLP's ``linear_fc1``, latent attention's
+    up-projections), so that no cast of its input runs."""
 
 
 @dataclass(frozen=True)
@@ -138,3 +142,13 @@ def fp8_saved(matmuls: tuple[Matmul, ...], e: int) -> tuple[int, int]:
     where another kernel keeps that (one more; W then needs only the FP8 copy)."""
     kept = sum((1 if mm.shared_input else 1 - e) * mm.k * mm.copies for mm in matmuls if mm.fp8)
     return kept, sum((1 - e) * mm.k * mm.copies for mm in matmuls if mm.fp8)
+
+
+def fp8_casts(matmuls: tuple[Matmul, ...], e: int) -> tuple[int, int, int]:
+    """HBM bytes a token Transformer Engine's FP8 casts move in F, B and W (``transformer_engine/pytorch/module/
+    linear.py``, ``grouped_linear.py``: the input and output-gradient quantizers, ``cast_transpose``): F casts each
+    FP8 product's ``e``-byte input to FP8 in both layouts (rowwise for the product, columnwise for W's), unless a
+    fused norm wrote it in FP8; B casts each one's output gradient the same way for B's and W's products. The
+    weights' casts run once a step (cached across microbatches) and are left out."""
+    f = sum((e + 2) * mm.k * mm.copies for mm in matmuls if mm.fp8 and not mm.fused_norm)
+    return f, sum((e + 2) * mm.n * mm.copies for mm in matmuls if mm.fp8), 0
