@@ -93,7 +93,7 @@ def plan(
     baseline_layout: Optional[str] = typer.Option(None, "--baseline-layout", show_default=False,
                                                   help="A Megatron --pipeline-model-parallel-layout string, e.g. "
                                                        "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with "
-                                                       "Megatron's schedule and the best --recompute-num-layers."),
+                                                       "Megatron's schedule and its best recomputation."),
     first_layers: Optional[int] = typer.Option(None, "--num-layers-in-first-pipeline-stage", min=1,
                                                show_default=False, help="Megatron's blocks on the first pipeline "
                                                "rank: adds Megatron's uneven split to the baselines."),
