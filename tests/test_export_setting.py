@@ -1,5 +1,5 @@
 """The exports launch the run that was planned: the setting the costs are for (``Model.setting``: sequence length,
-microbatch size, tp, dp, ep, ZeRO, dtype) travels in the schedule document as "partition.setting", and the Megatron
+microbatch size, tp, dp, cp, ep, ZeRO, dtype) travels in the schedule document as "partition.setting", and the Megatron
 and torchtitan exports write it by the runtimes' own names, each checked against the runtime's own code: Megatron's
 flags against megatron-core's config fields and microbatch calculator (and Megatron-LM's own argument parser where a
 checkout is named), torchtitan's keys through torchtitan's ConfigManager and its Trainer.Config checks. A plan whose
@@ -60,6 +60,10 @@ MEGATRON_LM_FLAGS = {
     "--global-batch-size": "megatron/training/training_config.py TrainingConfig.global_batch_size",
     "--use-distributed-optimizer": "megatron/training/arguments.py l.2283 (megatron-core: "
                                    "DistributedDataParallelConfig.use_distributed_optimizer)",
+    "--use-megatron-fsdp": "megatron/training/arguments.py (megatron-core: DistributedDataParallelConfig"
+                           ".use_megatron_fsdp)",
+    "--data-parallel-sharding-strategy": "megatron/training/arguments.py (megatron-core: "
+                                         "DistributedDataParallelConfig.data_parallel_sharding_strategy)",
 }
 """The export's flags that Megatron-LM (tag core_v0.16.1) declares outside megatron-core, where, and the
 megatron-core field each becomes."""
@@ -143,6 +147,12 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
     (Setting(seq_len=64, microbatch_size=1, tp=4, dp=2, zero=1, dtype="fp32"),
      {"--use-distributed-optimizer": True, "--sequence-parallel": True, "--global-batch-size": "8"},
      ["--bf16", "--fp16", "--expert-model-parallel-size"]),
+    (Setting(seq_len=64, microbatch_size=1, tp=2, dp=2, cp=2),
+     {"--context-parallel-size": "2", "--global-batch-size": "8"},
+     ["--use-distributed-optimizer", "--use-megatron-fsdp", "--data-parallel-sharding-strategy"]),
+    (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, cp=2, zero=3),
+     {"--context-parallel-size": "2", "--use-distributed-optimizer": True, "--use-megatron-fsdp": True,
+      "--data-parallel-sharding-strategy": "optim_grads_params"}, ["--sequence-parallel"]),
 ])
 def test_megatron_writes_experts_dtype_and_zero(tmp_path: Path, setting: Setting, expected: dict, absent: list) -> None:
     flags = _flags(megatron_args(read_plan(_document(tmp_path, _model(setting)), "megatron")))
@@ -163,9 +173,9 @@ def test_megatron_notes_what_it_cannot_write(tmp_path: Path) -> None:
     export_document(_document(tmp_path, _model(odd)), "megatron", None, note=notes.append)
     assert notes[1:] == ["partition.setting.dtype = 'fp8' is not written: Megatron's flags are --bf16, --fp16 or none "
                          "(fp32)",
-                         "--expert-model-parallel-size 8 with --expert-tensor-parallel-size 1 needs tp x dp = 2 ranks "
-                         "per pipeline stage to be a multiple of 8 (megatron-core's initialize_model_parallel refuses "
-                         "it otherwise)"]
+                         "--expert-model-parallel-size 8 with --expert-tensor-parallel-size 1 needs tp x cp x dp = 2 "
+                         "ranks per pipeline stage to be a multiple of 8 (megatron-core's initialize_model_parallel "
+                         "refuses it otherwise)"]
     run = runner.invoke(app, ["export", str(bare), "-f", "megatron"], env={"COLUMNS": "100000"})
     assert run.exit_code == 0 and run.stdout.strip() == "--pipeline-model-parallel-size 2 " \
                                                         "--pipeline-model-parallel-layout 'Et*3|t*3L'"
@@ -173,25 +183,32 @@ def test_megatron_notes_what_it_cannot_write(tmp_path: Path) -> None:
 
 
 SETTINGS = [SETTING, Setting(seq_len=64, microbatch_size=1, tp=2, dp=4, ep=4, dtype="fp16"),
-            Setting(seq_len=64, microbatch_size=4, tp=1, dp=2, zero=1)]
+            Setting(seq_len=64, microbatch_size=4, tp=1, dp=2, zero=1),
+            Setting(seq_len=64, microbatch_size=1, tp=2, dp=2, cp=2),
+            Setting(seq_len=64, microbatch_size=2, tp=1, dp=2, cp=2, zero=3)]
+SETTING_IDS = ["dense", "experts", "zero1", "cp2", "zero3"]
 
 
 # megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.
 @pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")
-@pytest.mark.parametrize("setting", SETTINGS, ids=["dense", "experts", "zero1"])
+@pytest.mark.parametrize("setting", SETTINGS, ids=SETTING_IDS)
 def test_megatron_core_takes_every_flag(tmp_path: Path, setting: Setting) -> None:
     """Each flag is a megatron-core config field that takes the value (TransformerConfig's checks run), or one
     Megatron-LM declares itself, whose megatron-core counterpart takes it: the microbatch calculator gives the
-    plan's microbatches from the global batch, the micro-batch size and dp."""
+    plan's microbatches from the global batch, the micro-batch size and dp, with dp the world size the note
+    launches on over tp x cp x pp (``initialize_model_parallel``); ZeRO-3 is Megatron FSDP's ZeRO-3 strategy."""
     config = pytest.importorskip("megatron.core.transformer.transformer_config",
                                  reason="megatron-core is not installed (the dev extra pins 0.16.1)")
     import torch
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.distributed.fsdp.src.megatron_fsdp.fully_shard import ShardingStrategy
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
 
     doc = _document(tmp_path, _model(setting), recompute="uniform:1")
-    flags = _flags(megatron_args(read_plan(doc, "megatron")))
+    notes: list[str] = []
+    line = export_document(doc, "megatron", None, note=notes.append)[1]
+    flags = _flags(shlex.split(line))
     assert set(flags) <= set(MEGATRON_CORE_FIELDS) | set(MEGATRON_LM_FLAGS)
     values = {MEGATRON_CORE_FIELDS[flag]: int(value) if isinstance(value, str) and value.isdigit() else value
               for flag, value in flags.items() if flag in MEGATRON_CORE_FIELDS}
@@ -203,14 +220,22 @@ def test_megatron_core_takes_every_flag(tmp_path: Path, setting: Setting) -> Non
     calculator = ConstantNumMicroBatchesCalculator(int(flags["--global-batch-size"]), int(flags["--micro-batch-size"]),
                                                    setting.dp, False, 0)
     assert calculator.get() == 4
+    world = int(notes[0].split(" GPUs")[0].rsplit(" ", 1)[1])
+    assert world // (made.tensor_model_parallel_size * made.context_parallel_size
+                     * made.pipeline_model_parallel_size) == setting.dp
+    assert made.context_parallel_size == (setting.cp or 1)
     assert {"sequence_length"} <= {f.name for f in dataclasses.fields(GPTDatasetConfig)}
-    assert {"use_distributed_optimizer"} <= {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
-    assert ("--use-distributed-optimizer" in flags) == (setting.zero == 1)
+    ddp = DistributedDataParallelConfig(
+        use_distributed_optimizer="--use-distributed-optimizer" in flags,
+        use_megatron_fsdp="--use-megatron-fsdp" in flags,
+        data_parallel_sharding_strategy=flags.get("--data-parallel-sharding-strategy", "no_shard"))
+    assert ddp.use_distributed_optimizer == (setting.zero > 0) and ddp.use_megatron_fsdp == (setting.zero == 3)
+    assert ShardingStrategy[ddp.data_parallel_sharding_strategy.upper()] == (3 if setting.zero == 3 else 0)
 
 
 @pytest.mark.skipif(not os.environ.get("ZBSOLVE_MEGATRON_LM"),
                     reason="ZBSOLVE_MEGATRON_LM names no Megatron-LM checkout (tag core_v0.16.1)")
-@pytest.mark.parametrize("setting", SETTINGS, ids=["dense", "experts", "zero1"])
+@pytest.mark.parametrize("setting", SETTINGS, ids=SETTING_IDS)
 def test_megatron_lm_parses_the_line(tmp_path: Path, setting: Setting, monkeypatch) -> None:
     """Megatron-LM's own parser (``add_megatron_arguments`` of ``megatron/training/arguments.py`` in the checkout
     ``ZBSOLVE_MEGATRON_LM`` names) takes the line and reads each value back, and its ``validate_args`` accepts it
@@ -243,7 +268,7 @@ def test_megatron_lm_parses_the_line(tmp_path: Path, setting: Setting, monkeypat
                      "--max-position-embeddings", str(setting.seq_len)]
             experts = ["--num-experts", "8"] if setting.ep else []
             checked = parser.parse_args(args + sizes + experts)
-            checked.world_size, checked.rank = setting.tp * 2 * setting.dp, 0
+            checked.world_size, checked.rank = setting.tp * (setting.cp or 1) * 2 * setting.dp, 0
             validate_args(checked, {})
     finally:
         for name, module in saved.items():
@@ -296,6 +321,12 @@ def test_torchtitan_config_carries_the_setting(tmp_path: Path) -> None:
      "ep = 4 does not divide tp = 1; FSDP shards the weights and gradients too, so each device holds less than the "
      "plan's static bytes and gathers weights in F and B"),
     (Setting(seq_len=64, microbatch_size=1, tp=4, dp=2, ep=2), 2, 1, None),
+    (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, zero=3), 1, 4, None),
+    (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, cp=2, zero=3), 1, 4, None),
+    (Setting(seq_len=64, microbatch_size=1, tp=2, dp=2, cp=2), 2, 1,
+     "context_parallel_degree = 2: torchtitan applies FSDP over dp_shard x cp whenever cp > 1 "
+     "(torchtitan/distributed/parallel_dims.py), so it shards the weights and gradients over the 2 context-parallel "
+     "ranks: each device holds less than the plan's static bytes and gathers weights in F and B"),
 ])
 def test_torchtitan_data_parallel_choice(tmp_path: Path, setting: Setting, replicate: int, shard: int,
                                          expected: str | None) -> None:
@@ -304,11 +335,26 @@ def test_torchtitan_data_parallel_choice(tmp_path: Path, setting: Setting, repli
     assert (parallelism["data_parallel_replicate_degree"], parallelism["data_parallel_shard_degree"]) == \
         (replicate, shard)
     assert parallelism.get("expert_parallel_degree") == setting.ep
-    assert [note for note in notes if note.startswith("data_parallel")] == ([] if expected is None else [expected])
+    assert parallelism["context_parallel_degree"] == (setting.cp or 1)
+    assert [note for note in notes if note.startswith(("data_parallel", "context_parallel"))] == \
+        ([] if expected is None else [expected])
     if setting.dtype == "fp16":
         assert "mixed_precision_param" not in config["training"]
         assert "partition.setting.dtype = 'fp16' is not written: torchtitan 0.3.0's training.mixed_precision_param " \
                "is bfloat16 or float32" in notes
+
+
+@pytest.mark.parametrize("setting,divisor", [
+    (Setting(seq_len=66, microbatch_size=1, tp=4, dp=1), 4),
+    (Setting(seq_len=68, microbatch_size=1, tp=2, dp=1, cp=2), 8),
+])
+def test_torchtitan_refuses_a_sequence_it_cannot_split(tmp_path: Path, setting: Setting, divisor: int) -> None:
+    doc = _document(tmp_path, _model(setting))
+    with pytest.raises(InputError) as refused:
+        export_document(doc, "torchtitan", tmp_path / "tt")
+    assert str(refused.value) == (f"partition.setting.seq_len = {setting.seq_len}: torchtitan 0.3.0 needs it divisible "
+                                  f"by {divisor} (tp with sequence parallelism x 2 cp; torchtitan/trainer.py)")
+    assert not (tmp_path / "tt").exists()
 
 
 def test_torchtitan_notes_a_bare_plan(tmp_path: Path) -> None:
@@ -329,7 +375,7 @@ def _load_torchtitan_config(args: list[str]):
     return ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *args])
 
 
-@pytest.mark.parametrize("setting", SETTINGS, ids=["dense", "experts", "zero1"])
+@pytest.mark.parametrize("setting", SETTINGS, ids=SETTING_IDS)
 def test_torchtitan_takes_every_key(tmp_path: Path, setting: Setting) -> None:
     """torchtitan's ConfigManager parses the arguments file into its Trainer.Config, whose checks pass (pipeline
     parallelism with CUDA graphs disabled, sequence length divisible by tp), holding every key of the JSON; its
@@ -345,7 +391,7 @@ def test_torchtitan_takes_every_key(tmp_path: Path, setting: Setting) -> None:
     p = config["parallelism"]
     ParallelDims(dp_replicate=p["data_parallel_replicate_degree"], dp_shard=p["data_parallel_shard_degree"],
                  cp=p["context_parallel_degree"], tp=p["tensor_parallel_degree"], pp=p["pipeline_parallel_degree"],
-                 ep=p.get("expert_parallel_degree", 1), world_size=setting.tp * setting.dp * 2)
+                 ep=p.get("expert_parallel_degree", 1), world_size=setting.tp * (setting.cp or 1) * setting.dp * 2)
     training = parsed.training
     assert training.global_batch_size // (training.local_batch_size * setting.dp) == 1
     assert training.local_batch_size // parsed.parallelism.pipeline_parallel_microbatch_size == 4

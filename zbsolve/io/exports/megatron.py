@@ -11,7 +11,9 @@ methods, per block of one virtual stage), ``megatron/core/transformer/transforme
 55ac708). The setting's arguments are Megatron-LM's at the same tag (``megatron/training/arguments.py``, which makes
 ``--tensor-model-parallel-size`` ... ``--bf16`` from megatron-core's ``ModelParallelConfig`` fields and
 ``--micro-batch-size``, ``--global-batch-size`` from ``megatron/training/training_config.py``; ``--seq-length`` and
-``--use-distributed-optimizer`` it declares itself), and ``megatron/core/parallel_state.py``
+``--use-distributed-optimizer``, ``--use-megatron-fsdp`` and ``--data-parallel-sharding-strategy`` it declares itself,
+megatron-core's ``DistributedDataParallelConfig`` fields, whose Megatron FSDP shards over the data-parallel group with
+context parallelism: ``distributed/fsdp/mcore_fsdp_adapter.py``), and ``megatron/core/parallel_state.py``
 (``initialize_model_parallel``: the data-parallel size is the world size over tp x cp x pp; expert-tensor x expert
 x pipeline parallel must divide the world size) and ``num_microbatches_calculator.py`` (global batch / (micro-batch
 size x dp) microbatches).
@@ -129,7 +131,8 @@ DTYPE_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}
 """Megatron's flag for each ``Setting.dtype`` (fp32: none, its default)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
                  "--expert-tensor-parallel-size", "--seq-length", "--micro-batch-size", "--global-batch-size",
-                 "--bf16", "--fp16", "--sequence-parallel", "--use-distributed-optimizer")
+                 "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--sequence-parallel",
+                 "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
 
 
@@ -155,44 +158,55 @@ def megatron_args(plan: Plan) -> list[str]:
 
 
 def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[list[str], list[str], list[str]]:
-    """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context 1,
-    expert with experts whole, ``--expert-tensor-parallel-size 1``, for a model with experts), the batch
-    (``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp) and
-    the flags (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation
-    over the tensor-parallel group, ``--use-distributed-optimizer`` for ZeRO-1); none without a setting."""
+    """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context, expert
+    with experts whole, ``--expert-tensor-parallel-size 1``, for a model with experts, and
+    ``--data-parallel-sharding-strategy optim_grads_params`` for ZeRO-3), the batch (``--seq-length``,
+    ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp) and the flags
+    (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation over the
+    tensor-parallel group, ``--use-distributed-optimizer`` for ZeRO-1 and ZeRO-3, with ``--use-megatron-fsdp`` for
+    ZeRO-3: Megatron FSDP shards weights, gradients and optimizer states over dp x cp and runs its optimizer step
+    in megatron-core's ``DistributedOptimizer``); none without a setting."""
     if setting is None:
         return [], [], []
-    sizes = ["--tensor-model-parallel-size", str(setting.tp), "--context-parallel-size", "1"]
+    sizes = ["--tensor-model-parallel-size", str(setting.tp), "--context-parallel-size", str(setting.cp or 1)]
     if setting.ep is not None:
         sizes += ["--expert-model-parallel-size", str(setting.ep), "--expert-tensor-parallel-size", "1"]
+    if setting.zero == 3:
+        sizes += ["--data-parallel-sharding-strategy", "optim_grads_params"]
     batch = ["--seq-length", str(setting.seq_len), "--micro-batch-size", str(setting.microbatch_size),
              "--global-batch-size", str(setting.global_batch(num_microbatches))]
     switches = [*DTYPE_FLAGS.get(setting.dtype, []), *(["--sequence-parallel"] if setting.tp > 1 else []),
-                *(["--use-distributed-optimizer"] if setting.zero == 1 else [])]
+                *(["--use-distributed-optimizer"] if setting.zero else []),
+                *(["--use-megatron-fsdp"] if setting.zero == 3 else [])]
     return sizes, batch, switches
 
 
 def megatron_notes(plan: Plan) -> list[str]:
     """Lines for the user on what ``megatron_args`` could not write or Megatron takes from elsewhere: the setting's
-    arguments without one, a dtype Megatron has no flag for, the world size to launch on, and an expert-parallel
-    size megatron-core's ranks cannot hold."""
+    arguments without one, a dtype Megatron has no flag for, the world size to launch on, an expert-parallel size
+    megatron-core's ranks cannot hold, and Megatron-LM's own conditions on Megatron FSDP."""
     setting, m = plan.model.setting, plan.schedule.num_microbatches
     if setting is None:
         return [f"partition.setting is missing (the model has no setting): the line has no "
                 f"{', '.join(SETTING_FLAGS)}; add those of the setting the plan's costs are for (--global-batch-size = "
                 f"micro-batch size x {m} microbatches x data-parallel size)"]
-    p = plan.schedule.num_devices
+    p, cp = plan.schedule.num_devices, setting.cp or 1
     notes = [f"Megatron takes the data-parallel size from the world size: launch on tp x cp x pp x dp = {setting.tp} "
-             f"x 1 x {p} x {setting.dp} = {setting.tp * p * setting.dp} GPUs, so that --global-batch-size "
+             f"x {cp} x {p} x {setting.dp} = {setting.tp * cp * p * setting.dp} GPUs, so that --global-batch-size "
              f"{setting.global_batch(m)} is {m} microbatches of {setting.microbatch_size} per "
              "data-parallel rank, the plan's"]
     if setting.dtype not in DTYPE_FLAGS:
         notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: Megatron's flags are --bf16, "
                      "--fp16 or none (fp32)")
-    if setting.ep is not None and (setting.tp * setting.dp) % setting.ep:
-        notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x dp "
-                     f"= {setting.tp * setting.dp} ranks per pipeline stage to be a multiple of {setting.ep} "
-                     "(megatron-core's initialize_model_parallel refuses it otherwise)")
+    ranks = setting.tp * cp * setting.dp
+    if setting.ep is not None and ranks % setting.ep:
+        notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x cp x "
+                     f"dp = {ranks} ranks per pipeline stage to be a multiple of {setting.ep} (megatron-core's "
+                     "initialize_model_parallel refuses it otherwise)")
+    if setting.zero == 3:
+        notes.append("--use-megatron-fsdp: Megatron-LM checks Megatron FSDP's other arguments itself (validate_args "
+                     "in megatron/training/arguments.py, not megatron-core), e.g. the checkpoint format its examples "
+                     "save it with, --ckpt-format fsdp_dtensor: add what it asks for")
     return notes
 
 

@@ -141,14 +141,20 @@ def torchtitan_config(plan: Plan, csv_path: str | Path, microbatch_size: int | N
 
 def torchtitan_setting(setting: Setting | None, num_microbatches: int) -> tuple[dict[str, object], dict[str, object]]:
     """The ``parallelism`` and ``training`` keys of ``setting`` for a step of ``num_microbatches``: the tensor,
-    context (1) and, for a model with experts, expert parallel degrees, sequence parallelism where tp > 1 (the cost
-    model divides every activation over the tensor-parallel group), the data-parallel degree (``_data_parallel``),
+    context and, for a model with experts, expert parallel degrees, sequence parallelism where tp > 1 (the cost
+    model divides every activation over the tensor-parallel group), the data-parallel degree (``_sharded``),
     ``seq_len``, ``global_batch_size`` (microbatch size x microbatches x dp: one gradient accumulation step) and the
-    mixed precision's dtype (``MIXED_PRECISION``); none without a setting."""
+    mixed precision's dtype (``MIXED_PRECISION``); none without a setting. A ``seq_len`` torchtitan cannot split
+    over the tensor- and context-parallel ranks (``_seq_len_divisor``) is an ``InputError``."""
     if setting is None:
         return {}, {}
+    divisor = _seq_len_divisor(setting)
+    if setting.seq_len % divisor:
+        raise InputError(f"partition.setting.seq_len = {setting.seq_len}: torchtitan {TORCHTITAN_VERSION} needs it "
+                         f"divisible by {divisor} (tp with sequence parallelism x 2 cp; torchtitan/trainer.py)")
     parallelism = {"tensor_parallel_degree": setting.tp,
-                   **({"enable_sequence_parallel": True} if setting.tp > 1 else {}), "context_parallel_degree": 1,
+                   **({"enable_sequence_parallel": True} if setting.tp > 1 else {}),
+                   "context_parallel_degree": setting.cp or 1,
                    **({} if setting.ep is None else {"expert_parallel_degree": setting.ep}),
                    **dict(zip(("data_parallel_replicate_degree", "data_parallel_shard_degree"),
                               (1, setting.dp) if _sharded(setting) else (setting.dp, 1)))}
@@ -159,18 +165,27 @@ def torchtitan_setting(setting: Setting | None, num_microbatches: int) -> tuple[
     return parallelism, training
 
 
+def _seq_len_divisor(setting: Setting) -> int:
+    """What torchtitan's ``Trainer`` needs ``seq_len`` to be divisible by: tp with sequence parallelism (written
+    where tp > 1), times 2 cp with context parallelism (each context-parallel rank holds two chunks of a
+    sequence)."""
+    cp = setting.cp or 1
+    return setting.tp * (2 * cp if cp > 1 else 1)
+
+
 def _sharded(setting: Setting) -> bool:
     """Whether the export puts the data-parallel degree in ``data_parallel_shard_degree`` (FSDP) rather than
     ``data_parallel_replicate_degree`` (every replica holds whole weights, gradients and optimizer states, as the
-    costs count them under ZeRO 0): under ZeRO-1, which torchtitan has no closer form of, and where the
-    expert-parallel degree does not divide tp (torchtitan's expert parallelism borrows ranks from FSDP and TP)."""
-    return setting.zero == 1 or (setting.ep is not None and setting.tp % setting.ep != 0)
+    costs count them under ZeRO 0): under ZeRO-3 (FSDP over dp x cp, as the costs count it), under ZeRO-1, which
+    torchtitan has no closer form of, and where the expert-parallel degree does not divide tp (torchtitan's expert
+    parallelism borrows ranks from FSDP and TP)."""
+    return setting.zero in (1, 3) or (setting.ep is not None and setting.tp % setting.ep != 0)
 
 
 def torchtitan_notes(plan: Plan) -> list[str]:
     """Lines for the user on what ``torchtitan_config`` could not write or writes otherwise than the costs say:
-    the setting's keys without one, a dtype torchtitan has no mixed precision for, FSDP in place of ZeRO-1, an
-    expert-parallel degree torchtitan's ranks cannot hold, and ``PlannedAC``."""
+    the setting's keys without one, a dtype torchtitan has no mixed precision for, FSDP in place of ZeRO-0 or
+    ZeRO-1, an expert-parallel degree torchtitan's ranks cannot hold, and ``PlannedAC``."""
     setting, notes = plan.model.setting, []
     if setting is None:
         notes.append("partition.setting is missing (the model has no setting): torchtitan.json has no "
@@ -181,14 +196,20 @@ def torchtitan_notes(plan: Plan) -> list[str]:
         if setting.dtype not in MIXED_PRECISION:
             notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: torchtitan "
                          f"{TORCHTITAN_VERSION}'s training.mixed_precision_param is bfloat16 or float32")
-        if _sharded(setting):
+        cp = setting.cp or 1
+        if _sharded(setting) and setting.zero != 3:
             why = ("torchtitan has no ZeRO-1 (optimizer states alone sharded)" if setting.zero == 1 else
                    f"torchtitan's expert parallelism borrows its ranks from FSDP and TP, and ep = {setting.ep} does "
                    f"not divide tp = {setting.tp}")
             notes.append(f"data_parallel_shard_degree = {setting.dp} (FSDP): {why}; FSDP shards the weights and "
                          "gradients too, so each device holds less than the plan's static bytes and gathers weights "
                          "in F and B")
-        ranks = setting.tp * (setting.dp if _sharded(setting) else 1)
+        elif cp > 1 and setting.zero != 3:
+            notes.append(f"context_parallel_degree = {cp}: torchtitan applies FSDP over dp_shard x cp whenever cp > 1 "
+                         "(torchtitan/distributed/parallel_dims.py), so it shards the weights and gradients over the "
+                         f"{cp} context-parallel ranks: each device holds less than the plan's static bytes and "
+                         "gathers weights in F and B")
+        ranks = setting.tp * cp * (setting.dp if _sharded(setting) else 1)
         if setting.ep is not None and ranks % setting.ep:
             notes.append(f"expert_parallel_degree = {setting.ep} must divide dp_shard x cp x tp = {ranks}: torchtitan "
                          f"{TORCHTITAN_VERSION} builds no mesh for it (torchtitan/distributed/parallel_dims.py)")
