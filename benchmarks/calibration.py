@@ -7,7 +7,7 @@ or missed.
   what the configuration had to assume. A run predict cannot take (no config it reads, a recomputation or a degree
   it does not model) is a row with the reason, counted as a miss.
 - Runs marked ``held_back: true`` are a table of their own and never enter the targets' statistics; runs marked
-  ``fit: false`` are records only, listed and not scored.
+  ``scored: false`` are records only, listed and not scored.
 - Targets: the median |ratio - 1| over the scored pipeline-parallel runs at most ``MEDIAN`` (a run without a
   prediction counts as an infinite error), every scored run within ``WITHIN``; and for each published pair of 1F1B
   against Interleaved1F1B on the same model and GPUs (``schedule.pair``), the predicted ratio of their step times
@@ -83,7 +83,7 @@ class Row:
     held_back: bool
     """Reported apart, never in the targets."""
     scored: bool
-    """False for a record kept only for traceability (``fit: false``)."""
+    """False for a record kept only for traceability (``scored: false``)."""
     measured: float
     """Published tokens/s/GPU."""
     predicted: float | None
@@ -232,11 +232,11 @@ def parallelism(run: dict) -> str:
 def row(run: dict) -> Row:
     """The table's line of ``run``: predicted where it maps to a configuration predict takes."""
     base = dict(name=run["name"], parallelism=parallelism(run), dtype=run["precision"]["dtype"],
-                pipeline=run["parallelism"]["pp"] > 1, held_back=run["held_back"], scored=run["fit"],
+                pipeline=run["parallelism"]["pp"] > 1, held_back=run["held_back"], scored=run["scored"],
                 measured=float(run["measured"]["tokens_per_s_per_gpu"]))
-    if not run["fit"]:
+    if not run["scored"]:
         return Row(**base, predicted=None, step_time_s=None, command=None,
-                   reason="record only (fit: false): not predicted, not scored")
+                   reason="record only (scored: false): not predicted, not scored")
     m = mapped(run)
     if m.configuration is None:
         return Row(**base, predicted=None, step_time_s=None, command=None, reason=m.reason)

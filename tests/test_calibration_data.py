@@ -15,7 +15,7 @@ from conftest import PROBLEMS, ROOT
 from zbsolve.base.kinds import HF_CONFIG, file_kind
 
 RUNS = sorted((PROBLEMS / "calibration").glob("*.yaml"))
-REQUIRED = {"name", "held_back", "fit", "model", "hardware", "precision", "parallelism", "batch", "recompute",
+REQUIRED = {"name", "held_back", "scored", "model", "hardware", "precision", "parallelism", "batch", "recompute",
             "measured", "source"}
 DEGREES = ("tp", "pp", "cp", "ep")
 GPUS = {"h100-sxm-80gb", "h100-hbm2e-96gb-500w"}
@@ -31,8 +31,8 @@ def test_run_has_the_schema_keys(path):
     run = load(path)
     assert REQUIRED <= set(run), REQUIRED - set(run)
     assert run["name"] == path.stem
-    assert isinstance(run["held_back"], bool) and isinstance(run["fit"], bool)
-    assert not (run["held_back"] and not run["fit"]), "a held-back run is scored"
+    assert isinstance(run["held_back"], bool) and isinstance(run["scored"], bool)
+    assert not (run["held_back"] and not run["scored"]), "a held-back run is a scored one, reported apart"
     assert run["hardware"]["gpu"] in GPUS and run["hardware"]["gpus"] >= 1
     assert run["precision"]["dtype"] in ("bf16", "fp8")
     assert (run["precision"]["fp8_recipe"] is None) == (run["precision"]["dtype"] == "bf16")
@@ -84,7 +84,7 @@ def test_held_back_runs_span_dense_moe_and_bf16():
     assert len(held) >= 3
     assert any(run["parallelism"]["ep"] == 1 for run in held) and any(run["parallelism"]["ep"] > 1 for run in held)
     assert any(run["precision"]["dtype"] == "bf16" for run in held)
-    assert sum(run["parallelism"]["pp"] > 1 and run["fit"] for run in runs) >= 10
+    assert sum(run["parallelism"]["pp"] > 1 and run["scored"] for run in runs) >= 10
 
 
 def test_schedule_pairs_point_at_each_other():
