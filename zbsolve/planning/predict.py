@@ -179,7 +179,7 @@ def predict(c: Configuration) -> Prediction:
     step = timeline.makespan
     tokens = c.global_batch * c.seq_len / step / c.gpus
     flops = tokens * reference_flops_per_token(c.config, c.seq_len)
-    peak = gpu.fp8_flops if c.dtype == "fp8" and getattr(gpu, "fp8_flops", None) else gpu.flops
+    peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
                       costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
                       tuple(counts), gib(device_memory), peak)

@@ -156,7 +156,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
 
     def seconds(c: LayerCosts, p: int) -> float:
         compute = (c.kernel[p] if efficiency is None else
-                   c.flops[p] / (device.flops * efficiency) + c.traffic[p] / (device.hbm_bytes_per_s * efficiency))
+                   c.flops[p] / (device.flops * efficiency) + c.traffic[p] / memory_rate)
         return compute + _collectives(c, p, collective, tp_comm_overlap) + (c.all_to_all[p] * exchange
                                                                             if c.all_to_all else 0.0)
 
