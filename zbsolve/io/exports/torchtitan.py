@@ -224,9 +224,10 @@ def torchtitan_notes(plan: Plan) -> list[str]:
 
 def _recomputing(plan: Plan) -> str:
     """The blocks each stage recomputes whole and selectively, counted."""
-    whole = [len(chosen) for _, chosen in plan.stage_recompute()]
-    selective = [sum(i in plan.selective for i in blocks) for blocks, _ in plan.stage_recompute()]
-    total = [len(blocks) for blocks, _ in plan.stage_recompute()]
+    stages = plan.stage_recompute()
+    whole = [len(chosen) for _, chosen in stages]
+    selective = [sum(i in plan.selective for i in blocks) for blocks, _ in stages]
+    total = [len(blocks) for blocks, _ in stages]
     return (f"stages 0-{len(total) - 1} recompute {whole} of their {total} blocks whole"
             + (f" and {selective} selectively" if plan.selective else ""))
 
