@@ -61,7 +61,8 @@ def recipe_rows(time_limit: float) -> list[dict]:
         rows.append({"setting": f"70B tp4, {gib} GiB", "plan": shown, "step_s": result.step_time, "gap": result.gap,
                      "against": f"{full.schedule} ({full.split}, full)", "its_s": full.step_time, "ratio": ratio,
                      "target": f"<= {TARGETS[gib]}" + (f", gap <= {GAP_TARGET}" if gib == 80 else ""),
-                     "met": ratio <= TARGETS[gib] and (gib != 80 or result.gap <= GAP_TARGET), "plan_s": spent})
+                     "met": ratio <= TARGETS[gib] and (gib != 80 or result.gap is not None
+                                                       and result.gap <= GAP_TARGET), "plan_s": spent})
         layout = best(result, lambda b: b.split == "layout")
         ratio = result.step_time / layout.step_time if layout else None
         rows.append({"setting": f"70B tp4, {gib} GiB", "plan": shown, "step_s": result.step_time, "gap": result.gap,

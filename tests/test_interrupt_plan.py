@@ -58,6 +58,9 @@ def test_an_interrupt_after_some_partitions_plans_the_best_so_far():
     assert result.interrupted and result.summary()["interrupted"] is True
     assert "interrupted: planning with the best partition found so far" in result.log.splitlines()
     assert result.candidates and simulate(result.timeline.schedule).makespan == result.step_time
+    assert result.step_time <= min(c.step_time for c in result.candidates) * (1 + 1e-9)
+    # the split bound was solved before the interrupt: it is kept, not lost as 0
+    assert result.lower_bound is not None and 0 < result.lower_bound <= result.step_time
 
 
 def test_an_interrupt_during_the_final_solves_keeps_their_best_and_says_so(monkeypatch):

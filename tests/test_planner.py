@@ -102,6 +102,7 @@ def test_a_plan_is_valid_fits_and_never_loses_to_a_fitting_baseline(planned):
     fitting = [b.step_time for b in planned.baselines if b.fits and b.step_time is not None]
     assert fitting and planned.step_time <= min(fitting) * (1 + 1e-9)
     assert planned.lower_bound <= planned.step_time and 0 <= planned.gap < 1
+    assert planned.step_time <= min(c.step_time for c in planned.candidates) * (1 + 1e-9)  # never slower than timed
     # The head weighs three blocks: moving blocks off the last stage beats the uniform split.
     assert planned.step_time < planned.best_baseline("uniform").step_time
     profile = stage_profile(planned.costs.model, planned.costs.ranges)

@@ -12,10 +12,11 @@ Under one time limit:
    boundary by one layer at a time (the moves ranked by the largest (head + work) they leave) until none improves,
    and the search goes on from the best partitions not yet searched from until its share of the time is spent.
 3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left. The plan is the best
-   schedule found, and never worse than a baseline that fits (a baseline that beats it is taken, and the log says
-   so). For a runtime that runs its own order (``Runtime.order`` "own": Megatron), every candidate is timed with
-   that order (``Runtime.schedule_of``) instead of the heuristic's, no solver runs, and the plan is that order on
-   the best candidate, or a baseline of that order that beats it.
+   schedule any phase produced, re-simulated: the schedule the search timed on its fastest candidate (kept as it
+   was timed, not built again with less time), the CP-SAT solves', or a baseline that fits and beats them (the log
+   says so, and its last line names the phase kept). For a runtime that runs its own order (``Runtime.order``
+   "own": Megatron), every candidate is timed with that order (``Runtime.schedule_of``) instead of the heuristic's,
+   no solver runs, and the plan is that order on the best candidate, or a baseline of that order that beats it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from zbsolve.base.checks import check_count, check_size
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, check_chunks, check_placement, make_placement
-from zbsolve.core.simulator import Timeline
+from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.core.transforms import with_limit
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run, taken_baseline
 from zbsolve.planning.result import OWN_ORDER, PlanResult
@@ -57,6 +60,8 @@ FINALISTS = 3
 """Candidates the final CP-SAT solves share the time left between, best first."""
 FINISH_SECONDS = 0.5
 """Seconds kept after the final solves for re-simulating and returning the plan."""
+SOLVE_SECONDS = 1.0
+"""The least time a final CP-SAT solve is given: with less, the search's schedule stands."""
 
 
 NOT_SEARCHED = "not searched"
@@ -204,11 +209,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if row.order == "planned"
                         else time_limit - FINISH_SECONDS)
     interrupted, finished = False, False
-    bound = math.inf
     try:
         for line in notes:
             search.say(line)
-        bound = bounds(search, options, time_limit * BOUND_SHARE, searched)
+        bounds(search, options, time_limit * BOUND_SHARE, searched)
         local_search(search, options, searched)
         finished = True
     except KeyboardInterrupt:
@@ -237,22 +241,27 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
                               f"{_closest(search)}")
     if row.order == "own":
-        timeline, source, costs, chosen = _own_order(search, setting, row)
+        kept = _own_order(search, setting, row)
     else:
-        timeline, source, costs, chosen, interrupted = _schedule(search, interrupted)
+        kept, interrupted = _schedule(search, interrupted)
     top = min(allowed, key=lambda b: b.step_time, default=None)
-    if top is not None and (timeline is None or top.step_time < timeline.makespan):
+    if top is not None and (kept is None or top.step_time < kept.timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(setting, top)
-        chosen = (name, c, top.recompute)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
-        source = f"baseline {top.split} {top.schedule}{recomputed}"
-        own = "" if row.order == "planned" else f" ({row.label}{OWN_ORDER})"
-        search.say(f"the baseline {top.schedule}{own} on the {top.split} split{recomputed} is the best schedule "
-                   "found: taking it")
-    lower = min(bound, timeline.makespan) if math.isfinite(bound) else 0.0  # no bound computed proves nothing
-    return PlanResult(chosen[0], chosen[1], costs, timeline, source, lower, tuple(rows),
+        if kept is None or timeline.makespan < kept.timeline.makespan:
+            kept = Kept(timeline, f"baseline {top.split} {top.schedule}{recomputed}", costs,
+                        (name, c, top.recompute))
+            own = "" if row.order == "planned" else f" ({row.label}{OWN_ORDER})"
+            search.say(f"the baseline {top.schedule}{own} on the {top.split} split{recomputed} is the best schedule "
+                       "found: taking it")
+    assert kept is not None  # a candidate that fits, or a baseline allowed
+    counts = [b - a for a, b in kept.costs.ranges]
+    search.say(f"kept: {kept.source} on {kept.chosen[0]} x{kept.chosen[1]} {counts}: {kept.timeline.makespan:.6g}s")
+    lower = min(search.bound, kept.timeline.makespan) if math.isfinite(search.bound) else None  # none: unknown
+    return PlanResult(kept.chosen[0], kept.chosen[1], kept.costs, kept.timeline, kept.source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
-                      described(model, costs.ranges, costs.recomputed, costs.selective, costs.modules), target)
+                      described(model, kept.costs.ranges, kept.costs.recomputed, kept.costs.selective,
+                                kept.costs.modules), target)
 
 
 def _gpu_memory(model: Model) -> int:
@@ -291,54 +300,62 @@ def _closest(search: Search) -> str:
 
 
 
-def _own_order(search: Search, setting: BaselineSetting, row: Runtime
-               ) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str]]:
+class Kept(NamedTuple):
+    """A schedule a phase of the plan produced, as the simulator times it, and what it was made on."""
+
+    timeline: Timeline
+    source: str
+    """The phase that made it (``PlanResult.source``)."""
+    costs: Costs
+    chosen: tuple[str, int, str]
+    """Its placement, stages per device and recomputation."""
+
+
+def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept | None:
     """The plan of a runtime that runs its own order (``Runtime.schedule_of``): that order on the best candidate, as
     the search timed it, under the activation budgets; no solver runs, as the runtime would not run its order."""
     best = best_of(search, lambda x: True)
     if best is None:
-        return None, "", None, ("", 0, "none")
+        return None
     recompute = parse_recompute(best.recompute)
     name = row.schedule_of(search.model, setting.num_devices, best.chunks, recompute)
     assert name is not None  # a row of its own order
     timeline, costs = builtin_run(setting, name, best.chunks, best.counts, recompute, limited=True)
     search.say(f"{name}, {row.label}{OWN_ORDER}, on {best.label()} {list(best.counts)}: {timeline.makespan:.6g}s")
-    return timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute)
+    return Kept(timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute))
 
 
-def _schedule(search: Search, interrupted: bool
-              ) -> tuple[Timeline | None, str, Costs | None, tuple[str, int, str], bool]:
-    """The ``FINALISTS`` best candidates solved by CP-SAT in turn, each given an equal share of the time left (the
-    best candidate's heuristic schedule when no time is left, or after an interrupt); the best schedule of them, and
-    whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves no more)."""
+def _schedule(search: Search, interrupted: bool) -> tuple[Kept | None, bool]:
+    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets; then,
+    unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
+    ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left; the best schedule of them all, and whether
+    an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves no more)."""
+    if search.kept is None:
+        return None, interrupted
+    candidate, schedule, costs = search.kept
+    best = Kept(simulate(with_limit(schedule, costs.limits())), "heuristic", costs,
+                (candidate.placement, candidate.chunks, candidate.recompute))
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
-    if not ranked:
-        return None, "", None, ("", 0, "none"), interrupted
-    finalists = ranked[:FINALISTS] if search.left() > FINALISTS and not interrupted else ranked[:1]
-    best: tuple[Timeline | None, str, Costs | None, tuple[str, int, str]] = (None, "", None, ("", 0, "none"))
+    finalists = [] if interrupted else ranked[:int((search.left() - FINISH_SECONDS) / SOLVE_SECONDS)][:FINALISTS]
     for k, candidate in enumerate(finalists):
         left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
-        solver = "cpsat" if left > 1.0 and not interrupted else "heuristic"
+        if left < SOLVE_SECONDS:
+            break
         request = search.request.model_copy(update={
             "placement": candidate.placement, "chunks": candidate.chunks, "recompute": candidate.recompute,
-            "partition": candidate.counts, "solver": solver, "time_limit": max(left, 0.05)})
+            "partition": candidate.counts, "solver": "cpsat", "time_limit": left})
         try:
             result = solve_request(search.model, request, search.progress)
-        except KeyboardInterrupt:  # before this solve had a schedule: the best one so far, or the heuristic's
-            interrupted = True
-            search.say(f"interrupted: {solver} on {candidate.label()} {list(candidate.counts)} stopped before it had "
-                       "a schedule")
-            if best[0] is not None:
-                break
-            solver = "heuristic"
-            result = solve_request(search.model, request.model_copy(update={"solver": solver}), search.progress)
-        search.say(f"{solver} on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s "
-                   f"({result.status})")
-        if best[0] is None or result.step_time < best[0].makespan:
-            best = (result.timeline, solver, result.costs, (candidate.placement, candidate.chunks,
-                                                             candidate.recompute))
+        except KeyboardInterrupt:  # before this solve had a schedule: the best one so far
+            search.say(f"interrupted: cpsat on {candidate.label()} {list(candidate.counts)} stopped before it had a "
+                       "schedule")
+            return best, True
+        search.say(f"cpsat on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s ({result.status})")
+        if result.step_time < best.timeline.makespan:
+            assert result.costs is not None  # a solve of a model has its costs
+            best = Kept(result.timeline, "cpsat", result.costs,
+                        (candidate.placement, candidate.chunks, candidate.recompute))
         if result.interrupted:
-            interrupted = True
             search.say("interrupted: the final solves stop here, with the best schedule found so far")
-            break
-    return (*best, interrupted)
+            return best, True
+    return best, interrupted

@@ -112,8 +112,9 @@ class PlanResult(Shown, Exportable):
     source: str
     """Who made the schedule: "cpsat", "heuristic", "baseline <split> <schedule>" or, for a runtime that runs its
     own order, "<runtime>'s own order" (``OWN_ORDER``)."""
-    lower_bound: float
-    """Seconds no schedule on any partition of the placements searched beats."""
+    lower_bound: float | None
+    """Seconds no schedule on any partition of the placements searched beats; None where none was computed (an
+    interrupt before the split bounds): unknown, not zero."""
     baselines: tuple[Baseline, ...]
     """Built-in schedules on the baseline splits."""
     candidates: tuple[Candidate, ...]
@@ -149,9 +150,9 @@ class PlanResult(Shown, Exportable):
         return step_times(self.timeline)
 
     @property
-    def gap(self) -> float:
-        """(step_time - lower_bound) / step_time."""
-        return gap(self.step_time, self.lower_bound)
+    def gap(self) -> float | None:
+        """(step_time - lower_bound) / step_time; None where the bound is unknown."""
+        return None if self.lower_bound is None else gap(self.step_time, self.lower_bound)
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -202,7 +203,8 @@ class PlanResult(Shown, Exportable):
 
     def __repr__(self) -> str:
         return (f"PlanResult(placement={self.placement!r}, partition={list(self.counts)}, "
-                f"step_time={self.step_time:.6g}, gap={self.gap:.4g}, source={self.source!r})")
+                f"step_time={self.step_time:.6g}, gap={'unknown' if self.gap is None else f'{self.gap:.4g}'}, "
+                f"source={self.source!r})")
 
 
 

@@ -10,13 +10,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.core.placement import make_placement
+from zbsolve.core.schedule import Schedule
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
 from zbsolve.planning.result import Candidate
 from zbsolve.planning.split_bound import Figures, split_bound
+from zbsolve.problem.costs import Costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import timed
 from zbsolve.problem.recompute import Recompute, parse_recompute
@@ -28,6 +31,17 @@ CANDIDATE_SECONDS = 30.0
 """The most seconds the heuristic may take on one candidate."""
 MOVES_PER_ROUND = 8
 """Boundary moves timed per round of the search (the most promising by the split model's figure)."""
+
+
+class Timed(NamedTuple):
+    """What timing a candidate gives: its step, and the schedule that makes it with its costs."""
+
+    step_time: float
+    """Seconds of a step with the barrier (infinity when nothing fits)."""
+    schedule: Schedule | None = None
+    """The schedule timed (None when nothing fits, or for the runtime's own order, which is built again alike)."""
+    costs: Costs | None = None
+    """Its costs: the partition, the recomputation chosen and the device memory."""
 
 
 @dataclass
@@ -51,6 +65,11 @@ class Search:
     None: each timed with the heuristic's order."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
+    bound: float = math.inf
+    """The least split bound of the placements searched, once every one is solved (infinity before: unknown)."""
+    kept: tuple[Candidate, Schedule, Costs] | None = None
+    """The fastest candidate timed with a schedule, that schedule and its costs: the plan unless a later phase
+    beats it, so that no plan is slower than a schedule its search timed."""
 
     def say(self, line: str) -> None:
         self.log.append(line)
@@ -91,18 +110,24 @@ class Search:
 
     def _keep(self, future: cf.Future, job: tuple[str, int, str, tuple[int, ...], str]) -> None:
         pl, c, rc, counts, origin = job
-        self.timed[pl, c, rc, counts] = Candidate(pl, c, counts, origin, future.result(), rc)
+        timed: Timed = future.result()
+        candidate = self.timed[pl, c, rc, counts] = Candidate(pl, c, counts, origin, timed.step_time, rc)
+        if timed.schedule is not None and timed.costs is not None and (
+                self.kept is None or timed.step_time < self.kept[0].step_time):
+            self.kept = (candidate, timed.schedule, timed.costs)
 
 
-def time_candidate(model: Model, request: Request, own: str | None = None) -> float:
-    """Seconds of a step with the schedule ``request`` asks for (the heuristic's, on one partition; the built-in
-    ``own`` where the runtime runs its own order, ``baselines.own_order_time``), infinity when nothing fits."""
+def time_candidate(model: Model, request: Request, own: str | None = None) -> Timed:
+    """The step of the schedule ``request`` asks for (the heuristic's, on one partition, with that schedule and its
+    costs; the built-in ``own`` where the runtime runs its own order, ``baselines.own_order_time``), infinity when
+    nothing fits."""
     if own is not None:
-        return own_order_time(model, request, own)
+        return Timed(own_order_time(model, request, own))
     try:
-        return solve_request(model, request).step_time
+        result = solve_request(model, request)
     except InfeasibleError:
-        return math.inf
+        return Timed(math.inf)
+    return Timed(result.step_time, result.schedule, result.costs)
 
 
 def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -118,10 +143,10 @@ def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
-def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> float:
+def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> None:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
-    ``BOUND_SECONDS`` each), then time their partitions and the baselines' splits, round robin over the
-    (placement, recomputation) options; the least split bound."""
+    ``BOUND_SECONDS`` each), keep the least split bound (``Search.bound``: an interrupt after this keeps it), then
+    time their partitions and the baselines' splits, round robin over the (placement, recomputation) options."""
     layouts = []
     for name, c in dict.fromkeys((name, c) for name, c, _ in options):
         layout = make_placement(name, search.request.num_devices, c)
@@ -154,12 +179,12 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                 found.append((counts, split))
         queues += [[(name, c, rc, counts, origin) for counts, origin in found]
                    for n, k, rc in options if (n, k) == (name, c)]
+    search.bound = bound
     # Round robin: every option's first partition is timed before any option's second, so that a deadline leaves
     # no placement untimed.
     jobs = [job for rank in itertools.zip_longest(*queues) for job in rank if job is not None]
     for candidate in search.time_all(jobs, until):
         search.say(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
-    return bound
 
 
 def local_search(search: Search, options: list[tuple[str, int, str]], until: float) -> None:

@@ -6,8 +6,9 @@ head), and then runs all of its passes one at a time, so a step lasts at least h
 device holds two stages and passes communicate, its work less all the communication an overlapped pair could hide,
 ``core.overlap``). The
 integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the largest head + work; its
-optimum (or its proven bound, when the time runs out) is a lower bound on the step time of any schedule on any
-partition of this placement, and its partition is where the planner's search starts.
+optimum (or its proven bound, when the time runs out, and never less than the devices' work shared evenly) is a
+lower bound on the step time of any schedule on any partition of this placement, and its partition is where the
+planner's search starts.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
     status = outcome.status
     # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
-    proven = max(0.0, (solver.best_objective_bound - slack) / scale) if heads else 0.0
+    proven = max((solver.best_objective_bound - slack) / scale, figures.even_share()) if heads else 0.0
     if status == cp_model.INFEASIBLE:  # no partition of this placement exists, so no schedule on it to bound
         return SplitBound(math.inf, None, math.inf, True)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -149,6 +150,11 @@ class Figures:
             work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w - saved)
             forward.append(forward[-1] + (layer.t_f if heads else 0.0))
         return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
+
+    def even_share(self) -> float:
+        """The devices' work shared evenly (m x every layer's work / devices): no partition leaves its busiest device
+        less, so it bounds the step however little of the split model was solved."""
+        return self.num_microbatches * self.work[-1] / len(self.held)
 
     def largest(self, ends: Sequence[int]) -> float:
         """The largest head + work over devices of the partition with stage boundaries ``ends``, in seconds."""

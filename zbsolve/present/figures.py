@@ -67,6 +67,8 @@ SHOWN: dict[str, Figure] = {
 """The figures' names in tables: ``FIGURES``, and the other entries of a summary that a plain key would not say."""
 HIDDEN = ("bound_met",)
 """Summary entries no table shows as a row (the status says it: "heuristic (bound met)")."""
+BOUND_FIGURES = ("lower_bound", "gap")
+"""Figures of a bound: None where no bound was computed (an interrupted plan), shown as "unknown", never as 0."""
 
 
 def label(key: str, units: Units | None = None) -> str:
@@ -93,14 +95,16 @@ def shown(figures: Mapping[str, object], units: Units | None = None) -> dict[str
     """``figures`` (a summary or a timeline's figures) by their names with units: each figure once (the makespan and
     the objective's value are the step time with the barrier where they equal it; the first name shown is kept),
     memory figures in GiB where they are bytes, the objective by the figure it minimises, the device memory in GiB and
-    GB."""
+    GB, a bound's figures (``BOUND_FIGURES``) "unknown" where None."""
     units = units or Units()
     rows: dict[str, object] = {}
     for key, value in figures.items():
         if key in HIDDEN:
             continue
         name = label(OBJECTIVE_FIGURES.get(str(figures.get("objective")), key) if key == "value" else key, units)
-        if key == "objective":
+        if key in BOUND_FIGURES and value is None:
+            value = "unknown"
+        elif key == "objective":
             value = FIGURES[OBJECTIVE_FIGURES[value]].name if value in OBJECTIVE_FIGURES else value
         elif key == "device_memory_gib" and isinstance(value, (int, float)):
             value = size_text(value * GIB)
