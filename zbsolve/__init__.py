@@ -11,6 +11,8 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.io.exports import FORMATS, export_document
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
+from zbsolve.planning.configure import configure
+from zbsolve.planning.configure_result import ConfigureResult
 from zbsolve.planning.frontier import frontier
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
@@ -19,9 +21,9 @@ from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.model import Model
 
 __all__ = [
-    "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass", "Placement", "PlanResult",
-    "Profile", "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT", "ZbsolveError", "estimate", "export",
-    "frontier", "plan", "simulate", "solve",
+    "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass",
+    "Placement", "PlanResult", "Profile", "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT",
+    "ZbsolveError", "configure", "estimate", "export", "frontier", "plan", "simulate", "solve",
 ]
 __version__ = "0.1.0"
 

@@ -62,6 +62,9 @@ class Runtime:
     paired_orders: tuple[str, ...] = ()
     """Its own orders whose F&B pairs it overlaps though ``pairs`` is False (Megatron's combined 1F1B): a document
     of such an order is taken with its pairs."""
+    zero: tuple[int, ...] = (0, 1, 3)
+    """The optimizer shardings it runs as the costs count them (``Setting.zero``: 0 DDP, 1 the distributed
+    optimizer, 3 FSDP), which ``zbsolve configure`` searches."""
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS or (self.order == "own") != (self.own_schedule is not None):

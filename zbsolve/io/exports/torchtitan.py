@@ -45,7 +45,7 @@ TORCHTITAN = Runtime(
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
     own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
     auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=False, mtp=False,
-    grouped_microbatches=False, layout_only=False,
+    grouped_microbatches=False, layout_only=False, zero=(3,),
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
            "config/override.py; torch/distributed/pipelining/schedules.py (_PipelineScheduleRuntime, OVERLAP_F_B); "
            "zbsolve/runtime/torchtitan_recompute.py")
@@ -57,7 +57,9 @@ not compose with selective checkpointing: pytorch/torchtitan #2774), so its plan
 baselines are timed without overlap. Its own policies
 recompute every block or none (its op-level selective policy keeps other tensors than zbsolve's selective choice);
 zbsolve's ``PlannedAC`` (``zbsolve/runtime/torchtitan_recompute.py``, put in place by ``--override.imports``)
-recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only."""
+recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only.
+Its data parallelism is FSDP (ZeRO-3, its default): it has no ZeRO-1, and applies FSDP over the context-parallel
+ranks whenever cp > 1 (``torchtitan_notes``)."""
 CSV_NAME = "schedule.csv"
 """The torch CSV in a torchtitan export's folder."""
 CONFIG_NAME = "torchtitan.json"

@@ -1,0 +1,180 @@
+"""``zbsolve configure``: the configurations it enumerates divide as ``predict`` needs, its bounds never exceed
+``predict``'s step, its ranking is brute force's, every candidate is the ``zbsolve predict`` line it prints, and the
+chosen plan is the simulator's."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import shlex
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from zbsolve.app.cli import app
+from zbsolve.base.checks import exceeds
+from zbsolve.base.units import MIB
+from zbsolve.core.simulator import simulate
+from zbsolve.planning import configure as configure_module
+from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, assess, expert_refusal, group_bound,
+                                             groups)
+from zbsolve.planning.configure import configure
+from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
+from zbsolve.problem.costs import check_fits
+from zbsolve.problem.recompute import parse_recompute
+
+DENSE = ROOT / "tests" / "data" / "tiny-llama.json"
+"""Four blocks, four heads over two key/value heads."""
+MOE = ROOT / "tests" / "data" / "tiny-moe.json"
+"""Four blocks of eight experts, two a token."""
+SMALL = dict(gpus=4, global_batch=16, seq_len=256, device_memory=20 * MIB, reserve=0)
+"""So little memory that the fastest configurations pipeline."""
+TOP = 5
+
+
+def key(c: Configuration) -> tuple:
+    return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute
+
+
+@pytest.fixture(scope="module")
+def configured():
+    with cf.ThreadPoolExecutor(1) as pool:
+        return configure(DENSE, **SMALL, top=TOP, refine=1, time_limit=20, executor=pool)
+
+
+def test_every_configuration_enumerated_divides_as_predict_needs():
+    space = Space(DENSE, 4, 8, 256)
+    found = list(groups(space))
+    valid = [g for g in found if isinstance(g, Group)]
+    assert valid and any(isinstance(g, Dropped) and "not a multiple" in g.why for g in found)
+    for g in valid:
+        c = g.configuration
+        assert degrees(c) == (g.dp, g.num_microbatches)
+        assert c.tp * c.pp * c.cp * g.dp == 4 and c.microbatch_size * g.dp * g.num_microbatches == 8
+        assert c.tp in (1, 2) and c.cp in (1, 2, 4) and c.ep == 1 and c.zero in (0, 1, 3)  # 2 key/value heads
+        assert all(c.pp * vp <= 4 for vp in g.vps) and (c.pp > 1 or g.vps == (1,))
+        assert not parse_recompute(c.recompute).undecided
+    assert Space(MOE, 16, 8, 256).menus()["ep"] == (1, 2, 4, 8) and space.menus()["ep"] == (1,)
+    assert Space(DENSE, 4, 8, 256, target="torchtitan").menus()["zero"] == (3,)
+    moe = Configuration(MOE, "h100", "bf16", 256, 1, 8, 8, tp=2, pp=2, ep=8)
+    assert expert_refusal(moe, 2) == "ep = 8: should divide tp x cp x dp = 2 x 1 x 2 = 4, the ranks of a stage"
+    assert expert_refusal(replace(moe, ep=4), 2) is None
+
+
+@pytest.mark.parametrize("config, gpus, degrees_, combined", [
+    (DENSE, 4, dict(tp=2, pp=2, vp=2), False),
+    (DENSE, 4, dict(pp=4, zero=0, recompute="full"), False),
+    (DENSE, 4, dict(pp=2, vp=2, cp=2, zero=3, recompute="uniform:1", microbatch_size=2), False),
+    (DENSE, 4, dict(recompute="modules:mlp"), False),
+    (MOE, 8, dict(pp=2, vp=2, ep=4), True),  # Megatron's combined 1F1B: overlapped F&B pairs
+    (MOE, 8, dict(pp=4, ep=2, recompute="full"), False),
+    (MOE, 8, dict(ep=8), True),
+], ids=["tp-interleaved", "pp4-full", "cp-zero3", "modules", "moe-combined", "moe-full", "moe-one-stage"])
+def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combined):
+    space = Space(config, gpus, 8, 256, device_memory=8 * MIB, reserve=0)
+    c = space.configuration(**degrees_)
+    dp, m = degrees(c)
+    model = configured_model(c, dp)
+    bound = group_bound(model, m, c.pp, parse_recompute(c.recompute))
+    [assessed] = assess(space, Group(replace(c, vp=1), dp, m, (c.vp,), bound))
+    assert isinstance(assessed, Assessed)
+    p = predict(assessed.configuration)
+    assert not exceeds(bound, assessed.bound) and not exceeds(assessed.bound, p.step_time_s)
+    assert assessed.fits or not p.fits  # where one microbatch cannot fit, predict's order does not either
+    assert (assessed.configuration.schedule == "Combined1F1B") == combined
+
+
+def test_the_ranking_is_brute_force_s(configured):
+    """Every configuration enumerated, predicted: the fastest that fit are the ones configure ranks."""
+    space = Space(DENSE, SMALL["gpus"], SMALL["global_batch"], SMALL["seq_len"])  # nothing pruned for memory
+    fitting = []
+    for group in groups(space):
+        for one in assess(space, group) if isinstance(group, Group) else ():
+            if isinstance(one, Assessed):
+                c = replace(one.configuration, device_memory=SMALL["device_memory"], reserve=0)
+                try:
+                    p = predict(c)
+                except Exception:  # predict's refusal: invalid
+                    continue
+                if p.fits:
+                    fitting.append((p.step_time_s, key(c)))
+    ranked = sorted((r.prediction.step_time_s, key(r.configuration)) for r in configured.candidates)
+    assert ranked == sorted(fitting)[:TOP]
+    counts = configured.counts
+    assert counts.enumerated == (counts.invalid + counts.pruned_memory + counts.pruned_bound + counts.timed
+                                 + counts.untimed) and counts.pruned_memory and counts.pruned_bound
+    assert counts.untimed == 0 and counts.refined == 1 and not configured.interrupted
+
+
+def test_every_candidate_is_its_predict_command_line(configured):
+    for r in configured.candidates:
+        assert predict(r.configuration) == r.prediction
+        args = shlex.split(r.command)
+        assert args[:2] == ["zbsolve", "predict"]
+        done = CliRunner().invoke(app, [*args[1:], "--json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.output)["step_time_s"] == r.prediction.step_time_s
+
+
+def test_the_chosen_plan_is_the_simulator_s_and_exports_for_megatron(configured, tmp_path):
+    chosen, planned = configured.chosen, configured.plan
+    assert planned is not None and chosen.configuration.pp > 1 and chosen.planned_step_s == planned.step_time
+    timeline = simulate(planned.timeline.schedule)
+    assert timeline.makespan == planned.step_time
+    check_fits(planned.costs, timeline)
+    assert chosen.step_s == min(planned.step_time, chosen.prediction.step_time_s)
+    assert all(chosen.step_s <= r.step_s for r in configured.candidates)
+    assert [r.why == "" for r in configured.candidates] == [True] + [False] * (len(configured.candidates) - 1)
+    text = configured.export(tmp_path / "megatron.txt")
+    assert "--pipeline-model-parallel-layout" in text and (tmp_path / "megatron.txt").read_text() == text + "\n"
+    assert f"--pipeline-model-parallel-size {chosen.configuration.pp}" in text
+
+
+def test_an_interrupt_ranks_what_was_timed(monkeypatch):
+    timed = []
+
+    def stopping(c: Configuration):
+        if len(timed) == 8:
+            raise KeyboardInterrupt
+        timed.append(c)
+        return predict(c)
+
+    monkeypatch.setattr(configure_module, "time_configuration", stopping)
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = configure(DENSE, **SMALL, top=TOP, refine=1, executor=pool)
+    assert result.interrupted and result.plan is None and result.counts.untimed
+    assert {key(r.configuration) for r in result.candidates} <= {key(c) for c in timed}
+
+
+def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
+    """``zbsolve configure`` on the small space, its configurations timed in this process."""
+    pool = cf.ThreadPoolExecutor(1)
+    monkeypatch.setattr(configure_module, "make_executor", lambda spec, jobs: (pool, lambda finished: None))
+    return CliRunner().invoke(app, ["configure", str(DENSE), "--gpus", "4", "--global-batch", "16", "--seq-len",
+                                    "256", "--device-memory", "20MiB", "--reserve", "0", *map(str, args)])
+
+
+def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_path, monkeypatch):
+    done = _cli("--top", 3, "--refine", 1, "--time-limit", 10, "-o", tmp_path / "plan.json", "--export",
+                tmp_path / "args.txt", monkeypatch=monkeypatch)
+    assert done.exit_code == 0, done.output
+    assert "why it" in done.output and " enumerated: " in done.output
+    assert "chosen: zbsolve predict " in done.output and "Megatron: --tensor-model-parallel-size" in done.output
+    assert json.loads((tmp_path / "plan.json").read_text())["plan"]["target"] == "megatron"
+    assert "--pipeline-model-parallel-layout" in (tmp_path / "args.txt").read_text()
+    listed = _cli("--top", 3, "--refine", 0, "--json", monkeypatch=monkeypatch)
+    assert listed.exit_code == 0, listed.output
+    summary = json.loads(listed.output)
+    assert {"candidates", "counts", "chosen"} <= set(summary) and len(summary["candidates"]) == 3
+    assert summary["chosen"]["command"] == summary["candidates"][0]["command"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--gpus", "7"], "gpus = 7, global_batch = 8: no valid configuration of tiny-llama.json"),
+    (["--gpus", "4", "--target", "nope"], "target = 'nope' is unknown"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    done = CliRunner().invoke(app, ["configure", str(DENSE), "--global-batch", "8", "--seq-len", "256", *args])
+    assert done.exit_code == 2 and needle in " ".join(done.output.split()), done.output

@@ -1,0 +1,123 @@
+"""zbsolve configure: a model, a cluster and a global batch in; the fastest parallel configurations out, the best
+planned and exported for its runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from zbsolve.app.cli.common import (DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors, err, interruptible,
+                                    out, progress)
+from zbsolve.base.errors import InputError
+from zbsolve.base.files import check_output
+from zbsolve.base.interrupt import deferred, exit_code
+from zbsolve.base.units import parse_bytes
+from zbsolve.planning.configure_result import ConfigureResult
+from zbsolve.present.tables import fmt
+
+COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "tokens/s/GPU", "MFU", "step s",
+           "planned step s", "peak GiB", "why it loses")
+"""The ranked table's columns (``ConfigureResult.rows``)."""
+HEADERS = {"rank": "#", "tp/pp/vp/cp/ep/dp": "tp/pp/vp/\ncp/ep/dp", "tokens/s/GPU": "tokens/\ns/GPU",
+           "planned step s": "planned\nstep s", "peak GiB": "peak\nGiB"}
+"""Headers on two lines where the column's figures are narrower than its name."""
+TEXTS = ("recompute", "why it loses")
+"""Its columns of text, which wrap where the figures need the room."""
+
+
+@app.command()
+@cli_errors
+def configure(
+    config: Path = typer.Argument(..., help="Hugging Face config.json of the model."),
+    gpus: int = typer.Option(..., "--gpus", min=1, metavar="N", help="GPUs of the run."),
+    global_batch: int = typer.Option(..., "--global-batch", min=1, metavar="N", help="Sequences per step."),
+    seq_len: int = typer.Option(..., "--seq-len", min=1, metavar="N", help="Tokens per sequence."),
+    gpu: str = typer.Option("h100", "--gpu", metavar="GPU", help="GPU preset: h100, h200, a100 or b200."),
+    dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE", help="Type of the matrix products."),
+    target: str = typer.Option("megatron", "--target", metavar="NAME",
+                               help="The runtime: megatron, torchtitan or zbsolve; only what it runs is searched."),
+    top: int = typer.Option(10, "--top", min=1, metavar="K", help="Configurations ranked (and searched for)."),
+    refine: int = typer.Option(3, "--refine", min=0, metavar="N", help="Best configurations planned (zbsolve plan)."),
+    time_limit: float = typer.Option(600.0, "--time-limit", metavar="SECONDS",
+                                     help="Seconds the whole search may take, refining included."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N",
+                                       help="Processes timing configurations (default: all cores)."),
+    executor: Optional[str] = typer.Option(None, "--executor", metavar="URL",
+                                           help="dask://HOST:PORT to time configurations on a Dask cluster."),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
+                                                help="Memory per device, e.g. 80GiB (default: the GPU's)."),
+    reserve: str = RESERVE,
+    tp_comm_overlap: bool = TP_COMM_OVERLAP,
+    dispatcher: str = DISPATCHER,
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="Write the chosen configuration's plan (a schedule document)."),
+    export: Optional[Path] = typer.Option(None, "--export", metavar="PATH",
+                                          help="Write the target's export of the plan: Megatron's arguments (a "
+                                               "file), torchtitan's folder, or zbsolve's schedule document."),
+    as_json: bool = JSON,
+) -> None:
+    """Search every parallel configuration (tp, pp, vp, cp, ep, dp, micro-batch size, ZeRO, recomputation) the
+    target runs: pruned by memory and by a bound on the step, timed with predict's model, the best planned
+    (docs/configure.md). Ctrl-C (or SIGTERM) ranks what was timed so far and exits 130 (143).
+
+    Example: zbsolve configure problems/models/configs/llama3-70b.json --gpus 64 --global-batch 128 --seq-len 8192
+    --dtype fp8 --time-limit 120
+    """
+    from zbsolve.planning.configure import configure as run
+
+    memory = None if device_memory is None else parse_bytes(device_memory, "--device-memory")
+    spare = parse_bytes(reserve, "--reserve", zero=True)
+    for path, option in ((output, "--output"), (export, "--export")):
+        if path is not None and (option == "--output" or target != "torchtitan"):
+            check_output(path, option, [config])
+    with interruptible("before any configuration that fits was timed", "nothing ranked, nothing written"):
+        with progress(f"{escape(config.stem)}: configure on {gpus} x {gpu}, limit {time_limit:g}s", as_json) as update:
+            result = run(config, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu, dtype=dtype,
+                         target=target, top=top, refine=refine, time_limit=time_limit, jobs=jobs, executor=executor,
+                         progress=update, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,
+                         device_memory=memory, reserve=spare)
+    with deferred() as late:  # the result is final: an interrupt now is answered once the files are whole
+        if output is not None and result.plan is not None:
+            result.plan.to_json(output)
+        if export is not None and result.plan is not None:
+            result.export(export)
+    if as_json:
+        print(json.dumps(result.summary(), indent=1, default=str))
+    else:
+        _print(result, config)
+    why = result.unplanned()
+    if why is not None and (output or export):
+        raise InputError(f"{'--output' if output else '--export'}: nothing written: {why}")
+    if result.interrupted or late:
+        err.print("interrupted: the best configurations found so far", highlight=False, markup=False)
+        raise typer.Exit(exit_code())
+
+
+def _shown(column: str, value: object) -> str:
+    """A cell of the ranked table: tokens/s/GPU whole, MFU in per cent, seconds to four figures, GiB to one
+    decimal."""
+    if not isinstance(value, float):
+        return fmt(value)
+    return (f"{value:,.0f}" if column == "tokens/s/GPU" else f"{100 * value:.1f}%" if column == "MFU"
+            else f"{value:.1f}" if column == "peak GiB" else f"{value:.4g}")
+
+
+def _print(result: ConfigureResult, config: Path) -> None:
+    """The ranked table, the counts, the chosen configuration's predict line and its Megatron arguments."""
+    rows = [[_shown(name, row[name]) for name in COLUMNS] for row in result.rows()]
+    table = Table(title=f"{escape(config.stem)}: configurations for {result.target}")
+    for name in COLUMNS:  # figures whole on one line; the texts wrap
+        table.add_column(HEADERS.get(name, name), justify="right", no_wrap=name not in TEXTS, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table, highlight=False)
+    lines = [f"{result.counts.line()}; {result.elapsed_s:.0f} s", f"chosen: {result.chosen.command}"]
+    if result.plan is not None and result.target == "megatron":
+        lines.append(f"Megatron: {result.export()}")
+    for line in [*lines, *result.notes]:
+        out.print(line, highlight=False, markup=False, soft_wrap=True)

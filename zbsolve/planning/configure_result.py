@@ -1,0 +1,213 @@
+"""What ``zbsolve configure`` returns: the ranked configurations, each with the ``zbsolve predict`` line that
+reproduces its figures and why it loses to the chosen one, the counts of the search, and the chosen one's plan with
+its target's export."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from zbsolve.base.errors import InputError
+from zbsolve.base.units import GIB, MIB
+from zbsolve.planning.predict import BREAKDOWN, Configuration, Prediction
+from zbsolve.planning.result import PlanResult
+from zbsolve.problem.costs import DEFAULT_RESERVE
+
+EXPORTS = {"megatron": "megatron", "torchtitan": "torchtitan", "zbsolve": None}
+"""The export of a plan for each target (``io.exports.FORMATS``): Megatron's arguments, torchtitan's folder, and
+for zbsolve's own executor the schedule document itself (None)."""
+MEMORY_NOTED_GIB = 1.0
+"""A peak memory differing from the chosen one's by more than this is named beside why a configuration loses."""
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One configuration timed, with its figures."""
+
+    configuration: Configuration
+    """The configuration, as ``zbsolve predict`` takes it."""
+    prediction: Prediction
+    """What ``predict(configuration)`` returns."""
+    command: str
+    """The ``zbsolve predict`` command line that prints ``prediction``."""
+    planned_step_s: float | None = None
+    """Seconds of a step of its plan (``plan``: split, placement, order and recomputation chosen), None where it
+    was not refined."""
+    planned_memory_gib: float | None = None
+    """The plan's largest device use (static bytes and peak activations), GiB; None where it was not refined."""
+    why: str = ""
+    """Why it loses to the chosen configuration: the part of the step that differs most (``predict.BREAKDOWN``, or
+    what the plan saves), and its peak memory where that differs; empty for the chosen one."""
+
+    @property
+    def step_s(self) -> float:
+        """Seconds of its step: its plan's where that is shorter, else the predicted one."""
+        planned = self.planned_step_s
+        return self.prediction.step_time_s if planned is None else min(planned, self.prediction.step_time_s)
+
+    @property
+    def planned(self) -> bool:
+        """Whether its figures are its plan's (refined, and the plan no slower than predicted)."""
+        return self.planned_step_s is not None and self.planned_step_s <= self.prediction.step_time_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Global batch x sequence length / ``step_s`` / GPUs."""
+        return self.prediction.tokens_per_s_per_gpu * self.prediction.step_time_s / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation at ``step_s``."""
+        return self.prediction.mfu * self.prediction.step_time_s / self.step_s
+
+    @property
+    def memory_gib(self) -> float:
+        """The largest device use, GiB: its plan's where its figures are its plan's, else predicted."""
+        if self.planned and self.planned_memory_gib is not None:
+            return self.planned_memory_gib
+        return max(self.prediction.peak_memory_gib)
+
+    def degrees(self) -> str:
+        """tp/pp/vp/cp/ep/dp."""
+        c = self.configuration
+        return "/".join(map(str, (c.tp, c.pp, c.vp, c.cp, c.ep, self.prediction.dp)))
+
+    def row(self) -> dict[str, object]:
+        """Its figures as a table's row (``ConfigureResult.rows``)."""
+        c = self.configuration
+        return {"tp/pp/vp/cp/ep/dp": self.degrees(), "mbs": c.microbatch_size, "zero": c.zero,
+                "recompute": c.recompute, "tokens/s/GPU": self.tokens_per_s_per_gpu, "MFU": self.mfu,
+                "step s": self.prediction.step_time_s, "planned step s": self.planned_step_s,
+                "peak GiB": self.memory_gib, "why it loses": self.why}
+
+
+def predict_command(c: Configuration) -> str:
+    """The ``zbsolve predict`` command line of ``c``: the options it needs, and those that differ from their
+    defaults."""
+    words = ["zbsolve", "predict", str(c.config), "--seq-len", c.seq_len, "--microbatch-size", c.microbatch_size,
+             "--global-batch", c.global_batch, "--gpus", c.gpus]
+    optional = [("--gpu", c.gpu, "h100"), ("--dtype", c.dtype, "bf16"), ("--tp", c.tp, 1), ("--pp", c.pp, 1),
+                ("--vp", c.vp, 1), ("--cp", c.cp, 1), ("--ep", c.ep, 1), ("--zero", c.zero, 1),
+                ("--layout", c.layout, None), ("--partition", c.partition, "uniform"),
+                ("--schedule", c.schedule, None), ("--recompute", c.recompute, "none"),
+                ("--device-memory", c.device_memory, None), ("--reserve", c.reserve, DEFAULT_RESERVE),
+                ("--dispatcher", c.dispatcher, "alltoall")]
+    words += [word for flag, value, default in optional if value != default for word in (flag, _size(flag, value))]
+    switches = [("--no-overlap-grad-reduce", not c.overlap_grad_reduce),
+                ("--no-overlap-param-gather", not c.overlap_param_gather), ("--tp-comm-overlap", c.tp_comm_overlap)]
+    return shlex.join(map(str, words + [flag for flag, on in switches if on]))
+
+
+def _size(flag: str, value: object) -> object:
+    """A value as its option takes it: bytes in whole GiB or MiB where they are."""
+    if flag in ("--device-memory", "--reserve") and isinstance(value, int):
+        unit = next((u for u in (GIB, MIB) if value % u == 0 and value), None)
+        return value if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
+    return value
+
+
+def why_loses(candidate: Ranked, best: Ranked) -> str:
+    """Why ``candidate`` loses to ``best``: what ``best``'s plan saves beyond ``candidate``'s where it does ("plan"),
+    the part of the predicted step that is longer by the most (``predict.BREAKDOWN``), and its peak memory where it
+    differs by more than ``MEMORY_NOTED_GIB``; "ties" where no part is longer."""
+    planned = (best.prediction.step_time_s - best.step_s) - (candidate.prediction.step_time_s - candidate.step_s)
+    parts = {name: candidate.prediction.breakdown[name] - best.prediction.breakdown[name] for name in BREAKDOWN}
+    name = max(parts, key=parts.__getitem__)
+    why = [f"plan {_seconds(planned)}"] * (planned > 0) + [f"{name} {_seconds(parts[name])}"] * (parts[name] > 0)
+    memory = candidate.memory_gib - best.memory_gib
+    return ", ".join(why or ["ties"]) + (f", {memory:+.1f} GiB" if abs(memory) > MEMORY_NOTED_GIB else "")
+
+
+def _seconds(t: float) -> str:
+    """A signed time in seconds to two decimals, or in milliseconds below a tenth of a second."""
+    return f"{t:+.2f} s" if abs(t) >= 0.1 else f"{1e3 * t:+.3g} ms"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many configurations the search enumerated, and what became of each."""
+
+    enumerated: int
+    """Every combination of the degrees' menus (``planning.configurations``)."""
+    invalid: int
+    """Refused: degrees that do not divide, the estimate's rules, the target's runtime row or export."""
+    pruned_memory: int
+    """Pruned before timing: no device can hold its static bytes and one microbatch's activations."""
+    pruned_bound: int
+    """Pruned before timing: their step's lower bound is no shorter than the ``top``-th best step timed."""
+    timed: int
+    """Timed with ``predict``."""
+    unfit: int
+    """Of those timed, how many do not fit the device memory with ``predict``'s order."""
+    untimed: int
+    """Left untimed when the time limit or an interrupt stopped the search (0 when it finished)."""
+    refined: int
+    """Planned with ``plan``."""
+
+    def line(self) -> str:
+        """The counts in one line."""
+        return (f"{self.enumerated} enumerated: {self.invalid} invalid, {self.pruned_memory} pruned for memory, "
+                f"{self.pruned_bound} pruned by the bound, {self.timed} timed ({self.unfit} do not fit)"
+                + (f", {self.untimed} left untimed" if self.untimed else "") + f"; {self.refined} refined")
+
+
+@dataclass(frozen=True)
+class ConfigureResult:
+    """The configurations ``configure`` ranks, how it searched, and the chosen one with its plan."""
+
+    candidates: tuple[Ranked, ...]
+    """The best configurations timed that fit, fastest first (planned figures where they are shorter)."""
+    counts: Counts
+    """What became of every configuration enumerated."""
+    chosen: Ranked
+    """The fastest candidate (``candidates[0]``)."""
+    plan: PlanResult | None
+    """The chosen configuration's plan; None where it has no pipeline (pp = 1) or was not refined."""
+    interrupted: bool
+    """Whether an interrupt stopped the search (the result is the best found until then)."""
+    elapsed_s: float
+    """Wall time of the whole search, seconds."""
+    target: str
+    """The runtime the configurations are for."""
+    notes: tuple[str, ...] = ()
+    """What the user should know: plans slower than predicted, refining skipped or cut short."""
+
+    def rows(self) -> list[dict[str, object]]:
+        """One row per candidate, ranked from 1."""
+        return [{"rank": k, **r.row()} for k, r in enumerate(self.candidates, 1)]
+
+    def summary(self) -> dict[str, object]:
+        """The candidates (with their configurations and command lines), the counts and the chosen one, as
+        ``configure --json`` prints them."""
+        def record(r: Ranked) -> dict[str, object]:
+            c = asdict(r.configuration) | {"config": str(r.configuration.config)}
+            return {**r.row(), "configuration": c, "command": r.command, "prediction": r.prediction.figures()}
+        return {"candidates": [{"rank": k, **record(r)} for k, r in enumerate(self.candidates, 1)],
+                "counts": asdict(self.counts), "chosen": record(self.chosen), "target": self.target,
+                "planned": None if self.plan is None else self.plan.summary(), "interrupted": self.interrupted,
+                "elapsed_s": self.elapsed_s, "notes": list(self.notes)}
+
+    def unplanned(self) -> str | None:
+        """Why the chosen configuration has no plan, or None."""
+        if self.plan is not None:
+            return None
+        why = "pp = 1 has no pipeline to plan" if self.chosen.configuration.pp == 1 else "it was not refined"
+        return f"the chosen configuration ({self.chosen.degrees()}) has no plan: {why}"
+
+    def export(self, path: str | Path | None = None) -> str:
+        """Write the target's export of the chosen plan to ``path`` (``PlanResult.export``): Megatron's arguments
+        with the layout (a file; printed only without ``path``), torchtitan's folder with its config and schedule
+        CSV, or for zbsolve the schedule document. Returns the main text: Megatron's arguments, the CSV, or the
+        document. An ``InputError`` where the chosen configuration has no plan."""
+        why = self.unplanned()
+        if why is not None:
+            raise InputError(f"export: {why}")
+        assert self.plan is not None  # planned
+        fmt = EXPORTS[self.target]
+        if fmt is not None:
+            return self.plan.export(fmt, path)
+        if path is None:
+            raise InputError("export: the zbsolve target's export is the schedule document: give a path")
+        return json.dumps(self.plan.to_json(path), indent=1, default=str)
