@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -26,8 +27,8 @@ COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "tokens/s/GP
 HEADERS = {"rank": "#", "tp/pp/vp/cp/ep/dp": "tp/pp/vp/\ncp/ep/dp", "tokens/s/GPU": "tokens/\ns/GPU",
            "planned step s": "planned\nstep s", "peak GiB": "peak\nGiB"}
 """Headers on two lines where the column's figures are narrower than its name."""
-TEXTS = ("recompute", "why it loses")
-"""Its columns of text, which wrap where the figures need the room."""
+WRAPPED = "why it loses"
+"""Its one column that wraps, left-aligned: the others keep their figures on one line."""
 
 
 @app.command()
@@ -110,9 +111,11 @@ def _shown(column: str, value: object) -> str:
 def _print(result: ConfigureResult, config: Path) -> None:
     """The ranked table, the counts, the chosen configuration's predict line and its Megatron arguments."""
     rows = [[_shown(name, row[name]) for name in COLUMNS] for row in result.rows()]
-    table = Table(title=f"{escape(config.stem)}: configurations for {result.target}")
-    for name in COLUMNS:  # figures whole on one line; the texts wrap
-        table.add_column(HEADERS.get(name, name), justify="right", no_wrap=name not in TEXTS, overflow="fold")
+    table = Table(title=f"{escape(config.stem)}: configurations for {result.target}", box=box.SIMPLE_HEAD,
+                  pad_edge=False, padding=(0, 0))  # no rules between the columns: eleven fit 100 columns
+    for name in COLUMNS:
+        table.add_column(HEADERS.get(name, name), justify="left" if name == WRAPPED else "right",
+                         no_wrap=name != WRAPPED, overflow="fold")
     for row in rows:
         table.add_row(*row)
     out.print(table, highlight=False)
