@@ -132,6 +132,32 @@ def test_the_chosen_plan_is_the_simulator_s_and_exports_for_megatron(configured,
     assert f"--pipeline-model-parallel-size {chosen.configuration.pp}" in text
 
 
+def test_the_chart_draws_every_configuration_timed_and_marks_the_chosen(configured, tmp_path):
+    """Every configuration timed is a point at its predicted memory and throughput, those that do not fit apart, the
+    chosen one at the table's figures, the device memory a line; ``plot`` writes it where asked."""
+    timed = configured.timed
+    assert len(timed) == configured.counts.timed and sum(not t.fits for t in timed) == configured.counts.unfit
+    ranked = {key(r.configuration): r.prediction for r in configured.candidates}
+    for t in timed:
+        if key(t.configuration) in ranked:
+            p = ranked[key(t.configuration)]
+            assert (t.tokens_per_s_per_gpu, t.memory_gib, t.fits) == (p.tokens_per_s_per_gpu,
+                                                                      max(p.peak_memory_gib), True)
+    fig = configured.plot(tmp_path / "candidates.png")
+    assert (tmp_path / "candidates.png").stat().st_size > 0
+    [ax] = fig.axes
+    points = {c.get_label().split(" (")[0]: c.get_offsets() for c in ax.collections}
+    assert len(points["timed, fits"]) + len(points["timed, does not fit"]) == len(timed)
+    assert sorted(map(tuple, points["timed, does not fit"])) == sorted((t.memory_gib, t.tokens_per_s_per_gpu)
+                                                                       for t in timed if not t.fits)
+    chosen = configured.chosen
+    assert [tuple(xy) for xy in points["chosen"]] == [(chosen.memory_gib, chosen.tokens_per_s_per_gpu)]
+    [line] = ax.get_lines()
+    assert line.get_xdata()[0] == chosen.prediction.device_memory_gib  # reserve 0: no second line
+    assert ax.get_xlabel() == "peak memory per device (GiB)" and ax.get_ylabel() == "tokens/s/GPU"
+    assert "<table>" in configured._repr_html_() and "chosen: zbsolve predict" in configured._repr_html_()
+
+
 def test_an_interrupt_ranks_what_was_timed(monkeypatch):
     timed = []
 
@@ -148,6 +174,16 @@ def test_an_interrupt_ranks_what_was_timed(monkeypatch):
     assert {key(r.configuration) for r in result.candidates} <= {key(c) for c in timed}
 
 
+def test_without_a_fit_by_its_share_the_timing_goes_on_until_one_fits(monkeypatch):
+    """The whole time left kept for refining: nothing is timed within the timing's share, so the timing goes on into
+    the refining share until a configuration timed fits (those in flight then finish), and that one is planned."""
+    monkeypatch.setattr(configure_module, "REFINE_SHARE", 1.0)
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = configure(DENSE, **SMALL, top=TOP, refine=1, time_limit=20, jobs=1, executor=pool)
+    assert 1 <= len(result.candidates) <= 1 + configure_module.IN_FLIGHT and result.counts.untimed
+    assert result.plan is not None and result.counts.refined == 1
+
+
 def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
     """``zbsolve configure`` on the small space, its configurations timed in this process."""
     pool = cf.ThreadPoolExecutor(1)
@@ -158,8 +194,9 @@ def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
 
 def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_path, monkeypatch):
     done = _cli("--top", 3, "--refine", 1, "--time-limit", 10, "-o", tmp_path / "plan.json", "--export",
-                tmp_path / "args.txt", monkeypatch=monkeypatch)
+                tmp_path / "args.txt", "--chart", tmp_path / "chart.svg", monkeypatch=monkeypatch)
     assert done.exit_code == 0, done.output
+    assert "configurations timed" in (tmp_path / "chart.svg").read_text()
     assert "why it" in done.output and " enumerated: " in done.output
     assert "chosen: zbsolve predict " in done.output and "Megatron: --tensor-model-parallel-size" in done.output
     assert json.loads((tmp_path / "plan.json").read_text())["plan"]["target"] == "megatron"
@@ -174,6 +211,7 @@ def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_pa
 @pytest.mark.parametrize("args, needle", [
     (["--gpus", "7"], "gpus = 7, global_batch = 8: no valid configuration of tiny-llama.json"),
     (["--gpus", "4", "--target", "nope"], "target = 'nope' is unknown"),
+    (["--gpus", "4", "--chart", "chart.pdf"], "--chart = chart.pdf: suffix '.pdf' is not one of .png, .svg"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     done = CliRunner().invoke(app, ["configure", str(DENSE), "--global-batch", "8", "--seq-len", "256", *args])

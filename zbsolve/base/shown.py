@@ -38,6 +38,7 @@ class Shown:
 
     def plot(self, path: str | Path | None = None) -> "Figure":
         """The result's chart as a matplotlib Figure (it shows itself in Jupyter): a solve's Gantt chart with its
-        memory panel, a plan's beside the baselines' step times, as ``zbsolve solve --chart`` and ``zbsolve plan
-        --chart`` draw them; written to ``path`` (.png or .svg, whole or not at all) when one is given."""
+        memory panel, a plan's beside the baselines' step times, configure's candidates' throughput against memory,
+        as ``zbsolve solve --chart``, ``zbsolve plan --chart`` and ``zbsolve configure --chart`` draw them; written
+        to ``path`` (.png or .svg, whole or not at all) when one is given."""
         return CHARTS[type(self)](self, path)

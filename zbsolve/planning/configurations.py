@@ -230,10 +230,10 @@ def group_fits(model: Model, c: Configuration) -> str | None:
     the one test of a fit (``Costs.first_over``)."""
     recompute = parse_recompute(c.recompute)
     static = sum(layer.static_bytes for layer in model.layers if layer.shares is None) // c.pp
-    kept = 0.0
+    kept, names = 0.0, recompute.module_names(model)
     for i, layer in enumerate(model.layers):
         own = layer_costs(model, i, recompute.mode == "full" and layer.block, recompute.selective and layer.block,
-                          recompute.module_names(model))["mem_f"]
+                          names)["mem_f"]
         kept += min(own, layer_costs(model, i, True)["mem_f"]) if recompute.mode == "uniform" and layer.block else own
     average = Costs(model, (), _memory(c), c.reserve, (static,))
     if average.first_over([kept / c.pp]) is None:

@@ -29,7 +29,7 @@ from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
 from zbsolve.io.exports import check_target
 from zbsolve.planning.configurations import Assessed, Dropped, Group, Space, assess, groups
-from zbsolve.planning.configure_result import ConfigureResult, Counts, Ranked, predict_command, why_loses
+from zbsolve.planning.configure_result import ConfigureResult, Counts, Ranked, Timed, predict_command, why_loses
 from zbsolve.planning.planner import plan
 from zbsolve.planning.predict import Configuration, Prediction, configured_model, predict
 from zbsolve.planning.result import PlanResult
@@ -37,7 +37,9 @@ from zbsolve.problem.costs import DEFAULT_RESERVE
 from zbsolve.problem.estimate.gpus import get_gpu
 
 REFINE_SHARE = 0.5
-"""Share of the time limit kept for refining: the timing stops once the rest is spent (sooner where it ends)."""
+"""Share of the time left once every configuration is enumerated kept for refining: the timing stops once the rest
+is spent (sooner where it ends), and goes on into it while no configuration timed fits (there is nothing to
+refine)."""
 PLAN_SECONDS = 2.0
 """The least time a plan is given: with less left, the candidates left keep their predicted figures."""
 IN_FLIGHT = 2
@@ -72,14 +74,19 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     space = Space(config, gpus, global_batch, seq_len, gpu, dtype, target, tp_comm_overlap, dispatcher,
                   device_memory, reserve)
     say = progress or (lambda line: None)
-    search = _Search(space, top, began + time_limit * (1 - REFINE_SHARE if refine else 1), say)
+    end = began + time_limit
+    search = _Search(space, top, end, say)
     search.enumerate()
+    search.deadline = end - (end - time.monotonic()) * (REFINE_SHARE if refine else 0)
     parallel = jobs or (os.cpu_count() or 1)
     pool, release = make_executor(executor, parallel)
     interrupted = False
     try:
         try:
             search.run(pool, parallel * IN_FLIGHT)
+            if not search.fitting and search.deadline < end:  # nothing to refine: its share goes on timing
+                search.deadline = end
+                search.run(pool, parallel * IN_FLIGHT, until_fits=True)
         except KeyboardInterrupt:
             interrupted = True
             if not search.fitting:
@@ -89,14 +96,14 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
         plans: dict[int, PlanResult] = {}
         notes: list[str] = []
         if not interrupted:
-            interrupted = _refine(ranked, refine, space, began + time_limit, pool, parallel, say, plans, notes)
+            interrupted = _refine(ranked, refine, space, end, pool, parallel, say, plans, notes)
     finally:
         release(False)  # every result needed is in: what still runs (a job the search or a plan left) is stopped
     order = sorted(range(len(ranked)), key=lambda k: (ranked[k].step_s, _key(ranked[k].configuration)))
     best = ranked[order[0]]
     ranked = [replace(ranked[k], why="" if k == order[0] else why_loses(ranked[k], best)) for k in order]
     return ConfigureResult(tuple(ranked), search.counts(len(plans)), ranked[0], plans.get(order[0]), interrupted,
-                           time.monotonic() - began, target, tuple(notes))
+                           time.monotonic() - began, target, tuple(notes), tuple(search.timed))
 
 
 def _key(c: Configuration) -> tuple:
@@ -124,6 +131,8 @@ class _Search:
         its bound."""
         self.fitting: list[tuple[float, tuple, Configuration, Prediction]] = []
         """The configurations timed that fit: (step, key, configuration, prediction), fastest first."""
+        self.timed: list[Timed] = []
+        """Every configuration timed, in the order timed."""
         self.tally = {"enumerated": 0, "invalid": 0, "pruned_memory": 0, "timed": 0, "unfit": 0}
         self.first_refusal = ""
         self.pushed = itertools.count()
@@ -168,13 +177,15 @@ class _Search:
         """The ``top``-th best step timed that fits (infinity until that many are)."""
         return self.fitting[self.top - 1][0] if len(self.fitting) >= self.top else float("inf")
 
-    def run(self, pool: cf.Executor, most: int) -> None:
-        """Time best first until the next bound is no shorter than ``kth`` or the deadline passes."""
+    def run(self, pool: cf.Executor, most: int, until_fits: bool = False) -> None:
+        """Time best first until the next bound is no shorter than ``kth`` or the deadline passes (with
+        ``until_fits``, or a configuration timed fits)."""
         flying: dict[cf.Future, tuple[float, Group | Assessed]] = {}
         said = time.monotonic()
         try:
             while True:
-                while len(flying) < most and time.monotonic() < self.deadline:
+                while (len(flying) < most and time.monotonic() < self.deadline
+                       and not (until_fits and self.fitting)):
                     popped = self._next()
                     if popped is None:
                         break
@@ -214,6 +225,7 @@ class _Search:
         else:
             self.tally["timed"] += 1
             c = item.configuration
+            self.timed.append(Timed.of(c, outcome))
             if not outcome.fits:
                 self.tally["unfit"] += 1
                 return

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
+from zbsolve.base.shown import Shown
 from zbsolve.base.units import GIB, MIB
 from zbsolve.planning.predict import BREAKDOWN, Configuration, Prediction
 from zbsolve.planning.result import PlanResult
@@ -83,6 +84,25 @@ class Ranked:
                 "peak GiB": self.memory_gib, "why it loses": self.why}
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One configuration timed, by the figures the chart of the candidates draws (``ConfigureResult.plot``)."""
+
+    configuration: Configuration
+    """The configuration."""
+    tokens_per_s_per_gpu: float
+    """Its predicted tokens/s/GPU."""
+    memory_gib: float
+    """Its largest device's predicted use (static bytes and peak activations), GiB."""
+    fits: bool
+    """Whether every device fits its memory with the reserve."""
+
+    @classmethod
+    def of(cls, c: Configuration, p: Prediction) -> "Timed":
+        """``c`` by the figures of its prediction ``p``."""
+        return cls(c, p.tokens_per_s_per_gpu, max(p.peak_memory_gib), p.fits)
+
+
 def predict_command(c: Configuration) -> str:
     """The ``zbsolve predict`` command line of ``c``: the options it needs, and those that differ from their
     defaults."""
@@ -153,9 +173,10 @@ class Counts:
                 + (f", {self.untimed} left untimed" if self.untimed else "") + f"; {self.refined} refined")
 
 
-@dataclass(frozen=True)
-class ConfigureResult:
-    """The configurations ``configure`` ranks, how it searched, and the chosen one with its plan."""
+@dataclass(frozen=True, repr=False)
+class ConfigureResult(Shown):
+    """The configurations ``configure`` ranks, how it searched, and the chosen one with its plan; shown as the ranked
+    table, drawn as the candidates' throughput against memory (``plot``)."""
 
     candidates: tuple[Ranked, ...]
     """The best configurations timed that fit, fastest first (planned figures where they are shorter)."""
@@ -173,6 +194,8 @@ class ConfigureResult:
     """The runtime the configurations are for."""
     notes: tuple[str, ...] = ()
     """What the user should know: plans slower than predicted, refining skipped or cut short."""
+    timed: tuple[Timed, ...] = ()
+    """Every configuration timed, fitting or not, in the order timed."""
 
     def rows(self) -> list[dict[str, object]]:
         """One row per candidate, ranked from 1."""

@@ -10,7 +10,9 @@ from rich.table import Table
 
 from zbsolve.base.shown import CHARTS, FORMS, Forms
 from zbsolve.optimize.result import SolveResult
+from zbsolve.planning.configure_result import ConfigureResult
 from zbsolve.planning.result import PlanResult
+from zbsolve.present.configure_table import configure_html, configure_rich
 from zbsolve.present.figures import Units, shown
 from zbsolve.present.tables import figures_html, figures_table
 
@@ -41,6 +43,7 @@ def plan_table(result: PlanResult) -> Table:
 
 FORMS[SolveResult] = Forms(solve_table, lambda result: figures_html(solve_figures(result)))
 FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(plan_figures(result)))
+FORMS[ConfigureResult] = Forms(configure_rich, configure_html)
 
 
 def solve_chart(result: SolveResult, path: str | Path | None = None) -> Figure:
@@ -71,5 +74,20 @@ def plan_chart(result: PlanResult, path: str | Path | None = None) -> Figure:
     return fig
 
 
+def configure_chart(result: ConfigureResult, path: str | Path | None = None) -> Figure:
+    """The candidates' tokens/s/GPU against their peak memory per device (``present.configure_chart``), as
+    ``zbsolve configure --chart`` draws it; written to ``path`` (.png or .svg) when given."""
+    from zbsolve.present.configure_chart import plot_configure  # matplotlib, when first drawn
+    from zbsolve.present.plot import check_chart_path, save_figure
+
+    if path is not None:
+        check_chart_path(path, "path")
+    fig = plot_configure(result)
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
 CHARTS[SolveResult] = solve_chart
 CHARTS[PlanResult] = plan_chart
+CHARTS[ConfigureResult] = configure_chart

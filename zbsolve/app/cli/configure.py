@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from zbsolve.app.cli.common import (DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors, err, interruptible,
                                     out, progress)
@@ -19,16 +17,8 @@ from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import parse_bytes
 from zbsolve.planning.configure_result import ConfigureResult
-from zbsolve.present.tables import fmt
-
-COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "tokens/s/GPU", "MFU", "step s",
-           "planned step s", "peak GiB", "why it loses")
-"""The ranked table's columns (``ConfigureResult.rows``)."""
-HEADERS = {"rank": "#", "tp/pp/vp/cp/ep/dp": "tp/pp/vp/\ncp/ep/dp", "tokens/s/GPU": "tokens/\ns/GPU",
-           "planned step s": "planned\nstep s", "peak GiB": "peak\nGiB"}
-"""Headers on two lines where the column's figures are narrower than its name."""
-WRAPPED = "why it loses"
-"""Its one column that wraps, left-aligned: the others keep their figures on one line."""
+from zbsolve.present.configure_table import configure_table, lines
+from zbsolve.present.plot import check_chart_path
 
 
 @app.command()
@@ -60,6 +50,9 @@ def configure(
     export: Optional[Path] = typer.Option(None, "--export", metavar="PATH",
                                           help="Write the target's export of the plan: Megatron's arguments (a "
                                                "file), torchtitan's folder, or zbsolve's schedule document."),
+    chart: Optional[Path] = typer.Option(None, "--chart", metavar="FILE",
+                                         help="Write the chart of every configuration timed: tokens/s/GPU against "
+                                              "peak memory per device, the chosen one marked (.png or .svg)."),
     as_json: bool = JSON,
 ) -> None:
     """Search every parallel configuration (tp, pp, vp, cp, ep, dp, micro-batch size, ZeRO, recomputation) the
@@ -76,6 +69,8 @@ def configure(
     for path, option in ((output, "--output"), (export, "--export")):
         if path is not None and (option == "--output" or target != "torchtitan"):
             check_output(path, option, [config])
+    if chart is not None:
+        check_chart_path(chart, "--chart", [config, output, export])
     with interruptible("before any configuration that fits was timed", "nothing ranked, nothing written"):
         with progress(f"{escape(config.stem)}: configure on {gpus} x {gpu}, limit {time_limit:g}s", as_json) as update:
             result = run(config, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu, dtype=dtype,
@@ -87,10 +82,12 @@ def configure(
             result.plan.to_json(output)
         if export is not None and result.plan is not None:
             result.export(export)
+        if chart is not None:
+            result.plot(chart)
     if as_json:
         print(json.dumps(result.summary(), indent=1, default=str))
     else:
-        _print(result, config)
+        _print(result)
     why = result.unplanned()
     if why is not None and (output or export):
         raise InputError(f"{'--output' if output else '--export'}: nothing written: {why}")
@@ -99,28 +96,12 @@ def configure(
         raise typer.Exit(exit_code())
 
 
-def _shown(column: str, value: object) -> str:
-    """A cell of the ranked table: tokens/s/GPU whole, MFU in per cent, seconds to four figures, GiB to one
-    decimal."""
-    if not isinstance(value, float):
-        return fmt(value)
-    return (f"{value:,.0f}" if column == "tokens/s/GPU" else f"{100 * value:.1f}%" if column == "MFU"
-            else f"{value:.1f}" if column == "peak GiB" else f"{value:.4g}")
-
-
-def _print(result: ConfigureResult, config: Path) -> None:
-    """The ranked table, the counts, the chosen configuration's predict line and its Megatron arguments."""
-    rows = [[_shown(name, row[name]) for name in COLUMNS] for row in result.rows()]
-    table = Table(title=f"{escape(config.stem)}: configurations for {result.target}", box=box.SIMPLE_HEAD,
-                  pad_edge=False, padding=(0, 0))  # no rules between the columns: eleven fit 100 columns
-    for name in COLUMNS:
-        table.add_column(HEADERS.get(name, name), justify="left" if name == WRAPPED else "right",
-                         no_wrap=name != WRAPPED, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table, highlight=False)
-    lines = [f"{result.counts.line()}; {result.elapsed_s:.0f} s", f"chosen: {result.chosen.command}"]
+def _print(result: ConfigureResult) -> None:
+    """The ranked table, the counts, the chosen configuration's predict line, its Megatron arguments and the notes,
+    each line whole (to copy)."""
+    out.print(configure_table(result), highlight=False)
+    shown = lines(result)
     if result.plan is not None and result.target == "megatron":
-        lines.append(f"Megatron: {result.export()}")
-    for line in [*lines, *result.notes]:
+        shown.insert(2, f"Megatron: {result.export()}")
+    for line in shown:
         out.print(line, highlight=False, markup=False, soft_wrap=True)
