@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -195,33 +194,6 @@ def mapped(run: dict) -> Mapped:
     return Mapped(configuration, None, tuple(notes))
 
 
-def command(c: Configuration) -> str:
-    """The ``zbsolve predict`` command line of configuration ``c``: its required figures and degrees, and each other
-    option where it is not the default."""
-    words = ["zbsolve", "predict", str(c.config), "--gpu", c.gpu, "--dtype", c.dtype, "--seq-len", str(c.seq_len),
-             "--microbatch-size", str(c.microbatch_size), "--global-batch", str(c.global_batch), "--gpus", str(c.gpus)]
-    for flag, value in (("--tp", c.tp), ("--pp", c.pp), ("--vp", c.vp), ("--cp", c.cp), ("--ep", c.ep),
-                        ("--zero", c.zero)):
-        words += [flag, str(value)]
-    if c.layout is not None:
-        words += ["--layout", c.layout]
-    elif c.partition != "uniform":
-        words += ["--partition", c.partition]
-    if c.schedule is not None:
-        words += ["--schedule", c.schedule]
-    if c.recompute != "none":
-        words += ["--recompute", c.recompute]
-    if not c.overlap_grad_reduce:
-        words.append("--no-overlap-grad-reduce")
-    if not c.overlap_param_gather:
-        words.append("--no-overlap-param-gather")
-    if c.tp_comm_overlap:
-        words.append("--tp-comm-overlap")
-    if c.dispatcher != "alltoall":
-        words += ["--dispatcher", c.dispatcher]
-    return shlex.join(words)
-
-
 def parallelism(run: dict) -> str:
     """GPUs and TP/PP/VP/CP/EP of a run, with its FSDP group."""
     par = run["parallelism"]
@@ -244,10 +216,10 @@ def row(run: dict) -> Row:
     try:
         p = predict(replace(m.configuration, config=ROOT / m.configuration.config))
     except InputError as error:
-        return Row(**base, predicted=None, step_time_s=None, command=command(m.configuration), reason=str(error),
+        return Row(**base, predicted=None, step_time_s=None, command=m.configuration.command(), reason=str(error),
                    notes=m.notes, seconds=time.monotonic() - began)
     return Row(**base, predicted=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s,
-               command=command(m.configuration), notes=m.notes, fits=p.fits, seconds=time.monotonic() - began)
+               command=m.configuration.command(), notes=m.notes, fits=p.fits, seconds=time.monotonic() - began)
 
 
 def median_error(rows: list[Row]) -> float | None:

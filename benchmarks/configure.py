@@ -41,7 +41,7 @@ from zbsolve.base.errors import ZbsolveError
 from zbsolve.base.units import MIB
 from zbsolve.planning.configurations import Assessed, Group, Space, assess, groups
 from zbsolve.planning.configure import configure
-from zbsolve.planning.configure_result import ConfigureResult, Counts, predict_command
+from zbsolve.planning.configure_result import ConfigureResult, Counts
 from zbsolve.planning.planner import plan
 from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.estimate.hf_config import architecture
@@ -235,7 +235,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
 
     recipe_figures = dict(recipe=recipe, run=run, recipe_config=described(own, p.dp),
                           recipe_tokens=p.tokens_per_s_per_gpu, recipe_fits=p.fits,
-                          recipe_command=predict_command(replace(own, config=Path(own.config).relative_to(ROOT))))
+                          recipe_command=replace(own, config=Path(own.config).relative_to(ROOT)).command())
     began = time.monotonic()
     try:
         result = configure(own.config, gpus=own.gpus, global_batch=own.global_batch, seq_len=own.seq_len,

@@ -58,7 +58,7 @@ def test_the_command_line_is_the_configuration(run, monkeypatch):
         raise InputError("captured")
 
     monkeypatch.setattr(predict_module, "predict", capture)
-    words = shlex.split(calibration.command(c))
+    words = shlex.split(c.command())
     assert words[:2] == ["zbsolve", "predict"]
     CliRunner().invoke(app, words[1:])
     assert len(taken) == 1

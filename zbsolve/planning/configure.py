@@ -29,7 +29,7 @@ from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
 from zbsolve.io.exports import check_target
 from zbsolve.planning.configurations import Assessed, Dropped, Group, Space, assess, groups
-from zbsolve.planning.configure_result import ConfigureResult, Counts, Ranked, Timed, predict_command, why_loses
+from zbsolve.planning.configure_result import ConfigureResult, Counts, Ranked, Timed, why_loses
 from zbsolve.planning.planner import plan
 from zbsolve.planning.predict import Configuration, Prediction, configured_model, predict
 from zbsolve.planning.result import PlanResult
@@ -242,7 +242,7 @@ class _Search:
             left = " before the time limit" if any(self.heaps) else ""
             raise InfeasibleError(f"no configuration timed{left} fits {self.space.gpu}'s memory (the search's counts: "
                                   f"{self.counts(0).line()}); try more GPUs, or another target")
-        return [Ranked(c, p, predict_command(c)) for _, _, c, p in self.fitting[:self.top]]
+        return [Ranked(c, p, c.command()) for _, _, c, p in self.fitting[:self.top]]
 
     def counts(self, refined: int) -> Counts:
         """The counts, what is left in the heap pruned by the bound where it is no shorter than ``kth``."""

@@ -5,16 +5,13 @@ its target's export."""
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.shown import Shown
-from zbsolve.base.units import GIB, MIB
 from zbsolve.planning.predict import BREAKDOWN, Configuration, Prediction
 from zbsolve.planning.result import PlanResult
-from zbsolve.problem.costs import DEFAULT_RESERVE
 
 EXPORTS = {"megatron": "megatron", "torchtitan": "torchtitan", "zbsolve": None}
 """The export of a plan for each target (``io.exports.FORMATS``): Megatron's arguments, torchtitan's folder, and
@@ -101,31 +98,6 @@ class Timed:
     def of(cls, c: Configuration, p: Prediction) -> "Timed":
         """``c`` by the figures of its prediction ``p``."""
         return cls(c, p.tokens_per_s_per_gpu, max(p.peak_memory_gib), p.fits)
-
-
-def predict_command(c: Configuration) -> str:
-    """The ``zbsolve predict`` command line of ``c``: the options it needs, and those that differ from their
-    defaults."""
-    words = ["zbsolve", "predict", str(c.config), "--seq-len", c.seq_len, "--microbatch-size", c.microbatch_size,
-             "--global-batch", c.global_batch, "--gpus", c.gpus]
-    optional = [("--gpu", c.gpu, "h100"), ("--dtype", c.dtype, "bf16"), ("--tp", c.tp, 1), ("--pp", c.pp, 1),
-                ("--vp", c.vp, 1), ("--cp", c.cp, 1), ("--ep", c.ep, 1), ("--zero", c.zero, 1),
-                ("--layout", c.layout, None), ("--partition", c.partition, "uniform"),
-                ("--schedule", c.schedule, None), ("--recompute", c.recompute, "none"),
-                ("--device-memory", c.device_memory, None), ("--reserve", c.reserve, DEFAULT_RESERVE),
-                ("--dispatcher", c.dispatcher, "alltoall")]
-    words += [word for flag, value, default in optional if value != default for word in (flag, _size(flag, value))]
-    switches = [("--no-overlap-grad-reduce", not c.overlap_grad_reduce),
-                ("--no-overlap-param-gather", not c.overlap_param_gather), ("--tp-comm-overlap", c.tp_comm_overlap)]
-    return shlex.join(map(str, words + [flag for flag, on in switches if on]))
-
-
-def _size(flag: str, value: object) -> object:
-    """A value as its option takes it: bytes in whole GiB or MiB where they are."""
-    if flag in ("--device-memory", "--reserve") and isinstance(value, int):
-        unit = next((u for u in (GIB, MIB) if value % u == 0 and value), None)
-        return value if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
-    return value
 
 
 def why_loses(candidate: Ranked, best: Ranked) -> str:

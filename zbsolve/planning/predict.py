@@ -11,11 +11,12 @@ exceeds a node, and the stages' hops take the network once the GPUs span nodes.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
-from zbsolve.base.units import gib
+from zbsolve.base.units import GIB, MIB, gib
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
 from zbsolve.planning.baselines import BaselineSetting, builtin_run, split_ranges
@@ -89,6 +90,32 @@ class Configuration:
     torchtitan's AsyncTP; both off by default)."""
     dispatcher: str = "alltoall"
     """How the expert all-to-all sends a token: "alltoall" or "flex" (DeepEP, HybridEP)."""
+
+    def command(self) -> str:
+        """The ``zbsolve predict`` command line of this configuration: the options it needs, and those that differ
+        from their defaults."""
+        words = ["zbsolve", "predict", str(self.config), "--seq-len", self.seq_len, "--microbatch-size",
+                 self.microbatch_size, "--global-batch", self.global_batch, "--gpus", self.gpus]
+        optional = [("--gpu", self.gpu, "h100"), ("--dtype", self.dtype, "bf16"), ("--tp", self.tp, 1),
+                    ("--pp", self.pp, 1), ("--vp", self.vp, 1), ("--cp", self.cp, 1), ("--ep", self.ep, 1),
+                    ("--zero", self.zero, 1), ("--layout", self.layout, None),
+                    ("--partition", self.partition, "uniform"), ("--schedule", self.schedule, None),
+                    ("--recompute", self.recompute, "none"), ("--device-memory", self.device_memory, None),
+                    ("--reserve", self.reserve, DEFAULT_RESERVE), ("--dispatcher", self.dispatcher, "alltoall")]
+        words += [word for flag, value, default in optional if value != default
+                  for word in (flag, _bytes(value) if flag in ("--device-memory", "--reserve") else value)]
+        switches = [("--no-overlap-grad-reduce", not self.overlap_grad_reduce),
+                    ("--no-overlap-param-gather", not self.overlap_param_gather),
+                    ("--tp-comm-overlap", self.tp_comm_overlap)]
+        return shlex.join(map(str, words + [flag for flag, on in switches if on]))
+
+
+def _bytes(value: object) -> object:
+    """Bytes as ``--device-memory`` and ``--reserve`` take them: in whole GiB or MiB where they are."""
+    if isinstance(value, int) and value:
+        unit = next((u for u in (GIB, MIB) if value % u == 0), None)
+        return value if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
+    return value
 
 
 @dataclass(frozen=True)
