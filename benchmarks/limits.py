@@ -1,11 +1,13 @@
 """Limits and interrupts at scale: `zbsolve solve -o` as a user runs it, on the unit profile.
 
 "limit" rows: the command's wall time against --time-limit (the contract: at most the limit + max(2 s, 5%)), the
-result's objective against the first family of the placement that fits (the floor every solve builds, whatever the
-limit: "floor s" is what building it takes here, the one part of a solve a limit cannot shorten), and the peak
-RSS. "interrupt" rows: one SIGINT a given number of seconds after the start; the exit code (130), and
-whether the schedule document was written and passes `zbsolve check`. Rows print as they finish; run nothing
-else CPU-heavy beside it.
+result's objective against the first family of the placement that fits (the floor, which a solve builds when its
+limit allows: "no worse" says whether the result is) and against the first schedule (the placement's cheapest family
+that fits, else one microbatch at a time, which every solve builds whatever the limit: "first s" is what building
+and simulating it takes here, the one part of a solve a limit cannot shorten), and the peak RSS; a limit shorter
+than the first schedule needs is refused, and the row says the least the solve named. "interrupt" rows: one SIGINT a
+given number of seconds after the start; the exit code (130), and whether the schedule document was written and
+passes `zbsolve check`. Rows print as they finish; run nothing else CPU-heavy beside it.
 
 Run: .venv/bin/python benchmarks/limits.py [--quick] [--repeats 3]
 """
@@ -32,7 +34,7 @@ INTERRUPTS = [("sequential", 64, 512, 1.0, "span", 4.0), ("sequential", 64, 512,
               ("vshape", 64, 512, 0.5, "span", 4.0), ("vshape", 64, 512, 0.5, "span", 1.0)]
 """(placement, p, m, memory factor or None, objective, seconds to the SIGINT) of each "interrupt" row, with a time
 limit of 60 s: in the search, once the solve is over (its step times or document), in the V-shape's warm start,
-and before any schedule fits."""
+and before any schedule exists (the signal is answered once the first schedule does)."""
 QUICK = 2
 """Rows of each kind with ``--quick``."""
 ZBSOLVE = [sys.executable, "-m", "zbsolve"]
@@ -44,41 +46,61 @@ def _problem(folder: Path, p: int, m: int, factor: float | None) -> Path:
     return path
 
 
-def _floor(placement: str, p: int, m: int, factor: float) -> tuple[float, float]:
-    """The objective of the first family of ``placement`` that fits ``factor`` x 1F1B's peak, and the seconds that
-    building and simulating the families down to it take here."""
+def _floor(placement: str, p: int, m: int, factor: float) -> float:
+    """The objective of the first family of ``placement`` that fits ``factor`` x 1F1B's peak."""
     from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
     from zbsolve.problem.memory_factor import reference_peak
     from zbsolve.core.profile import UNIT
     from zbsolve.core.simulator import simulate
 
     limit = factor * reference_peak(UNIT, p, m)
-    began = time.monotonic()
     for name in PLACEMENT_FAMILIES[placement]:
         timeline = simulate(make_schedule(name, UNIT, p, m))
         if max(timeline.peak_memory) <= limit:
-            return timeline.makespan, time.monotonic() - began
-    return float("inf"), time.monotonic() - began
+            return timeline.makespan
+    return float("inf")
+
+
+def _first(placement: str, p: int, m: int, factor: float) -> tuple[float, float]:
+    """The objective of a solve's first schedule under ``factor`` x 1F1B's peak, and the seconds that building and
+    simulating it take here."""
+    from zbsolve.core.profile import UNIT
+    from zbsolve.core.simulator import simulate
+    from zbsolve.core.spec import make_spec
+    from zbsolve.optimize.backends.protocol import Log
+    from zbsolve.optimize.warm_start import first_schedule
+    from zbsolve.problem.memory_factor import reference_peak
+
+    spec = make_spec(UNIT, factor * reference_peak(UNIT, p, m), num_microbatches=m, num_devices=p, placement=placement)
+    began = time.monotonic()
+    timeline = simulate(first_schedule(spec, Log(None))[1])
+    return timeline.makespan, time.monotonic() - began
 
 
 def limit_row(folder: Path, placement: str, p: int, m: int, factor: float, limit: float, repeats: int) -> dict:
-    """Median wall seconds and peak RSS of ``repeats`` solves, the objective and the floor."""
+    """Median wall seconds and peak RSS of ``repeats`` solves, the objective (or the refusal of a limit shorter than
+    the first schedule needs), the first schedule's and the floor's."""
     problem, out = _problem(folder, p, m, factor), folder / "out.json"
-    walls, rss = [], []
+    walls, rss, refused = [], [], ""
     for _ in range(repeats):
+        out.unlink(missing_ok=True)
         began = time.monotonic()
         run = subprocess.run(["/usr/bin/time", "-f", "%M", *ZBSOLVE, "solve", problem, "--placement", placement,
                               "--time-limit", str(limit), "-q", "-o", out], capture_output=True, text=True)
         walls.append(time.monotonic() - began)
-        rss.append(int(run.stderr.strip().splitlines()[-1]) / 1024)
-    objective = json.loads(out.read_text())["solver"]["value"]
+        lines = run.stderr.strip().splitlines()
+        rss.append(int(lines[-1]) / 1024)
+        refused = lines[-2].split("give ")[-1] if run.returncode == 2 else refused
+    objective = json.loads(out.read_text())["solver"]["value"] if out.exists() else f"refused: {refused}"
     budget = limit + max(2.0, 0.05 * limit)
     wall = statistics.median(walls)
-    floor, floor_seconds = _floor(placement, p, m, factor)
+    floor, (first, first_seconds) = _floor(placement, p, m, factor), _first(placement, p, m, factor)
     return {"placement": placement, "p": p, "m": m, "factor": factor, "limit s": limit,
             "wall s": f"{wall:.1f}", "within": "met" if max(walls) <= budget else f"MISSED (max {max(walls):.1f})",
-            "floor s": f"{floor_seconds:.1f}", "objective": objective, "floor": floor,
-            "no worse": "met" if objective <= floor else "MISSED", "MiB": f"{statistics.median(rss):.0f}"}
+            "first s": f"{first_seconds:.1f}", "objective": objective, "first": first, "floor": floor,
+            "no worse": "-" if refused else "met" if objective <= floor else "first" if objective <= first
+            else "MISSED",
+            "MiB": f"{statistics.median(rss):.0f}"}
 
 
 def interrupt_row(folder: Path, placement: str, p: int, m: int, factor: float | None, objective: str,

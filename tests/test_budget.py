@@ -9,6 +9,7 @@ test knows which phase it interrupted and asserts it from the solver log.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import signal
@@ -22,20 +23,27 @@ import pytest
 from conftest import ROOT, check_result
 
 from zbsolve import UNIT, solve
+from zbsolve.base.errors import InputError
+from zbsolve.core.spec import make_spec
+from zbsolve.optimize import warm_start
+from zbsolve.optimize.solve import solve_request
+from zbsolve.problem.request import Request
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.core.simulator import simulate
 
 SLACK = 2.0, 0.05
-"""The contract: a solve returns within time_limit + max(2 s, 5% of it), or, where building the floor (built
-whatever the limit) ends past the limit, within the floor's time, the time kept for the step times and that
-margin."""
+"""The contract: a solve returns within time_limit + max(2 s, 5% of it), or, where building the first schedule
+(built whatever the limit) ends past the limit, within its time, the time kept for the step times and the document,
+and that margin."""
 WRAPPER = textwrap.dedent('''
     """zbsolve's command line, printing "phase NAME" on stderr when 1F1B's peak (for a memory factor), the
     heuristic, the backend, the result's step times, the writing of its document or a frontier solve's completion
-    begins."""
+    begins; 1F1B's peak then waits half a second, so that a signal sent just after its line comes while the memory
+    limit is resolved, before the solve has any schedule."""
     import importlib
     import sys
+    import time
 
     from zbsolve.app.cli import app
 
@@ -44,10 +52,11 @@ WRAPPER = textwrap.dedent('''
                                                                "planning.frontier", "problem.memory_factor"))
 
 
-    def announce(name, fn):
+    def announce(name, fn, pause=0.0):
         def wrapped(*args, **kwargs):
             sys.stderr.write(f"phase {name}\\n")  # one write: a worker thread's line never splits it
             sys.stderr.flush()
+            time.sleep(pause)
             return fn(*args, **kwargs)
         return wrapped
 
@@ -60,7 +69,7 @@ WRAPPER = textwrap.dedent('''
         warm_module.heuristic = announce("warm start", warm_module.heuristic)
         solve_module._run_backend = announce("search", solve_module._run_backend)
         solve_module.step_times = announce("step times", solve_module.step_times)
-        limits_module.reference_peak = announce("limit", limits_module.reference_peak)
+        limits_module.reference_peak = announce("limit", limits_module.reference_peak, pause=0.5)
         result_module.SolveResult.to_json = announce("document", result_module.SolveResult.to_json)
         frontier_module.frontier = counted
         app(sys.argv[1:], prog_name="zbsolve")
@@ -68,9 +77,10 @@ WRAPPER = textwrap.dedent('''
 
 
 def within_budget(seconds: float, time_limit: float, log: str = "") -> bool:
-    """Whether ``seconds`` keeps the contract of ``time_limit`` (and of the floor, by the solver ``log``'s line)."""
-    floor = re.search(r"^floor: built in ([0-9.]+)s; ([0-9.]+)s kept", log, re.MULTILINE)
-    least = float(floor[1]) + float(floor[2]) if floor else 0.0
+    """Whether ``seconds`` keeps the contract of ``time_limit`` (and of the first schedule, by the solver ``log``'s
+    line)."""
+    first = re.search(r"^first schedule: \S+, built in ([0-9.]+)s; ([0-9.]+)s kept", log, re.MULTILINE)
+    least = float(first[1]) + float(first[2]) if first else 0.0
     return seconds <= max(time_limit, least) + max(SLACK[0], SLACK[1] * time_limit)
 
 
@@ -89,15 +99,30 @@ def test_solve_returns_within_its_time_limit(placement, p, m, factor):
     assert not result.interrupted
 
 
-@pytest.mark.parametrize("placement, factor, floor", [("vshape", 0.5, "v-min"), ("vshape", 0.6, "v-half"),
-                                                      ("vshape", 1.0, "zb-v"), ("sequential", 1.0, "zb-h1"),
-                                                      ("sequential", 2.0, "zb-h2")])
-def test_no_time_limit_gives_a_result_worse_than_the_first_family_that_fits(placement, factor, floor):
-    """However short the limit (or busy the machine), the floor is built: the family named, the first of the
-    placement's that fits, or a better schedule."""
+@pytest.mark.parametrize("placement, factor, first", [
+    ("vshape", 0.5, "one-at-a-time"), ("vshape", 1.0, "zb-v"), ("sequential", 0.5, "one-at-a-time"),
+    ("sequential", 2.0, "zb-h1")])
+def test_no_time_limit_gives_the_first_schedule(placement, factor, first):
+    """However short the limit (or busy the machine), the first schedule is built: the placement's first cheap
+    family that fits, else one microbatch at a time; every later phase is skipped, each saying so."""
     p, m = 16, 64
     limit = factor * reference_peak(UNIT, p, m)
     result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, time_limit=1e-6, workers=1)
+    check_result(result, limit)
+    assert result.schedule.name == first and f"\nfirst schedule: {first}, built in " in "\n" + result.solver_log
+    assert "skipped, it needs" in result.solver_log
+
+
+@pytest.mark.parametrize("placement, factor, floor", [("vshape", 0.5, "v-min"), ("vshape", 0.6, "v-half"),
+                                                      ("vshape", 1.0, "zb-v"), ("sequential", 1.0, "zb-h1"),
+                                                      ("sequential", 2.0, "zb-h2")])
+def test_the_floor_is_the_first_family_that_fits(placement, factor, floor):
+    """Time allowing, the floor is built after the first schedule: the family named, the first of the placement's
+    that fits, or a better schedule; the families before it are each found over the limit once."""
+    p, m = 16, 64
+    limit = factor * reference_peak(UNIT, p, m)
+    result = solve(UNIT, limit, num_microbatches=m, num_devices=p, placement=placement, solver="heuristic",
+                   time_limit=60, workers=1)
     check_result(result, limit)
     over = PLACEMENT_FAMILIES[placement][:PLACEMENT_FAMILIES[placement].index(floor)]
     assert [line for line in result.solver_log.splitlines() if line.endswith("over the memory limit")] == \
@@ -165,24 +190,28 @@ def test_interrupted_solve_writes_the_best_schedule_and_says_so(tmp_path, sig, p
 
 @pytest.mark.parametrize("phase", ["step times", "document"])
 def test_an_interrupt_after_the_search_still_writes_the_schedule(tmp_path, phase):
-    """The search is over, its figures or its document are under way: the document is written whole all the same."""
+    """The search is over, its figures or its document are under way: the document is written whole all the same.
+    The floor, ZB-H2, is optimal on the span and is not the first schedule, whose step times are made before it."""
     problem, out = tmp_path / "unit.yaml", tmp_path / "out.json"
     problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
-    code, stderr = interrupt_at(tmp_path, phase, signal.SIGINT, "solve", problem, "--time-limit", 300, "-q", "-o", out)
+    code, stderr = interrupt_at(tmp_path, phase, signal.SIGINT, "solve", problem, "--time-limit", 300, "--objective",
+                                "span", "-q", "-o", out)
     assert code == 130, stderr
     assert f"interrupted: the best schedule found so far is in {out}" in stderr
     check = zbsolve("check", out, "-q")
     assert check.returncode == 0, check.stderr
 
 
-def test_an_interrupt_before_the_first_schedule_says_nothing_was_written(tmp_path):
-    """The problem's memory factor needs 1F1B's peak (a second or more for 393,216 passes) before any schedule of
-    the solve exists."""
+def test_a_signal_before_the_first_schedule_exists_stops_the_solve_once_it_does(tmp_path):
+    """The signal comes as the memory factor's limit is resolved (1F1B's peak), before any schedule of the solve
+    exists: the solve builds its first schedule, writes it and says it was interrupted."""
     problem, out = tmp_path / "unit.yaml", tmp_path / "out.json"
-    problem.write_text("num_devices: 128\nnum_microbatches: 1024\nmem_factor: 1\n")
+    problem.write_text("num_devices: 8\nnum_microbatches: 32\nmem_factor: 1\n")
     code, stderr = interrupt_at(tmp_path, "limit", signal.SIGINT, "solve", problem, "-o", out)
-    assert code == 130 and not out.exists(), stderr
-    assert stderr.strip().splitlines()[-1] == "interrupted before the first schedule was built: nothing written"
+    assert code == 130, stderr
+    assert stderr.strip().splitlines()[-1] == f"interrupted: the best schedule found so far is in {out}"
+    check = zbsolve("check", out, "-q")
+    assert check.returncode == 0, check.stderr
 
 
 def test_interrupted_frontier_keeps_the_finished_solves(tmp_path):
@@ -211,3 +240,22 @@ def test_unwritable_outputs_fail_before_any_work(tmp_path, command, flag, make, 
     problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
     run = zbsolve(command, problem, "--time-limit", 600, flag, make(tmp_path), timeout=60)
     assert run.returncode == 2 and needle in run.stderr, run.stderr
+
+
+def test_a_time_limit_the_first_schedule_cannot_keep_is_refused_naming_the_least_that_could(monkeypatch):
+    """A clock that advances 1 s at each reading: the first schedule on 2 of 8 devices and 4 of 16 microbatches, its
+    step times and its document (counted twice: made to measure, then written) take 5 s, so 80 s at full size."""
+    readings = itertools.count()
+    monkeypatch.setattr(warm_start.time, "process_time", lambda: float(next(readings)))
+    spec = make_spec(UNIT, None, num_microbatches=16, num_devices=8)
+    with pytest.raises(InputError, match=r"^time_limit = 60 is too short") as refused:
+        warm_start.check_time(spec, 60.0, time.monotonic())
+    least = int(re.search(r"give a time limit of at least (\d+)s", str(refused.value))[1])
+    assert 80 / 1.05 <= least <= 81 / 1.05 + 1
+    warm_start.check_time(spec, least + 1.0, time.monotonic())
+    small = make_spec(UNIT, None, num_microbatches=16, num_devices=warm_start.SAMPLE - 1)
+    warm_start.check_time(small, 1e-6, time.monotonic())  # too small to time: never refused
+    with pytest.raises(InputError, match=r"^time_limit = 60 is too short"):
+        solve(UNIT, None, num_microbatches=16, num_devices=8, time_limit=60, solver="heuristic")
+    request = Request(num_microbatches=16, num_devices=8, time_limit=60, solver="heuristic")
+    assert solve_request(UNIT, request).schedule  # a planner's or a frontier's solve takes the time it is given

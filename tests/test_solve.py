@@ -31,7 +31,7 @@ from zbsolve.core.schedule import build
 from zbsolve.present.forms import solve_figures
 
 solve_module = importlib.import_module("zbsolve.optimize.solve")
-from zbsolve.optimize.warm_start import ONE_AT_A_TIME  # noqa: E402
+from zbsolve.optimize.warm_start import FIRST, ONE_AT_A_TIME  # noqa: E402
 SLOW_LAST = Profile(t_f=[1.0, 1.0, 1.0, 1.4], t_b=[1.0, 1.0, 1.0, 1.4], t_w=[1.0, 1.0, 1.0, 1.4], t_comm=0.1)
 UNEVEN = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2,
                  mem_f=[1.0, 1.0, 2.0], mem_b=[-0.5, -0.25, -1.0], mem_w=[-0.5, -0.75, -1.0])
@@ -223,12 +223,12 @@ def test_progress_hears_every_log_line_as_it_comes(solver):
     check_result(result, [2.0, 2.0, 4.0])
     assert "\n".join(lines) == result.solver_log
     names = [line.split(":")[0] for line in lines]
-    assert names[names.index("heuristic") - 1] == "floor"  # the floor's time, then the warm starts
-    floor = names[:names.index("floor")]  # the families to the first that fits, one at a time if one does not
-    families = [name for name in floor if name != ONE_AT_A_TIME]
-    assert floor and families == list(PLACEMENT_FAMILIES["sequential"])[:len(families)]
-    over = any("over the memory limit" in line for line in lines[:len(floor)])
-    assert (ONE_AT_A_TIME in floor) == over
+    first = names.index("first schedule")  # the cheap families to the first that fits, else one at a time
+    tried = [name for name in names[:first] if name != ONE_AT_A_TIME]
+    assert names[:first] and tried == list(FIRST["sequential"])[:len(tried)]
+    assert (ONE_AT_A_TIME in names[:first]) == any("over the memory limit" in line for line in lines[:first])
+    floor = names[first + 1:names.index("heuristic")]  # then the floor's families to the first that fits
+    assert floor == [name for name in PLACEMENT_FAMILIES["sequential"] if name not in tried][:len(floor)]
     assert solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1]
 
 

@@ -360,6 +360,20 @@ def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequenc
     return tuple(traces), tuple(peaks)
 
 
+def back_to_back(schedule: Schedule) -> Iterator[list[float]]:
+    """Each device's last end (its origin where it runs nothing) after 1, 2, ... back-to-back steps of the valid
+    ``schedule`` (``transforms.repeat``: no barrier, a device starts a step once it has ended its part of the one
+    before), timed a step at a time from the ends of the one before: each step costs one timing of ``schedule``."""
+    index = _Index(schedule)
+    first, preds = index.first, index.preds()
+    orders = [range(first[d], first[d + 1]) for d in range(schedule.num_devices)]
+    ends = [0.0] * schedule.num_devices
+    while True:
+        end = asap(orders, index.duration, preds, ends).end
+        ends = [end[order[-1]] if order else origin for order, origin in zip(orders, ends)]
+        yield ends
+
+
 def simulate(schedule: Schedule) -> Timeline:
     """Validate ``schedule`` and time it as soon as possible; raise ``ScheduleError`` if invalid."""
     starts, ends = _time(_Index(schedule))

@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from zbsolve.base.checks import slack
 from zbsolve.core.measures import bubble
 from zbsolve.core.objective import device_share, step
-from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.transforms import repeat
+from zbsolve.core.simulator import Timeline, back_to_back
 
 MAX_ITERATIONS = 16
-"""Back-to-back steps simulated at most while looking for the steady-state period."""
-FIRST_ITERATIONS = 4
-"""Back-to-back steps simulated first: most schedules settle within them."""
+"""Back-to-back steps timed at most while looking for the steady-state period."""
 
 
 @dataclass(frozen=True)
@@ -45,21 +42,15 @@ class StepTimes:
 def steady_period(timeline: Timeline) -> float:
     """The makespan's growth per step once back-to-back steps (no barrier) settle: the growth at the first of 2,
     3, ... steps where two successive growths agree, or at ``MAX_ITERATIONS`` steps. Each step ends no later for
-    the steps that follow it (timing is as soon as possible), so one simulation of k steps gives the makespans of
-    1 to k; k doubles from ``FIRST_ITERATIONS`` until the growths agree."""
-    schedule = timeline.schedule
-    k = FIRST_ITERATIONS
+    the steps that follow it (timing is as soon as possible), so the steps are timed one after another
+    (``simulator.back_to_back``) until two growths agree."""
+    steps, devices = back_to_back(timeline.schedule), timeline.schedule.devices
+    spans: list[float] = []
     while True:
-        repeated = simulate(repeat(schedule, k))
-        spans = [step(device_share(0.0, end[(i + 1) * len(ops) - 1], "makespan")
-                      for end, ops in zip(repeated.end, schedule.devices) if ops) for i in range(k)]
-        growth = [b - a for a, b in zip(spans, spans[1:])]
-        for g, h, span in zip(growth, growth[1:], spans[2:]):
-            if abs(h - g) <= slack(span):
-                return h
-        if k == MAX_ITERATIONS:
-            return growth[-1]
-        k = min(2 * k, MAX_ITERATIONS)
+        spans.append(step(device_share(0.0, end, "makespan") for end, ops in zip(next(steps), devices) if ops))
+        settled = len(spans) >= 3 and abs((spans[-1] - spans[-2]) - (spans[-2] - spans[-3])) <= slack(spans[-1])
+        if settled or len(spans) == MAX_ITERATIONS:
+            return spans[-1] - spans[-2]
 
 
 def step_times(timeline: Timeline) -> StepTimes:

@@ -50,9 +50,9 @@ class Preds:
 
 
 def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
-         preds: Preds | Sequence[Sequence[tuple[int, float]]], origin: float = 0) -> Timing:
-    """Time ``orders`` (per device, node ids) as soon as possible from ``origin``; ``preds`` is a ``Preds``
-    or, per node, its (node, lag) pairs. Each node is tried once, and once more each time a device
+         preds: Preds | Sequence[Sequence[tuple[int, float]]], origin: float | Sequence[float] = 0) -> Timing:
+    """Time ``orders`` (per device, node ids) as soon as possible from ``origin`` (one time, or each device's);
+    ``preds`` is a ``Preds`` or, per node, its (node, lag) pairs. Each node is tried once, and once more each time a device
     that waited for it resumes, so the work is linear in nodes and predecessors."""
     if not isinstance(preds, Preds):
         preds = Preds.from_lists(preds)
@@ -61,7 +61,7 @@ def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
     start: list = [None] * n
     end: list = [None] * n + [-math.inf]
     reached = [0] * len(orders)
-    free = [origin] * len(orders)
+    free = list(origin) if isinstance(origin, Sequence) else [origin] * len(orders)
     waiting: dict[int, list[int]] = {}
     todo = list(range(len(orders) - 1, -1, -1))
     while todo:

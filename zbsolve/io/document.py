@@ -108,8 +108,16 @@ def to_document(timeline: Timeline, **extra: object) -> dict:
 def write_document(timeline: Timeline, path: str | Path, **extra: object) -> dict:
     """Write ``timeline``'s schedule document as JSON to ``path``, whole or not at all; the document."""
     doc = to_document(timeline, **extra)
-    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    write_atomic(path, document_text(doc))
     return doc
+
+
+def document_text(doc: dict) -> str:
+    """The JSON text of the schedule document ``doc``: indented, each device's ops on one line (json's fast encoder
+    writes those, several times faster than an indented list of every op)."""
+    devices = ",\n  ".join(json.dumps(ops) for ops in doc["devices"])
+    return json.dumps({**doc, "devices": []}, indent=1).replace('\n "devices": []', f'\n "devices": [\n  {devices}\n ]',
+                                                              1) + "\n"
 
 
 def from_document(data: object, where: str = "schedule document",

@@ -7,16 +7,14 @@ from dataclasses import dataclass
 
 from zbsolve.optimize.backends.protocol import Log
 
-COSTS = {"family": 20.0, "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2,
-         "formulate": 8.5, "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0, "step times": 9.0, "document": 7.0}
-"""Cost of each phase in units of the first schedule's simulation, the largest measured with p = 64 to 128 and
-m = 512 to 1024: building and simulating a family (V-Half's and V-Min's builds are the slowest); one variant of
-the heuristic and one run of the V-shape greedy; simulating a warm start; rebuilding and simulating the backend's
-order; the formulation; the cheap lower bound with the warm start's order; building the warm-up relaxation; the
-least search worth starting (timing the warm start, building a small window, checking its order); the step times
-of the result (``zbsolve.core.step_time``); its schedule document, built and written."""
-KEPT = ("step times", "document")
-"""The phases after the search, whose time every solve keeps before its deadline."""
+COSTS = {"family": 10.0, "heuristic variant": 4.5, "v-greedy variant": 4.0, "simulate": 1.6, "re-simulate": 2.2,
+         "formulate": 8.5, "lower bound": 2.0, "warm-up bound": 1.3, "search": 6.0}
+"""Cost of each search phase in units of the first schedule's simulation, the largest measured with p = 64 to 128
+and m = 512 to 1024: building and simulating a family (V-Half's and V-Min's builds are the slowest, about 7.5);
+one variant of the heuristic and one run of the V-shape greedy; simulating a warm start; rebuilding and simulating
+the backend's order; the formulation; the cheap lower bound with the warm start's order; building the warm-up
+relaxation; the least search worth starting (timing the warm start, building a small window, checking its order).
+The phases after the search, the result's step times and its document, are not estimated but measured (``keep``)."""
 
 
 @dataclass
@@ -28,6 +26,8 @@ class Budget:
     """``time.monotonic()`` when the solve began."""
     unit: float = 0.0
     """Seconds the first schedule's simulation took."""
+    kept: float = 0.0
+    """Seconds kept before the deadline for the result's step times and its document (``keep``)."""
 
     def left(self) -> float:
         """Seconds until the deadline (negative once it has passed)."""
@@ -37,9 +37,11 @@ class Budget:
         """Estimated seconds of ``phase``."""
         return COSTS[phase] * self.unit
 
-    def kept(self) -> float:
-        """Estimated seconds of the phases after the search (``KEPT``), kept before the deadline."""
-        return sum(self.cost(phase) for phase in KEPT)
+    def keep(self, seconds: float) -> None:
+        """Keep ``seconds`` before the deadline for the phases after the search: what they took on the first
+        schedule, measured."""
+        self.kept += seconds
+        self.deadline -= seconds
 
     def allows(self, phase: str, log: Log, then: float = 0.0, name: str | None = None) -> bool:
         """Whether ``phase`` fits in the time left, keeping ``then`` seconds for what must follow; if not, log

@@ -1,19 +1,24 @@
 """solve(): the best schedule the optimizer finds for a profile and a memory budget.
 
-Every handcrafted family of the placement that fits the memory limit comes first (the floor: each is built
-and simulated in linear time, whatever the time limit, so no solve returns a schedule worse than these); the
-paper's heuristic and the V-shape greedy follow (the warm start is the best of them); a backend improves it; the
+The first schedule comes first, whatever the time limit: the placement's cheapest family to build that fits the
+memory limit, or one microbatch at a time (each built and simulated in linear time, so no solve returns a schedule
+worse than it). Its simulation is timed, and the time its step times and its document take is measured on it and
+kept before the deadline. The floor follows (the first of the placement's families that fits, the best of them),
+then the paper's heuristic and the V-shape greedy (the warm start is the best of them); a backend improves it; the
 result is always re-simulated, and never worse than the warm start.
 
-Every later phase draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``, less the time
-kept for the step times and for writing the document. The first schedule's simulation is timed, and every later
-phase's cost is estimated as a multiple of it (``COSTS``): a phase that does not fit in the time left is
-skipped, with a log line saying so, and the heuristic and the V-shape greedy stop trying variants in time for
-what follows them.
+Every phase after the first schedule draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``,
+less the time kept for the step times and for writing the document. Each search phase's cost is estimated as a
+multiple of the first schedule's simulation (``COSTS``): a phase that does not fit in the time left is skipped,
+with a log line saying so, and the heuristic and the V-shape greedy stop trying variants in time for what follows
+them.
 
 An interrupt (``KeyboardInterrupt``: Ctrl-C, or SIGTERM inside ``zbsolve.base.interrupt.signals_as_interrupt()``)
 in any phase after the first schedule exists returns the best schedule found so far, with ``interrupted`` set
-and a log line saying so; before it, the interrupt propagates.
+and a log line saying so; a signal while the problem is resolved and the first schedule built is answered once
+that schedule exists (it takes linear time), so only a ``KeyboardInterrupt`` raised there by code propagates.
+A time limit shorter than the first schedule, its step times and its document need on this machine (timed on a
+smaller problem first) is refused before anything is built.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from zbsolve.base.errors import InfeasibleError
+from zbsolve.base.interrupt import deferred
 from zbsolve.core.measures import gap
 from zbsolve.core.placement import CHUNKS, PlacementName
 from zbsolve.core.profile import Profile
@@ -38,7 +44,7 @@ from zbsolve.optimize.budget import Budget
 from zbsolve.optimize.formulation import Formulation, formulate
 from zbsolve.optimize.recompute_fit import fit_recompute
 from zbsolve.optimize.result import SolveResult
-from zbsolve.optimize.warm_start import Best, floor, warm_start
+from zbsolve.optimize.warm_start import Best, check_time, first, floor, measure, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.problem.model import Model
 from zbsolve.problem.problem_file import load_costs
@@ -71,18 +77,18 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
     return BACKENDS[solver](form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
 
 
-def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
-    """Every phase in turn; where F and B may run as overlapped pairs (``optimize.pairing``) and the request allows
-    them, the phases without pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
+def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str]) -> None:
+    """Every phase after the first schedule (``tried``: the families tried for it) in turn; where F and B may run as
+    overlapped pairs (``best.overlap``), the phases without pairs keep ``OVERLAP_SHARE`` of the time for the pair
+    search that follows them."""
     objective = request.objective
-    best.overlap = request.pairs and pairs_possible(spec.profile, spec.placement)
     if not best.overlap:
-        _unpaired_phases(spec, request, budget, log, best)
+        _unpaired_phases(spec, request, budget, log, best, tried)
         return
     keep = OVERLAP_SHARE * budget.left()
     budget.deadline -= keep
     try:
-        _unpaired_phases(spec, request, budget, log, best)
+        _unpaired_phases(spec, request, budget, log, best, tried)
     finally:
         budget.deadline += keep
     starts = [best.unpaired] + ([best.timeline] if best.timeline is not best.unpaired else [])
@@ -92,13 +98,13 @@ def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) 
         best.offer(paired.schedule.name, paired, log)
 
 
-def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
+def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str]) -> None:
     """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``; the warm starts
     leave time for the formulation, the bound, a search and its re-simulation when these take at most half of what
     is left."""
     solver, objective = request.solver, request.objective
     workers, seed = request.workers or os.cpu_count() or 1, request.seed
-    families = floor(spec, budget, log, best)
+    families = floor(spec, budget, log, best, tried)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
     warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best)
     if best.optimal():
@@ -190,11 +196,13 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     before uniform or per-stage) says which of a model's blocks run their forward, or their norms and MLP activation
     function, again inside their B (``zbsolve.problem.recompute``). The arguments are checked once, as one
     ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
-    starts, bounds, improvements). The result is never worse than the floor: the first of the placement's
-    families that fits (the best of them), built whatever the time limit. An interrupt once a schedule exists
-    returns the best found so far with ``interrupted`` set (one before it propagates). Raises InputError on bad
-    arguments and InfeasibleError (stating the smallest feasible limit, or the device and its shortfall in GiB)
-    when no schedule fits."""
+    starts, bounds, improvements). The first schedule (the placement's cheapest family that fits, else one
+    microbatch at a time) is built whatever the time limit, and the result is never worse than it, nor, time
+    allowing, than the floor: the first of the placement's families that fits (the best of them). An interrupt
+    (after a recomputation is chosen) returns the best schedule found so far with ``interrupted`` set, the first
+    schedule finished first. Raises InputError on bad arguments or on a time limit shorter than the first schedule
+    needs on this machine (``check_time``, naming the least that could hold), and InfeasibleError (stating the
+    smallest feasible limit, or the device and its shortfall in GiB) when no schedule fits."""
     began = time.monotonic()
     if isinstance(profile, (str, os.PathLike)):
         profile = load_costs(profile, "zbsolve.solve")
@@ -202,24 +210,32 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
                       placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
                       seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,
                       mem_factor=mem_factor, recompute=recompute)
-    return solve_request(profile, request, progress, began)
+    return solve_request(profile, request, progress, began, check=True)
 
 
 def solve_request(profile: Profile | Model, request: Request, progress: Callable[[str], None] | None = None,
-                  began: float | None = None) -> SolveResult:
+                  began: float | None = None, check: bool = False) -> SolveResult:
     """``solve`` on a checked request; ``began`` (``time.monotonic()``) when the time limit started, by default
-    now."""
+    now. With ``check`` (``solve``'s and ``zbsolve solve``'s), a time limit shorter than the first schedule needs on
+    this machine is refused (``check_time``); without (the planner's, the frontier's and a grid's own solves), the
+    solve takes the time it is given, its first schedule whatever it costs."""
     began = time.monotonic() if began is None else began
     if isinstance(profile, Model) and parse_recompute(request.recompute).undecided:
         chosen = fit_recompute(profile, request, lambda r: _warm_step(profile, r, began))
         request = request.model_copy(update={"recompute": str(chosen)})
-    spec, costs = resolve(profile, request)
-    _check_feasible(spec, costs)
-    log = Log(progress)
-    best = Best(request.objective)
+    log, best, budget = Log(progress), Best(request.objective), Budget(began + request.time_limit, began)
     try:
-        budget = Budget(began + request.time_limit, began)
-        _search(spec, request, budget, log, best)
+        with deferred() as came:  # a signal before the first schedule exists stops the solve once it does
+            spec, costs = resolve(profile, request)
+            _check_feasible(spec, costs)
+            best.overlap = request.pairs and pairs_possible(spec.profile, spec.placement)
+            if check:
+                check_time(spec, request.time_limit, began)
+            tried = first(spec, budget, log, best)
+        if came:
+            raise KeyboardInterrupt
+        measure(budget, log, best)
+        _search(spec, request, budget, log, best, tried)
     except KeyboardInterrupt:
         if best.timeline is None:
             raise
@@ -228,11 +244,13 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
         best.status = "optimal"
     value = best.value
     bound = min(best.bound, value)
-    try:
-        times = step_times(best.timeline)  # in the time kept for it
-    except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
-        best.interrupted = True
-        times = step_times(best.timeline)
+    measured, times = best.measured or (None, None)
+    if measured is not best.timeline:
+        try:
+            times = step_times(best.timeline)  # in the time kept for it
+        except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
+            best.interrupted = True
+            times = step_times(best.timeline)
     if best.interrupted:
         log.append("interrupted: returning the best schedule found so far")
     return SolveResult(best.timeline.schedule, best.timeline, times, value, request.objective, bound, gap(value, bound),

@@ -1,20 +1,24 @@
-"""The floor and the warm starts of a solve: the placement's handcrafted families, the one-at-a-time order, the
-paper's heuristic and ZB-V's greedy generator, each kept when it beats the best so far."""
+"""The first schedule, the floor and the warm starts of a solve: the placement's handcrafted families, the
+one-at-a-time order, the paper's heuristic and ZB-V's greedy generator, each kept when it beats the best so far."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from zbsolve.base.checks import slack
-from zbsolve.base.errors import BudgetError, ZbsolveError
+from zbsolve.base.errors import BudgetError, InputError, ZbsolveError
 from zbsolve.core.memory import fits
 from zbsolve.core.placement import CHUNKS, vshape
 from zbsolve.core.schedule import Schedule, build, pair_count
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.spec import Spec
+from zbsolve.core.profile import UNIT
+from zbsolve.core.spec import Spec, make_spec
+from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.core.transforms import with_limit
+from zbsolve.io.document import document_text, to_document
 from zbsolve.optimize.backends.protocol import Log
 from zbsolve.optimize.budget import Budget
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
@@ -23,6 +27,9 @@ from zbsolve.schedulers.one_at_a_time import one_at_a_time
 from zbsolve.optimize.pairing import least_work
 from zbsolve.schedulers.vgreedy import v_greedy
 
+FIRST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": ("zb-v",)}
+"""The placement's families (of two chunks) that build in about one simulation's time, most memory first: the
+first of them that fits, else one microbatch at a time, is a solve's first schedule."""
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}
 """The families whose F&B pairs a solve tries too where passes communicate (with two chunks)."""
 ONE_AT_A_TIME = "one-at-a-time"
@@ -47,6 +54,9 @@ class Best:
     (``proven`` ignores them) and the best schedule without pairs is kept too, for the formulation."""
     unpaired: Timeline | None = None
     """The best schedule without pairs, where ``overlap``."""
+    measured: tuple[Timeline, StepTimes] | None = None
+    """The first schedule and its step times, made to measure what the result's take (the result's own while the
+    first is the best)."""
 
     @property
     def value(self) -> float:
@@ -54,14 +64,14 @@ class Best:
         return self.timeline.objective(self.objective) if self.timeline is not None else math.inf
 
     def offer(self, name: str, timeline: Timeline, log: Log) -> None:
-        """Keep ``timeline`` if it beats the best so far."""
-        log.append(f"{name}: objective {timeline.objective(self.objective):.6g}")
-        if timeline.objective(self.objective) < self.value:
+        """Keep ``timeline`` if it beats the best so far (before saying so: an interrupt then keeps it)."""
+        value = timeline.objective(self.objective)
+        if value < self.value:
             self.timeline = timeline
         if self.overlap and not pair_count(timeline.schedule) and (
-                self.unpaired is None
-                or timeline.objective(self.objective) < self.unpaired.objective(self.objective)):
+                self.unpaired is None or value < self.unpaired.objective(self.objective)):
             self.unpaired = timeline
+        log.append(f"{name}: objective {value:.6g}")
 
     def proven(self, bound: float, exact: bool) -> None:
         """Add a proven lower bound on schedules without pairs (ignored where pairs may overlap)."""
@@ -74,38 +84,99 @@ class Best:
 
 
 
-def floor(spec: Spec, budget: Budget, log: Log, best: Best) -> list[str]:
-    """Offer the first family of the placement that fits the memory limit (``PLACEMENT_FAMILIES``: the best of
-    them), and ``ONE_AT_A_TIME`` (valid under every limit that any schedule meets) as soon as the first family
-    does not fit: the floor of every solve, built in linear time whatever the time left. The first simulation's
-    time is the budget's unit, and from then on the budget keeps the time of ``KEPT``; the devices' work bounds
-    the objective. Returns the families after the one that fits, left for the warm start."""
-    def offer(name: str, schedule: Schedule) -> None:
-        began = time.monotonic()
-        timeline = simulate(schedule)
-        if not budget.unit:
-            budget.unit = time.monotonic() - began
-            budget.deadline -= budget.kept()
-        best.offer(name, timeline, log)
-
-    names = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
-    while names:
-        name = names.pop(0)
+def first_schedule(spec: Spec, log: Log) -> tuple[str, Schedule, list[str]]:
+    """The first schedule of a solve: the first of the placement's ``FIRST`` families that fits the memory limit,
+    else ``ONE_AT_A_TIME``; its name, and the families tried that did not fit (each logged)."""
+    families = PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ()
+    failed = []
+    for name in (name for name in FIRST.get(spec.placement_name, ()) if name in families):
         schedule = _family(spec, name)
         if isinstance(schedule, Schedule):
-            offer(name, schedule)
-            break
+            return name, schedule, failed
         log.append(f"{name}: {schedule}")
-        if best.timeline is None:
-            offer(ONE_AT_A_TIME, _one_at_a_time(spec))
-    if best.timeline is None:
-        offer(ONE_AT_A_TIME, _one_at_a_time(spec))
-    best.proven(max(best.timeline.work), True)
+        failed.append(name)
+    return ONE_AT_A_TIME, _one_at_a_time(spec), failed
+
+
+def first(spec: Spec, budget: Budget, log: Log, best: Best) -> list[str]:
+    """Offer the first schedule (``first_schedule``), whatever the time left: its simulation's time is the budget's
+    unit; the devices' work bounds the objective. Returns the families tried for it, the one built last."""
+    name, schedule, failed = first_schedule(spec, log)
+    began = time.monotonic()
+    timeline = simulate(schedule)
+    budget.unit = time.monotonic() - began
+    best.offer(name, timeline, log)
+    best.proven(max(timeline.work), True)
     if best.overlap:
-        best.bound, best.exact = least_work(best.timeline.schedule), True
-    log.append(f"floor: built in {time.monotonic() - budget.started:.2f}s; {budget.kept():.2f}s kept for the step "
-               "times and the document")
-    return names
+        best.bound, best.exact = least_work(timeline.schedule), True
+    return failed + [name]
+
+
+def measure(budget: Budget, log: Log, best: Best) -> None:
+    """Make the first schedule's step times (kept for the result) and its document's text, and keep the time they
+    took before the deadline: a later schedule has as many passes, and as many ops or fewer."""
+    built, timeline = time.monotonic() - budget.started, best.timeline
+    times, *seconds = _after_search(timeline)
+    best.measured = timeline, times
+    budget.keep(sum(seconds))
+    log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s; {budget.kept:.2f}s kept for the "
+               "step times and the document (as long as its own took)")
+
+
+def floor(spec: Spec, budget: Budget, log: Log, best: Best, tried: list[str]) -> list[str]:
+    """Offer the floor, each family as the time left allows: the first of the placement's families
+    (``PLACEMENT_FAMILIES``) that fits the memory limit, the best of them, unless ``tried`` for the first schedule
+    (the first schedule's own family last). Returns the families after it, left for the warm start."""
+    families = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
+    while families and not best.optimal():
+        family = families.pop(0)
+        if family == tried[-1]:
+            break
+        if family in tried or not budget.allows("family", log, name=family):
+            continue
+        schedule = _family(spec, family)
+        if isinstance(schedule, Schedule):
+            best.offer(family, simulate(schedule), log)
+            break
+        log.append(f"{family}: {schedule}")
+    return [family for family in families if family not in tried]
+
+
+def _after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic) -> tuple[StepTimes, float, float]:
+    """``timeline``'s step times, and the seconds (by ``clock``) that they and its document's text took to make."""
+    began = clock()
+    times = step_times(timeline)
+    middle = clock()
+    document_text(to_document(timeline))
+    return times, middle - began, clock() - middle
+
+
+SAMPLE = 4
+"""``check_time`` times a problem of 1 / ``SAMPLE`` of the devices and of the microbatches."""
+
+
+def check_time(spec: Spec, time_limit: float, began: float) -> None:
+    """Refuse, before the solve builds anything, a time limit shorter than what its first schedule needs here, with
+    a margin of max(2 s, 5%): built and simulated, its step times and its document made to measure them, and its
+    document written. Each takes time in proportion to the passes, so all are timed on the placement's first family
+    over 1 / ``SAMPLE`` of the devices and of the microbatches, unit costs and no memory limit, in this process's
+    CPU time (what other processes take from it now is not counted), and scaled (problems of fewer than ``SAMPLE``
+    devices or microbatches are not timed)."""
+    p, m = spec.num_devices, spec.num_microbatches
+    if min(p, m) < SAMPLE:
+        return
+    sample = make_spec(UNIT, None, num_microbatches=m // SAMPLE, num_devices=p // SAMPLE,
+                       placement=spec.placement_name, chunks=spec.chunks)
+    now = time.process_time()
+    *_, document = _after_search(simulate(first_schedule(sample, Log(None))[1]), time.process_time)
+    took = time.process_time() - now + document
+    least = time.monotonic() - began + took * p * m / (sample.num_devices * sample.num_microbatches)
+    if least > time_limit + max(2.0, 0.05 * time_limit):
+        raise InputError(f"time_limit = {time_limit:g} is too short for {p} devices and {m} microbatches here: the "
+                         f"first schedule, its step times and its document take about {least:.0f}s on this machine "
+                         f"(timed on {sample.num_devices} devices and {sample.num_microbatches} microbatches); give a "
+                         f"time limit of at least {math.ceil(min(least - 2.0, least / 1.05))}s, or fewer "
+                         "microbatches")
 
 
 def _family(spec: Spec, name: str) -> Schedule | str:

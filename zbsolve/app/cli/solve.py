@@ -108,7 +108,7 @@ def solve(
                           partition=partition, objective=objective, solver=solver, time_limit=time_limit,
                           workers=workers, seed=seed, recompute=recompute)
         with progress(f"{name}: {solver}, limit {time_limit:g}s", quiet or as_json) as update:
-            result = solve_request(costs, request, update, began)  # loading the problem counts against the limit
+            result = solve_request(costs, request, update, began, check=True)  # loading counts against the limit
     stated = file_units(problem)
     units = Units.of(result.costs, stated.time, stated.memory)
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
