@@ -4,8 +4,9 @@ shortest step time (with an optimizer barrier) that fits the device memory.
 Under one time limit:
 
 1. **Split bound.** Per placement, CP-SAT finds the partition minimising the largest (head + work) over devices
-   (``zbsolve.planning.split_bound``): a lower bound on the step time of every schedule on every partition of that
-   placement, and the first candidate.
+   (``zbsolve.planning.split_bound``), then with what the device memory forces on warm-up, cool-down and the chain of
+   releases over every recomputation the plan may choose (``zbsolve.planning.memory_bound``): a lower bound on the
+   step time of every schedule on every partition of that placement, and the first candidate.
 2. **Candidates.** That partition, the work-balancing partition, and the baselines' splits (uniform,
    torchtitan's, Megatron's) are timed by the heuristic and the simulator (``solve(..., solver="heuristic")``),
    in parallel processes (or on a Dask cluster); then each placement's best is improved by moving one stage
@@ -37,6 +38,7 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run, taken_baseline
+from zbsolve.planning.memory_bound import menu
 from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.io.exports import Runtime, check_target
@@ -204,7 +206,8 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     parallel = jobs or (os.cpu_count() or 1 if executor is None else 1)
     pool, release = make_executor(executor, parallel)
     search = Search(model, request, began + time_limit, pool, parallel, log, progress,
-                    lambda counts: partition_refusal(target, model, counts, p) is None, row.schedule_of)
+                    lambda counts: partition_refusal(target, model, counts, p) is None, row.schedule_of,
+                    menu(model, recompute, target, memory - spare))
     # a runtime of its own order gets no final solves: the search has their time
     searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if row.order == "planned"
                         else time_limit - FINISH_SECONDS)

@@ -18,6 +18,7 @@ from zbsolve.core.schedule import Schedule
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
 from zbsolve.planning.result import Candidate
+from zbsolve.planning.memory_bound import Memory
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.costs import Costs
 from zbsolve.problem.model import Model
@@ -27,6 +28,8 @@ from zbsolve.problem.request import Request
 
 BOUND_SECONDS = 5.0
 """The least time a placement's split model gets (a model of 80 layers in 32 stages takes about that)."""
+MEMORY_SHARE = 0.5
+"""How much more time a placement's split bound gets for its memory terms (``split_bound``'s second model)."""
 CANDIDATE_SECONDS = 30.0
 """The most seconds the heuristic may take on one candidate."""
 MOVES_PER_ROUND = 8
@@ -63,6 +66,9 @@ class Search:
     """The built-in schedule the plan's runtime runs for the model over so many devices with so many stages per
     device and a recomputation whatever the plan's order (``Runtime.schedule_of``), every candidate timed with it;
     None: each timed with the heuristic's order."""
+    memory: Memory | None = None
+    """What the split bounds' memory terms read: the device memory less the reserve and the recomputation the plan
+    may choose (``memory_bound.menu``); None leaves them out."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
     bound: float = math.inf
@@ -155,19 +161,24 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
         else:
             layouts.append((name, c, layout))
     n = max(1, len(layouts))
-    # Each placement's bound model takes `each`, its balance model a quarter of it, `parallel` at a time.
-    each = min(max(BOUND_SECONDS, 2 * seconds / n), max(0.5, 0.3 * search.left() * search.parallel / (1.25 * n)))
+    # Each placement's bound model takes `each` (and MEMORY_SHARE more with memory terms), its balance model a
+    # quarter of it, `parallel` at a time.
+    more = 1.0 + (MEMORY_SHARE if search.memory is not None else 0.0)
+    each = min(max(BOUND_SECONDS, 2 * seconds / n),
+               max(0.5, 0.3 * search.left() * search.parallel / ((more + 0.25) * n)))
     m = search.request.num_microbatches
     futures = {(name, c, heads): search.executor.submit(split_bound, search.model, layout, m,
-                                                          time_limit=each if heads else each / 4, heads=heads)
+                                                          time_limit=each * more if heads else each / 4,
+                                                          heads=heads,
+                                                          memory=search.memory if heads else None)
                for name, c, layout in layouts for heads in (True, False)}
     bound, queues = math.inf, []
     for name, c, layout in layouts:
         tight, even = futures[name, c, True].result(), futures[name, c, False].result()
         bound = min(bound, tight.bound)
-        search.say(f"{name} x{c}: " + (f"split bound {tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})"
-                                        if math.isfinite(tight.bound) else "no partition gives every stage F, B and "
-                                        "W time"))
+        search.say(f"{name} x{c}: split bound " + (f"{tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})"
+                                                    if math.isfinite(tight.bound) else "infinite: no partition gives "
+                                                    "every stage F, B and W time and fits the device memory"))
         found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
                  if x.counts is not None]
         for split in SPLITS:

@@ -8,26 +8,28 @@ device holds two stages and passes communicate, its work less all the communicat
 integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the largest head + work; its
 optimum (or its proven bound, when the time runs out, and never less than the devices' work shared evenly) is a
 lower bound on the step time of any schedule on any partition of this placement, and its partition is where the
-planner's search starts.
+planner's search starts. Given the device memory and the recomputation a plan may choose, a second model adds what
+memory forces where only k microbatches fit in flight (``planning.memory_bound``: the chain of releases, the idle
+of warm-up and cool-down, activation bytes over time, over every partition and recomputation); the bound is the
+larger of the two, and its partition the second's.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from zbsolve.base.interrupt import run_interruptible
+from zbsolve.planning.memory_bound import RESOLUTION, Memory, boundaries, memory_bound
 from zbsolve.problem.model import Model
-from zbsolve.problem.partition import TIMES, comm_time
+from zbsolve.problem.partition import comm_time
 from zbsolve.core.placement import Placement
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved
-
-RESOLUTION = 10**9
-"""The largest head + work is scaled to about this many integer units (times are floored to them)."""
 
 
 @dataclass(frozen=True)
@@ -39,51 +41,54 @@ class SplitBound:
     counts: tuple[int, ...] | None
     """Layers per stage of the best partition found (None when the time ran out before one was)."""
     value: float
-    """Its largest head + work, in seconds (the bound when proven optimal)."""
+    """Its largest head + work, in seconds, or with memory its figure in the memory model (the bound when proven
+    optimal)."""
     optimal: bool
     """Whether CP-SAT proved the partition optimal."""
 
 
 def split_bound(model: Model, placement: Placement, num_microbatches: int, *, time_limit: float = 10.0,
-                heads: bool = True, workers: int = 1) -> SplitBound:
+                heads: bool = True, workers: int = 1, memory: Memory | None = None) -> SplitBound:
     """Minimise over partitions of ``model`` into ``placement``'s stages the largest (head + work) over devices;
-    ``heads=False`` balances the work alone (a partition to try, whose value is no bound on the step)."""
+    ``heads=False`` balances the work alone (a partition to try, whose value is no bound on the step). With
+    ``memory`` (a placement of one route), the first model has two thirds of the time, and the memory model
+    (``memory_bound``), from the first's partition and above its bound, what it leaves."""
+    began = time.monotonic()
+    found = _head_and_work(model, placement, num_microbatches, heads,
+                           time_limit if memory is None else time_limit * 2 / 3, workers)
+    if memory is None or not heads or len(placement.routes) > 1 or not math.isfinite(found.bound):
+        return found
+    more = memory_bound(model, placement, num_microbatches, memory, _least_hop(model), floor=found.bound,
+                        hint=found.counts, time_limit=time_limit - (time.monotonic() - began), workers=workers)
+    if more.counts is None:
+        return SplitBound(more.bound, found.counts if math.isfinite(more.bound) else None, found.value, False)
+    return SplitBound(more.bound, more.counts, more.value, more.optimal)
+
+
+def _head_and_work(model: Model, placement: Placement, num_microbatches: int, heads: bool, time_limit: float,
+                   workers: int) -> SplitBound:
+    """``split_bound`` without memory."""
     # -- data ----------------------------------------------------------------------------------------------
-    layers, m, S = model.layers, num_microbatches, placement.num_stages
-    L = len(layers)
+    m, S, L = num_microbatches, placement.num_stages, len(model.layers)
     figures = Figures.of(model, placement, m, heads)
     work, forward, hop, held = figures.work, figures.forward, figures.hop, figures.held
     top = m * work[-1] + (forward[-1] + S * hop if heads else 0.0)
     scale = RESOLUTION / top if top > 0 else 1.0
-    # Per pass kind, how many layers before each index have a positive time: every stage needs one of each.
-    positive = [[0] for _ in TIMES]
-    for layer in layers:
-        for k, name in enumerate(TIMES):
-            positive[k].append(positive[k][-1] + (getattr(layer, name) > 0))
     W = [math.floor(m * x * scale) for x in work]
     Fh = [math.floor(x * scale) for x in forward]
     H = math.floor(hop * scale)
 
     # -- variables ---------------------------------------------------------------------------------------
     model_ = cp_model.CpModel()
-    bounds = [model_.new_constant(0)] + [model_.new_int_var(s, L - S + s, f"b{s}") for s in range(1, S)] \
-        + [model_.new_constant(L)]
+    bounds = boundaries(model_, model, S)
     at_work = [model_.new_int_var(0, W[-1], f"w{s}") for s in range(S + 1)]
     at_forward = [model_.new_int_var(0, max(Fh), f"f{s}") for s in range(S + 1)]
     objective = model_.new_int_var(0, W[-1] + max(Fh) + S * H, "objective")
 
     # -- constraints ---------------------------------------------------------------------------------------
-    for s in range(S):
-        model_.add(bounds[s + 1] >= bounds[s] + 1)
     for s in range(S + 1):
         model_.add_element(bounds[s], W, at_work[s])
         model_.add_element(bounds[s], Fh, at_forward[s])
-    for counts in positive:
-        at = [model_.new_int_var(0, counts[-1], "") for _ in range(S + 1)]
-        for s in range(S + 1):
-            model_.add_element(bounds[s], counts, at[s])
-        for s in range(S):
-            model_.add(at[s + 1] >= at[s] + 1)
     for dev, stages in enumerate(held):
         first = stages[0]
         model_.add(objective >= at_forward[first] + first * H
