@@ -5,7 +5,10 @@ chosen plan is the simulator's."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import json
+import threading
+import time
 import shlex
 from dataclasses import replace
 
@@ -15,12 +18,17 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from zbsolve.app.cli import app
 from zbsolve.base.checks import exceeds
+from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
 from zbsolve.core.simulator import simulate
 from zbsolve.planning import configure as configure_module
-from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, assess, expert_refusal, group_bound,
-                                             groups)
+from zbsolve.planning import configure_search
+from zbsolve.planning import configurations
+from zbsolve.planning.configuration_bounds import Whole, group_bound, group_fits
+from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, assess, decided_choices, expert_refusal,
+                                             groups, shape_groups, shape_refusal, shape_size, shapes, vp_choices)
 from zbsolve.planning.configure import configure
+from zbsolve.planning.configure_search import BranchAndBound
 from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.costs import check_fits
 from zbsolve.problem.recompute import parse_recompute
@@ -63,6 +71,39 @@ def test_every_configuration_enumerated_divides_as_predict_needs():
     assert expert_refusal(replace(moe, ep=4), 2) is None
 
 
+@pytest.mark.parametrize("config, gpus, memory", [(DENSE, 4, 12 * MIB), (MOE, 8, 20 * MIB)], ids=["dense", "moe"])
+def test_the_memory_prune_drops_what_group_fits_drops_and_estimates_less(config, gpus, memory, monkeypatch):
+    """A choice pruned at a micro-batch size is pruned at the larger ones and at the less sharded ZeRO levels
+    without its model: the groups kept and the configurations pruned are those of ``group_fits`` on every model."""
+    space = Space(config, gpus, 16, 256, device_memory=memory, reserve=0)
+    estimated = []
+
+    def counting(c: Configuration, dp: int):
+        model = configured_model(c, dp)
+        estimated.append(c)
+        return model
+
+    monkeypatch.setattr(configurations, "configured_model", counting)
+    found = list(groups(space))
+    fitting, pruned, models = set(), 0, 0  # every model estimated, every choice checked
+    for shape in (shape for shape in shapes(space) if shape_refusal(space, shape) is None):
+        for size, zero in itertools.product(space.menus()["microbatch_size"], space.menus()["zero"]):
+            c = space.configuration(microbatch_size=size, zero=zero, **shape)
+            try:
+                model = configured_model(c, degrees(c)[0])
+            except InputError:
+                continue
+            models += 1
+            for choice in decided_choices(space.target, model):
+                if group_fits(Whole(model), replace(c, recompute=choice)) is None:
+                    fitting.add(replace(c, recompute=choice))
+                else:
+                    pruned += len(vp_choices(c.pp, space.blocks()))
+    assert {g.configuration for g in found if isinstance(g, Group)} == fitting
+    assert sum(d.size for d in found if isinstance(d, Dropped) and d.memory) == pruned > 0
+    assert len(estimated) < models
+
+
 @pytest.mark.parametrize("config, gpus, degrees_, combined", [
     (DENSE, 4, dict(tp=2, pp=2, vp=2), False),
     (DENSE, 4, dict(pp=4, zero=0, recompute="full"), False),
@@ -77,7 +118,7 @@ def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combi
     c = space.configuration(**degrees_)
     dp, m = degrees(c)
     model = configured_model(c, dp)
-    bound = group_bound(model, m, c.pp, parse_recompute(c.recompute))
+    bound = group_bound(Whole(model), m, c.pp, parse_recompute(c.recompute), combined)
     [assessed] = assess(space, Group(replace(c, vp=1), dp, m, (c.vp,), bound))
     assert isinstance(assessed, Assessed)
     p = predict(assessed.configuration)
@@ -167,7 +208,7 @@ def test_an_interrupt_ranks_what_was_timed(monkeypatch):
         timed.append(c)
         return predict(c)
 
-    monkeypatch.setattr(configure_module, "time_configuration", stopping)
+    monkeypatch.setattr(configure_search, "time_configuration", stopping)
     with cf.ThreadPoolExecutor(1) as pool:
         result = configure(DENSE, **SMALL, top=TOP, refine=1, executor=pool)
     assert result.interrupted and result.plan is None and result.counts.untimed
@@ -182,6 +223,46 @@ def test_without_a_fit_by_its_share_the_timing_goes_on_until_one_fits(monkeypatc
         result = configure(DENSE, **SMALL, top=TOP, refine=1, time_limit=20, jobs=1, executor=pool)
     assert 1 <= len(result.candidates) <= 1 + configure_module.IN_FLIGHT and result.counts.untimed
     assert result.plan is not None and result.counts.refined == 1
+
+
+def test_the_enumeration_stops_at_its_time_and_counts_the_shapes_left(monkeypatch):
+    """The shapes left when the enumeration's time is up are counted as not enumerated, outside the others."""
+    space = Space(DENSE, 4, 16, 256, target="zbsolve", device_memory=20 * MIB, reserve=0)  # its choices need no model
+    search = BranchAndBound(space, TOP, time.monotonic() + 60, lambda line: None)
+    done = []
+
+    def enumerating(space: Space, shape: dict[str, int]):
+        done.append(shape)
+        if len(done) == 3:
+            search.enumerate_by = 0.0  # its time is up
+        return shape_groups(space, shape)
+
+    monkeypatch.setattr(configure_search, "shape_groups", enumerating)
+    with cf.ThreadPoolExecutor(1) as pool:
+        search.run(pool, 1)
+    counts = search.counts(0)
+    assert len(done) == 3 and counts.unenumerated and "not enumerated" in counts.line()
+    assert counts.enumerated + counts.unenumerated == sum(shape_size(space, shape) for shape in shapes(space))
+    assert counts.enumerated == (counts.invalid + counts.pruned_memory + counts.pruned_bound + counts.timed
+                                 + counts.untimed)
+
+
+def test_the_jobs_running_at_the_deadline_are_left_untimed(monkeypatch):
+    """The search returns at its deadline without waiting for the job still running (here every timing is stuck
+    until released): what it held is counted untimed, or not enumerated."""
+    release = threading.Event()
+
+    def stuck(c: Configuration):
+        release.wait(60)
+        return predict(c)
+
+    monkeypatch.setattr(configure_search, "time_configuration", stuck)
+    search = BranchAndBound(Space(DENSE, **SMALL), TOP, time.monotonic() + 1, lambda line: None)
+    with cf.ThreadPoolExecutor(1) as pool:
+        search.run(pool, 2)
+        left = search.counts(0)
+        release.set()
+    assert search.abandoned and left.timed == 0 and (left.untimed or left.unenumerated)
 
 
 def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):

@@ -103,12 +103,14 @@ class ProcessPool(cf.ProcessPoolExecutor):
 
 
 def shutdown_pool(pool: ProcessPool, finished: bool) -> None:
-    """Shut the pool down; when interrupted, stop the jobs still running instead of waiting for them."""
-    pool.shutdown(wait=finished, cancel_futures=True)
+    """Shut the pool down; when interrupted, stop the jobs still running instead of waiting for them. Its thread is
+    waited for (at once where its workers are stopped), so that a pool started after it may fork
+    (``start_method``)."""
     if not finished:
         for process in pool.workers:
             if process.is_alive():
                 process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def make_executor(spec: str | cf.Executor | None, jobs: int) -> tuple[cf.Executor, Release]:

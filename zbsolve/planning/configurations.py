@@ -10,38 +10,42 @@ refuses it: the degrees that do not divide (``predict.degrees``), megatron-core'
 spans the tp x cp x dp ranks of a pipeline stage, the estimate's own rules (heads over tp, the sequence over 2 cp,
 experts over ep), the target's export of the setting, and its runtime row's placements, microbatches and layouts.
 
-Before timing, two things are known of a configuration, both from ``predict``'s own model, split and order: whether
-its devices can hold their static bytes and the activations every order holds (``memory_fits``: else no order
-fits, and ``predict`` says so), and a lower bound on ``predict``'s step (``step_bound``). A group of
-configurations that differ only in virtual stages and recomputation has a bound of its own (``group_bound``), no
-more than any of theirs.
+The menus are enumerated a shape (tp, cp, pp, ep) at a time (``shape_groups``, one job of the search), in groups
+of configurations that differ only in virtual stages. Before timing, two things are known of a group and of each of
+its configurations (``planning.configuration_bounds``): whether its devices can hold their static bytes and the
+activations every order holds, and a lower bound on ``predict``'s step.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zbsolve.base.errors import InputError, ZbsolveError
-from zbsolve.core.overlap import most_saved
-from zbsolve.core.placement import Placement, make_placement
-from zbsolve.core.profile import Profile
+from zbsolve.core.placement import make_placement
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
+from zbsolve.planning.configuration_bounds import (Whole, group_bound, group_fits, likely_fits, memory_fits,
+                                                   memory_of, step_bound)
 from zbsolve.planning.predict import Configuration, configured_model, degrees
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
+from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
 from zbsolve.problem.estimate.gpus import get_gpu
 from zbsolve.problem.estimate.hf_config import architecture
 from zbsolve.problem.model import Model
-from zbsolve.problem.partition import stage_profile
-from zbsolve.problem.recompute import Recompute, parse_recompute
-from zbsolve.problem.recompute_costs import layer_costs
+from zbsolve.problem.recompute import parse_recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_placement, megatron_builtin
 
 MAX_CP = 8
 """The largest context-parallel degree searched."""
+SHAPE = ("tp", "cp", "pp", "ep")
+"""The degrees of a shape: one enumeration job (``shape_groups``), its micro-batch sizes and ZeRO levels inside."""
+ZERO_ORDER = (3, 1, 0)
+"""ZeRO levels from the fewest static bytes a device holds to the most (``estimate``: ZeRO 3 shards the weights,
+gradients and optimizer states over the replicas, ZeRO 1 the optimizer states, ZeRO 0 nothing); the activations are
+the same at each."""
 
 
 @dataclass(frozen=True)
@@ -171,89 +175,98 @@ def expert_refusal(c: Configuration, dp: int) -> str | None:
     return None
 
 
+def shapes(space: Space) -> list[dict[str, int]]:
+    """Every combination of the tp, cp, pp and ep menus, by ``Configuration`` field: what one enumeration job takes
+    (``shape_groups``). Those that split the model over the most devices come first (the likeliest to fit, where
+    the enumeration is cut short)."""
+    menus = space.menus()
+    every = [dict(zip(SHAPE, values)) for values in itertools.product(*(menus[name] for name in SHAPE))]
+    return sorted(every, key=lambda shape: -math.prod(shape.values()))
+
+
+def shape_size(space: Space, shape: dict[str, int]) -> int:
+    """The configurations of ``shape``: its micro-batch sizes, ZeRO levels, virtual stages and recomputation
+    choices (those of any model, ``decided_choices`` without one, as a refused shape's are counted)."""
+    menus = space.menus()
+    return (len(menus["microbatch_size"]) * len(menus["zero"]) * len(vp_choices(shape["pp"], space.blocks()))
+            * len(decided_choices(space.target)))
+
+
+def shape_refusal(space: Space, shape: dict[str, int]) -> str | None:
+    """Why no configuration of ``shape`` is valid whatever its micro-batch size and ZeRO level, or None: degrees
+    that do not divide even with one sequence a microbatch (``predict.degrees``), or expert parallelism that cannot
+    span the ranks of a stage (``expert_refusal``)."""
+    c = space.configuration(**shape)
+    try:
+        dp, _ = degrees(c)
+    except InputError as exc:
+        return str(exc)
+    return expert_refusal(c, dp)
+
+
 def groups(space: Space) -> Iterator[Group | Dropped]:
-    """Every group of the space's menus, in order: a ``Group`` where its degrees are valid and it may fit, else
-    what is dropped and why."""
+    """Every group of the space's menus, shape by shape (``shapes``): a ``Group`` where its degrees are valid and it
+    may fit, else what is dropped and why."""
+    for shape in shapes(space):
+        refusal = shape_refusal(space, shape)
+        yield from [Dropped(shape_size(space, shape), refusal)] if refusal is not None else shape_groups(space, shape)
+
+
+def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
+    """Every group of a valid ``shape`` (``shape_refusal``): one a micro-batch size, ZeRO level and recomputation
+    choice, a ``Group`` where it is valid and may fit (``group_fits``), else what is dropped and why. One job of the
+    search, run in a worker.
+
+    Groups are pruned for memory without their model where smaller ones were: ``group_fits`` weighs the static bytes,
+    which do not depend on the micro-batch size, and the activations every layer's F keeps under the choice, each
+    the bytes of a token times the microbatch's tokens (sequence x micro-batch size / cp), rounded up per tensor:
+    doubling the tokens (the next size of the menu) at least doubles each, less one byte, and what a recomputation
+    subtracts (a module, the selective outputs) is such a product too, so no layer keeps less. ZeRO 3 holds no more
+    static bytes than ZeRO 1, and ZeRO 1 no more than ZeRO 0 (``ZERO_ORDER``: the weights and gradients sharded,
+    then the optimizer states), their activations equal. So once a choice is pruned at micro-batch size b, it is
+    at every larger size, at this level and at those after it, which are enumerated in that order, sizes ascending;
+    where every choice is, the model is not estimated (a model's choices are its architecture's and the target's,
+    the same at every size and level: ``decided_choices``)."""
     menus, blocks, target = space.menus(), space.blocks(), space.target
     count = len(decided_choices(target))  # a refused group's choices, with the menu of any model
-    for values in itertools.product(*menus.values()):
-        c = space.configuration(**dict(zip(menus, values)))
-        vps = vp_choices(c.pp, blocks)
-        try:
-            dp, m = degrees(c)
-            refusal = expert_refusal(c, dp)
-            if refusal is not None:
-                raise InputError(refusal)
-            model = configured_model(c, dp)
-            if target == TORCHTITAN.name:
-                torchtitan_setting(model.setting, m)
-        except InputError as exc:
-            yield Dropped(len(vps) * count, str(exc))
-            continue
-        for choice in decided_choices(target, model):
-            chosen = replace(c, recompute=choice)
+    pruned: dict[str, tuple[int, str]] = {}  # choice: the least micro-batch size pruned so far, and why
+    choices: tuple[str, ...] = ()
+    out: list[Group | Dropped] = []
+    for zero in (z for z in ZERO_ORDER if z in menus["zero"]):
+        for size in menus["microbatch_size"]:
+            c = space.configuration(microbatch_size=size, zero=zero, **shape)
+            vps = vp_choices(c.pp, blocks)
             try:
-                short = group_fits(model, chosen)
+                dp, m = degrees(c)
+                if choices and all(x in pruned and pruned[x][0] <= size for x in choices):
+                    out.append(Dropped(len(vps) * len(choices), f"{pruned[choices[0]][1]}, and so at any larger "
+                                       "micro-batch size or less sharded ZeRO", memory=True))
+                    continue
+                model = configured_model(c, dp)
+                if target == TORCHTITAN.name:
+                    torchtitan_setting(model.setting, m)
             except InputError as exc:
-                yield Dropped(len(vps), str(exc))
+                out.append(Dropped(len(vps) * count, str(exc)))
                 continue
-            if short is not None:
-                yield Dropped(len(vps), short, memory=True)
-                continue
-            yield Group(chosen, dp, m, vps, group_bound(model, m, c.pp, parse_recompute(choice)))
-
-
-def _whole(model: Model, recompute: Recompute) -> Profile:
-    """The profile of ``model`` as one stage, its blocks recomputing as ``recompute`` says."""
-    whole = [(0, len(model.layers))]
-    return stage_profile(model, whole, recompute.layers(model, whole), recompute.selected(model, whole),
-                         recompute.module_names(model))
-
-
-def group_bound(model: Model, num_microbatches: int, pp: int, recompute: Recompute) -> float:
-    """A lower bound on the step of ``model`` over ``pp`` pipeline ranks with ``recompute``, whatever the split, the
-    virtual stages and the order: the busiest device works at least the average, every microbatch's F, B and W of
-    every layer over ``pp`` devices, less what overlapped F&B pairs could save (``core.overlap.most_saved``, each
-    pass in one pair at most); and where pairs save nothing, microbatch 0 runs the F then the B of every layer one
-    after the other. Blocks a split chooses to recompute (uniform:N) are timed as not recomputed: recomputation only
-    adds to B, and what pairs save grows by less than it adds."""
-    least = recompute._replace(mode="none", blocks=0) if recompute.mode == "uniform" else recompute
-    whole = _whole(model, least)
-    chain = 0.0 if _saved(whole, [0]) else whole.time("F", 0) + whole.time("B", 0)
-    return max(num_microbatches * _device_work(whole, [0], True) / pp, chain)
-
-
-def group_fits(model: Model, c: Configuration) -> str | None:
-    """Why no device of ``c`` over its ``pp`` ranks can fit, whatever the split and virtual stages, or None: the
-    heaviest device holds at least the average static bytes and, after one microbatch's F, the average of what every
-    layer's F keeps (each layer's least under ``c.recompute``: recomputed whole or not, where a split chooses), by
-    the one test of a fit (``Costs.first_over``)."""
-    recompute = parse_recompute(c.recompute)
-    static = sum(layer.static_bytes for layer in model.layers if layer.shares is None) // c.pp
-    kept, names = 0.0, recompute.module_names(model)
-    for i, layer in enumerate(model.layers):
-        own = layer_costs(model, i, recompute.mode == "full" and layer.block, recompute.selective and layer.block,
-                          names)["mem_f"]
-        kept += min(own, layer_costs(model, i, True)["mem_f"]) if recompute.mode == "uniform" and layer.block else own
-    average = Costs(model, (), _memory(c), c.reserve, (static,))
-    if average.first_over([kept / c.pp]) is None:
-        return None
-    return (f"{c.recompute}: {average.shortfall(0, {'static': static, 'one microbatch': kept / c.pp})} on average "
-            f"over pp = {c.pp}")
-
-
-def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float:
-    """Seconds one microbatch's F, B and W of ``stages`` take on one device, less what pairs could save where
-    ``paired``."""
-    return sum(sum(profile.durations(s)) for s in stages) - (_saved(profile, stages) if paired else 0.0)
-
-
-def _saved(profile: Profile, stages: Sequence[int]) -> float:
-    """The most overlapped F&B pairs could save of one microbatch's passes of ``stages`` on one device, each pass in
-    one pair at most (``core.overlap.most_saved``, which grows with the computation and the communication)."""
-    work = sum(sum(profile.durations(s)) for s in stages)
-    comm = sum(profile.comm("F", s) + profile.comm("B", s) for s in stages)
-    return most_saved(work - comm, comm, profile.overlap_saving, profile.overlap_slowdown)
+            choices, whole = decided_choices(target, model), Whole(model)
+            for choice in choices:
+                chosen = replace(c, recompute=choice)
+                if choice in pruned and pruned[choice][0] <= size:
+                    out.append(Dropped(len(vps), pruned[choice][1], memory=True))
+                    continue
+                try:
+                    short = group_fits(whole, chosen)
+                except InputError as exc:
+                    out.append(Dropped(len(vps), str(exc)))
+                    continue
+                if short is not None:
+                    pruned[choice] = size, f"{short} (micro-batch size {size}, ZeRO {zero})"  # none smaller before
+                    out.append(Dropped(len(vps), short, memory=True))
+                    continue
+                recompute = parse_recompute(choice)
+                paired = any(RUNTIMES[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
+                out.append(Group(chosen, dp, m, vps, group_bound(whole, m, c.pp, recompute, paired)))
+    return out
 
 
 def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
@@ -273,7 +286,7 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
         try:
             if base.pp > 1:  # the row's pipeline rules: no pipeline, none apply
                 runnable(space.target, model, [(layout, vp)], layout, base.pp, group.num_microbatches)
-            profile, costs = model_costs(model, placement, "uniform", _memory(c), c.reserve, recompute)
+            profile, costs = model_costs(model, placement, "uniform", memory_of(c), c.reserve, recompute)
             refusal = partition_refusal(space.target, model, [b - a for a, b in costs.ranges], base.pp)
             if refusal is not None:
                 raise InputError(refusal)
@@ -286,49 +299,3 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
     return out
 
 
-def _memory(c: Configuration) -> int:
-    """Bytes per device of ``c``: its own, else its GPU preset's (as ``predict`` takes them)."""
-    return c.device_memory if c.device_memory is not None else get_gpu(c.gpu).memory_bytes
-
-
-def memory_fits(profile: Profile, placement: Placement, costs: Costs) -> bool:
-    """Whether every device can hold its static bytes and the least activations any order holds there
-    (``least_activations``) within the device memory less the reserve, by the one test of a fit
-    (``Costs.first_over``): where it cannot, no order fits, ``predict``'s included."""
-    return costs.first_over(least_activations(profile, placement)) is None
-
-
-def likely_fits(profile: Profile, placement: Placement, costs: Costs, num_microbatches: int) -> bool:
-    """A guess, no bound: whether every device fits holding the F of each of its stages for as many microbatches as
-    there are pipeline ranks (at most ``num_microbatches``), as 1F1B's first rank does when its first B starts."""
-    held = min(num_microbatches, placement.num_devices)
-    return costs.first_over([held * need for need in least_activations(profile, placement)]) is None
-
-
-def least_activations(profile: Profile, placement: Placement) -> list[float]:
-    """Per device, activation bytes every order reaches (the memory rule, ``core.memory``): when a microbatch's
-    last F on the device starts, the F of each of its stages is held; while its B of a stage runs, that stage's F
-    and what the B holds (``Profile.held_in``: a recomputed forward). A microbatch never holds less than nothing
-    (its B leaves what its W reads, its W the rest), so the others only add. Not one microbatch run alone
-    (``min_feasible_limits``): a recomputing B allocates what W reads, which a fused BW never holds."""
-    route = placement.routes[0]
-    needs = []
-    for d in range(placement.num_devices):
-        stages = [s for s, e in enumerate(route) if e == d]
-        forward = sum(profile.delta("F", s) for s in stages)
-        needs.append(max(forward, max(profile.delta("F", s) + profile.held_in("B", s) for s in stages)))
-    return needs
-
-
-def step_bound(profile: Profile, placement: Placement, num_microbatches: int, paired: bool) -> float:
-    """A lower bound on the step of any order of ``num_microbatches`` on ``profile`` placed by ``placement`` (its
-    one route): each device's share is at least the F of the stages before its first one (no pass of it can start
-    before microbatch 0 reaches it; dropped where F&B pairs run, ``paired``), all of its passes one after the other
-    (less what pairs could save) and its tail (``Profile.device_tails``)."""
-    route, tails = placement.routes[0], profile.device_tails(placement)
-    shares = []
-    for d in range(placement.num_devices):
-        stages = [s for s, e in enumerate(route) if e == d]
-        head = 0.0 if paired else sum(profile.time("F", s) for s in range(stages[0]))
-        shares.append(head + num_microbatches * _device_work(profile, stages, paired) + tails[d])
-    return max(shares)

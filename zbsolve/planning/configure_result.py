@@ -137,12 +137,16 @@ class Counts:
     """Left untimed when the time limit or an interrupt stopped the search (0 when it finished)."""
     refined: int
     """Planned with ``plan``."""
+    unenumerated: int = 0
+    """Configurations of the menus not enumerated when the time limit or an interrupt stopped the enumeration (the
+    shapes left, ``configurations.shape_size``), outside ``enumerated``."""
 
     def line(self) -> str:
         """The counts in one line."""
         return (f"{self.enumerated} enumerated: {self.invalid} invalid, {self.pruned_memory} pruned for memory, "
                 f"{self.pruned_bound} pruned by the bound, {self.timed} timed ({self.unfit} do not fit)"
-                + (f", {self.untimed} left untimed" if self.untimed else "") + f"; {self.refined} refined")
+                + (f", {self.untimed} left untimed" if self.untimed else "") + f"; {self.refined} refined"
+                + (f"; {self.unenumerated} not enumerated" if self.unenumerated else ""))
 
 
 @dataclass(frozen=True, repr=False)

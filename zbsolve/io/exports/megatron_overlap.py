@@ -43,7 +43,7 @@ def combined_refusal(model: Model, num_devices: int, chunks: int, full: bool,
     if num_devices > 1 and chunks == 1:
         return (f"pipeline parallelism over {num_devices} ranks needs virtual stages (interleaved, 2 or more stages "
                 "per rank)")
-    if not any(layer.experts for layer in model.layers) or (setting.ep or 1) == 1:
+    if (setting.ep or 1) == 1 or not any(layer.experts for layer in model.layers):
         return "it needs expert parallelism (a model with experts, ep > 1)"
     if full:
         return "blocks are recomputed whole (--recompute-granularity full)"

@@ -14,6 +14,7 @@ expert-parallel all-to-alls over NVLink or the network. Every figure is per devi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from zbsolve.problem.estimate.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
-from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs, read_config
+from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs
 from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_casts, fp8_saved
 from zbsolve.problem.estimate.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
                                                   output_costs, probability_bytes, with_counts)
@@ -57,7 +58,12 @@ def count_parameters(config: Architecture | dict | str | Path, active: bool = Fa
     """Parameters of the whole model (tied embedding weights counted once; a multi-token prediction layer's own,
     its embedding and head being the model's), or with ``active`` those a token uses (top_k of the routed
     experts)."""
-    arch = config if isinstance(config, Architecture) else architecture(config)
+    return _count_parameters(config if isinstance(config, Architecture) else architecture(config), active)
+
+
+@functools.lru_cache(maxsize=64)
+def _count_parameters(arch: Architecture, active: bool) -> int:
+    """``count_parameters`` of ``arch``, counted once per architecture."""
     head = 0 if arch.tied else arch.vocab * arch.hidden
     parts = [moe.block(arch, 1, i) for i in range(arch.layers)] + [moe.projection(arch, 1) + moe.block(
         arch, 1, arch.layers) for _ in range(arch.mtp)]
@@ -178,27 +184,35 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
         moved = (c.params + c.expert_params) * (GRAD_BYTES if p == 2 else WEIGHT_BYTES)
         return t + max(0.0, dp_link.collective(moved, replicas) - t)
 
-    layers = [Layer(name=n, block=n.startswith("layers."), t_f=pass_time(c, 0), t_b=pass_time(c, 1),
-                    t_w=pass_time(c, 2),
-                    **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
-                    static_bytes=static(c.params, replicas if zero else 1)
-                    + math.ceil(fp8 * c.fp8_params / (replicas if zero == 3 else 1))
-                    + (static(c.expert_params, tp * replicas // ep if zero else 1) if c.expert_params else 0),
-                    params=c.params + c.expert_params,
-                    gathered_bytes=(c.params + c.expert_params) * (WEIGHT_BYTES + GRAD_BYTES) if zero == 3 else None,
-                    out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
-                    **({} if c.selective is None else
-                       {"t_sel": c.selective[0] / memory_rate,
-                        "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
-                    **({} if c.modules is None else {"recompute_modules": {
-                        name: ModuleCost(t=seconds(again, 0), mem=min(saved, max(c.m_b, c.m_w)))
-                        for name, (again, saved) in c.modules.items()}}),
-                    shares="tok_embeddings" if n == "output" and arch.tied else None,
-                    **({} if c.all_to_all is None else
-                       {"comm_f": c.all_to_all[0] * exchange, "comm_b": c.all_to_all[1] * exchange}))
-              for n, c in costs]
+    def layer(n: str, c: LayerCosts) -> Layer:
+        return Layer(name=n, block=n.startswith("layers."), t_f=pass_time(c, 0), t_b=pass_time(c, 1),
+                     t_w=pass_time(c, 2),
+                     **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
+                     static_bytes=static(c.params, replicas if zero else 1)
+                     + math.ceil(fp8 * c.fp8_params / (replicas if zero == 3 else 1))
+                     + (static(c.expert_params, tp * replicas // ep if zero else 1) if c.expert_params else 0),
+                     params=c.params + c.expert_params,
+                     gathered_bytes=(c.params + c.expert_params) * (WEIGHT_BYTES + GRAD_BYTES) if zero == 3 else None,
+                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
+                     **({} if c.selective is None else
+                        {"t_sel": c.selective[0] / memory_rate,
+                         "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
+                     **({} if c.modules is None else {"recompute_modules": {
+                         name: ModuleCost(t=seconds(again, 0), mem=min(saved, max(c.m_b, c.m_w)))
+                         for name, (again, saved) in c.modules.items()}}),
+                     shares="tok_embeddings" if n == "output" and arch.tied else None,
+                     **({} if c.all_to_all is None else
+                        {"comm_f": c.all_to_all[0] * exchange, "comm_b": c.all_to_all[1] * exchange}))
+
+    built: dict[int, Layer] = {}  # blocks of one set of costs: built and checked once, the others renamed copies
+    layers = []
+    for n, c in costs:
+        first = built.get(id(c)) if n.startswith("layers.") else None
+        layers.append(layer(n, c) if first is None else first.model_copy(update={"name": n}))
+        if first is None and n.startswith("layers."):
+            built[id(c)] = layers[-1]
     gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
-    where = read_config(config)[1]
+    where = "config" if isinstance(config, dict) else str(config)  # as read_config names it
     return Model(name=name or (Path(where).stem if where != "config" else "model"),
                  source=source or f"zbsolve.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
                                   f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
@@ -265,11 +279,18 @@ def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e
 def _expert_layers(arch: Architecture, shard: Shard, e: int, seq_len: int, flash_attention: bool,
                    microbatch_size: int) -> list[tuple[str, LayerCosts]]:
     """A mixture-of-experts decoder's layers by name: the embedding, its blocks (with experts or a dense MLP),
-    its multi-token prediction layers ``mtp.j``, the final norm and the head."""
+    its multi-token prediction layers ``mtp.j``, the final norm and the head. Blocks of one kind (experts or not,
+    one window) share one set of costs."""
+    kinds: dict[tuple[bool, int | None], LayerCosts] = {}
+
     def block(index: int, window: int | None) -> LayerCosts:
-        scores = microbatch_size * attended_pairs(seq_len, window)
-        return _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores,
-                          recompute_modules.modules(arch, e, index))
+        assert arch.experts is not None
+        kind = arch.experts.layers[min(index, arch.layers - 1)], window
+        if kind not in kinds:
+            scores = microbatch_size * attended_pairs(seq_len, window)
+            kinds[kind] = _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores,
+                                     recompute_modules.modules(arch, e, index))
+        return kinds[kind]
 
     windows = saving_windows(arch, seq_len, flash_attention)
     blocks = [(f"layers.{i}", block(i, w)) for i, w in enumerate(windows)]

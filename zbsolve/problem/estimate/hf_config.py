@@ -8,6 +8,8 @@ which blocks have experts. A config with layers of another kind (experts or late
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +170,17 @@ class Architecture:
 
 
 def architecture(config: dict | str | Path) -> Architecture:
-    """The architecture of a Hugging Face config (a mapping, or the path of a config.json)."""
+    """The architecture of a Hugging Face config (a mapping, or the path of a config.json); a file's is read once
+    while its modification time and size stay the same (a search estimates its model many times)."""
+    stat = os.stat(config) if isinstance(config, (str, Path)) and os.path.isfile(config) else None
+    return _architecture(config) if stat is None else _read(str(config), stat.st_mtime_ns, stat.st_size)
+
+
+_read = functools.lru_cache(maxsize=32)(lambda path, modified, size: _architecture(path))  # the file as it was then
+
+
+def _architecture(config: dict | str | Path) -> Architecture:
+    """The architecture of a Hugging Face config, read and checked."""
     data, where = read_config(config)
     kind = data.get("model_type")
     if kind not in MODEL_TYPES + MOE_TYPES:
