@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+
+from zbsolve.present.tables import records_table
 
 ZBSOLVE = [sys.executable, "-m", "zbsolve"]
 LIMITS = [("vshape", 128, 1024, 20.0, 22.0), ("sequential", 128, 1024, 20.0, 22.0)]
@@ -53,15 +54,6 @@ def limits_row(folder: Path, placement: str, p: int, m: int, limit: float, targe
             "target met": "met" if met else "MISSED"}
 
 
-def _print(console: Console, rows: list[dict], title: str) -> None:
-    table = Table(title=title)
-    for key in rows[0]:
-        table.add_column(key, justify="right")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    console.print(table)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="Runs per row (the median and the largest printed).")
@@ -72,7 +64,7 @@ def main() -> None:
         for case in LIMITS:
             rows.append(limits_row(Path(folder), *case, args.repeats))
             console.print(rows[-1])
-        _print(console, rows, "limits: zbsolve solve -o on the unit profile, wall seconds")
+        console.print(records_table(rows, "limits: zbsolve solve -o on the unit profile, wall seconds"))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+
+from zbsolve.present.tables import records_table
 
 LIMITS = [("vshape", 128, 1024, 1.0, 20), ("sequential", 128, 1024, 1.0, 20), ("vshape", 32, 256, 0.5, 1),
           ("vshape", 64, 512, 0.5, 5), ("sequential", 64, 512, 1.0, 3)]
@@ -121,15 +122,6 @@ def interrupt_row(folder: Path, placement: str, p: int, m: int, factor: float | 
             "says": says.split(" is in ")[0]}
 
 
-def _print(console: Console, rows: list[dict], title: str) -> None:
-    table = Table(title=title)
-    for key in rows[0]:
-        table.add_column(key, justify="right")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    console.print(table)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="Only the first rows of each kind.")
@@ -141,12 +133,12 @@ def main() -> None:
         for case in LIMITS[:QUICK] if args.quick else LIMITS:
             rows.append(limit_row(Path(folder), *case, args.repeats))
             console.print(rows[-1])
-        _print(console, rows, "time limits: zbsolve solve -o, wall seconds (median)")
+        console.print(records_table(rows, "time limits: zbsolve solve -o, wall seconds (median)"))
         rows = []
         for case in INTERRUPTS[:QUICK] if args.quick else INTERRUPTS:
             rows.append(interrupt_row(Path(folder), *case))
             console.print(rows[-1])
-        _print(console, rows, "interrupts: one SIGINT")
+        console.print(records_table(rows, "interrupts: one SIGINT"))
 
 
 if __name__ == "__main__":

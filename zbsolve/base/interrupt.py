@@ -51,6 +51,19 @@ def run_interruptible(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Out
     return Outcome(result.get("status", cp_model.UNKNOWN), interrupted)
 
 
+def solve_or_interrupt(model: cp_model.CpModel, time_limit: float, workers: int
+                       ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
+    """Solve ``model`` within ``time_limit`` seconds on ``workers`` threads (``run_interruptible``): the solver, to
+    read its values and bound, and its status; ``KeyboardInterrupt`` once a Ctrl-C has stopped the search."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
+    solver.parameters.num_workers = workers
+    outcome = run_interruptible(solver, model)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return solver, outcome.status
+
+
 _received: list[int] = []
 """The signals received inside ``signals_as_interrupt``, in order."""
 

@@ -42,7 +42,7 @@ from typing import NamedTuple
 from ortools.sat.python import cp_model
 
 from zbsolve.base.checks import TOLERANCE
-from zbsolve.base.interrupt import run_interruptible
+from zbsolve.base.interrupt import solve_or_interrupt
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved
 from zbsolve.core.placement import Placement
 from zbsolve.io.exports import check_target
@@ -278,18 +278,13 @@ def memory_bound(model: Model, placement: Placement, num_microbatches: int, memo
                 for o, x in enumerate(n):
                     cp.add_hint(x, tables[c][ends[s + 1]] - tables[c][ends[s]] if o == fast else 0)
 
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
-    solver.parameters.num_workers = workers
-    outcome = run_interruptible(solver, cp)
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    if outcome.status == cp_model.INFEASIBLE:
+    solver, status = solve_or_interrupt(cp, time_limit, workers)
+    if status == cp_model.INFEASIBLE:
         return Outcome(math.inf, None, math.inf, True)
     slack = 1 + max(len(stages) for stages in held)  # each device's areas rounded up, a unit each
     proven = max(floor, (solver.best_objective_bound - slack) / scale)
-    if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Outcome(proven, None, math.inf, False)
     ends = [solver.value(b) for b in bounds]
     return Outcome(proven, tuple(b - a for a, b in itertools.pairwise(ends)), solver.objective_value / scale,
-                   outcome.status == cp_model.OPTIMAL)
+                   status == cp_model.OPTIMAL)

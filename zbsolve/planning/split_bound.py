@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.base.interrupt import run_interruptible
+from zbsolve.base.interrupt import solve_or_interrupt
 from zbsolve.planning.memory_bound import RESOLUTION, Memory, boundaries, memory_bound
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import comm_time
@@ -98,13 +98,7 @@ def _head_and_work(model: Model, placement: Placement, num_microbatches: int, he
     model_.minimize(objective)
     for s in range(1, S):
         model_.add_hint(bounds[s], round(s * L / S))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
-    solver.parameters.num_workers = workers
-    outcome = run_interruptible(solver, model_)
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    status = outcome.status
+    solver, status = solve_or_interrupt(model_, time_limit, workers)
     # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max((solver.best_objective_bound - slack) / scale, figures.even_share()) if heads else 0.0
