@@ -40,7 +40,7 @@ def kept():
         patch.setattr(planner, "solve_request", one_microbatch_at_a_time)
         patch.setattr(planner, "local_search", lambda *args: None)  # the time left goes to the final solves
         return plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve=0,
-                    placement="sequential", time_limit=4, executor=pool)
+                    placement="sequential", time_limit=30, executor=pool)
 
 
 def test_a_plan_is_never_slower_than_a_schedule_its_search_timed(kept):
