@@ -125,7 +125,8 @@ class Row:
 
 def described(c: Configuration, dp: int) -> str:
     """tp/pp/vp/cp/ep/dp, micro-batch size, ZeRO and recomputation of ``c``."""
-    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}"
+    split = "" if c.partition == "uniform" else f" {c.partition}"
+    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}{split}"
 
 
 def _flags(args: list[str]) -> dict[str, str | list[str] | bool]:
@@ -165,7 +166,7 @@ def megatron_core_refusal(args: list[str], c: Configuration, num_microbatches: i
     fields = {f.name: str(f.type) for f in dataclasses.fields(kind)}
     values: dict[str, object] = {}
     for flag, value in flags.items():
-        name = flag[2:].replace("-", "_")
+        name = "fp8" if flag == "--fp8-format" else flag[2:].replace("-", "_")  # Megatron-LM's dest="fp8"
         if flag in MEGATRON_LM_FLAGS:
             continue
         if name not in fields:

@@ -43,6 +43,7 @@ MEGATRON_CORE_FIELDS = {
     "--sequence-parallel": "sequence_parallel",
     "--bf16": "bf16",
     "--fp16": "fp16",
+    "--fp8-format": "fp8",
     "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
     "--recompute-granularity": "recompute_granularity",
     "--recompute-method": "recompute_method",
@@ -53,7 +54,10 @@ MEGATRON_CORE_FIELDS = {
 }
 """The export's flags that Megatron-LM (tag core_v0.16.1, ``megatron/training/arguments.py`` l.1621:
 ``ArgumentGroupFactory(TransformerConfig)``, a flag per field, ``--`` + the name with dashes) makes from megatron-core's
-``TransformerConfig`` (with ``ModelParallelConfig``'s fields), by field."""
+``TransformerConfig`` (with ``ModelParallelConfig``'s fields), by field; ``--fp8-format`` is its Transformer-Engine
+group's, ``dest="fp8"`` (``MEGATRON_LM_DESTS``)."""
+MEGATRON_LM_DESTS = {"--fp8-format": "fp8"}
+"""The flags whose parsed name is not the flag's own."""
 MEGATRON_LM_FLAGS = {
     "--seq-length": "megatron/training/arguments.py l.2482 (megatron-core: GPTDatasetConfig.sequence_length)",
     "--micro-batch-size": "megatron/training/training_config.py TrainingConfig.micro_batch_size",
@@ -144,6 +148,8 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, dtype="fp16"),
      {"--expert-model-parallel-size": "4", "--expert-tensor-parallel-size": "1", "--fp16": True,
       "--global-batch-size": "16"}, ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
+    (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, dtype="fp8"),
+     {"--fp8-format": "hybrid", "--bf16": True}, ["--fp16"]),
     (Setting(seq_len=64, microbatch_size=1, tp=4, dp=2, zero=1, dtype="fp32"),
      {"--use-distributed-optimizer": True, "--sequence-parallel": True, "--global-batch-size": "8"},
      ["--bf16", "--fp16", "--expert-model-parallel-size"]),
@@ -169,10 +175,10 @@ def test_megatron_notes_what_it_cannot_write(tmp_path: Path) -> None:
                                                    "has no --tensor-model-parallel-size, --context-parallel-size")
     assert "--global-batch-size = micro-batch size x 4 microbatches x data-parallel size" in notes[0]
     notes.clear()
-    odd = Setting(seq_len=64, microbatch_size=1, tp=1, dp=2, ep=8, dtype="fp8")
+    odd = Setting(seq_len=64, microbatch_size=1, tp=1, dp=2, ep=8, dtype="int8")
     export_document(_document(tmp_path, _model(odd)), "megatron", None, note=notes.append)
-    assert notes[1:] == ["partition.setting.dtype = 'fp8' is not written: Megatron's flags are --bf16, --fp16 or none "
-                         "(fp32)",
+    assert notes[1:] == ["partition.setting.dtype = 'int8' is not written: Megatron's flags are --bf16, --fp16, "
+                         "--fp8-format hybrid with --bf16 (fp8) or none (fp32)",
                          "--expert-model-parallel-size 8 with --expert-tensor-parallel-size 1 needs tp x cp x dp = 2 "
                          "ranks per pipeline stage to be a multiple of 8 (megatron-core's initialize_model_parallel "
                          "refuses it otherwise)"]
@@ -186,7 +192,7 @@ SETTINGS = [SETTING, Setting(seq_len=64, microbatch_size=1, tp=2, dp=4, ep=4, dt
             Setting(seq_len=64, microbatch_size=4, tp=1, dp=2, zero=1),
             Setting(seq_len=64, microbatch_size=1, tp=2, dp=2, cp=2),
             Setting(seq_len=64, microbatch_size=2, tp=1, dp=2, cp=2, zero=3)]
-SETTING_IDS = ["dense", "experts", "zero1", "cp2", "zero3"]
+SETTING_IDS = ["dense", "experts", "zero1-fp8", "cp2", "zero3"]
 
 
 # megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.
@@ -277,7 +283,7 @@ def test_megatron_lm_parses_the_line(tmp_path: Path, setting: Setting, monkeypat
             else:
                 sys.modules[name] = module
     for flag, value in _flags(args).items():
-        assert str(getattr(parsed, flag[2:].replace("-", "_"))) == str(value)
+        assert str(getattr(parsed, MEGATRON_LM_DESTS.get(flag, flag[2:].replace("-", "_")))) == str(value)
     assert checked.data_parallel_size == setting.dp and checked.sequence_parallel == (setting.tp > 1)
     assert checked.global_batch_size // (checked.micro_batch_size * checked.data_parallel_size) == 4
 

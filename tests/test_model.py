@@ -104,8 +104,8 @@ def test_flops_per_token_needs_flops_and_a_setting():
     ([2, 3, 2], 3, "partition = [2, 3, 2]: the counts sum to 7, but toy has 8 layers"),
     ("4,0,4", 3, "partition = '4,0,4': stage 1 has 0 layers; each stage needs a whole number >= 1"),
     ([4, 2.0, 2], 3, "partition = [4, 2.0, 2]: stage 1 has 2.0 layers"),
-    ("4;4", 2, "partition = '4;4': should be 'uniform' or comma-separated layer counts per stage"),
-    ("even", 2, "partition = 'even': should be 'uniform' or comma-separated"),
+    ("4;4", 2, "partition = '4;4': should be 'uniform', 'balanced' or comma-separated layer counts per stage"),
+    ("even", 2, "partition = 'even': should be 'uniform', 'balanced' or comma-separated"),
     ("uniform", 6, "partition = 'uniform': toy has 5 blocks, fewer than num_stages = 6"),
     ("uniform", 0, "num_stages = 0 must be an integer >= 1"),
 ])

@@ -185,7 +185,7 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     unlimited) within ``time_limit`` seconds.
 
     ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), or the path of
-    a file holding either, cut into the placement's stages by ``partition`` ("uniform" or layer counts per stage).
+    a file holding either, cut into the placement's stages by ``partition`` ("uniform", "balanced" or layer counts per stage).
     ``device_memory`` (bytes, or text such as "80GiB") replaces ``mem_limit``: each device's activation budget is
     the device memory minus the static bytes of the stages it holds minus ``reserve``; a model whose setting names
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run

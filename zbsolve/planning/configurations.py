@@ -35,6 +35,7 @@ from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
 from zbsolve.problem.estimate.gpus import get_gpu
 from zbsolve.problem.estimate.hf_config import architecture
 from zbsolve.problem.model import Model
+from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_placement, megatron_builtin
 
@@ -42,6 +43,9 @@ MAX_CP = 8
 """The largest context-parallel degree searched."""
 SHAPE = ("tp", "cp", "pp", "ep")
 """The degrees of a shape: one enumeration job (``shape_groups``), its micro-batch sizes and ZeRO levels inside."""
+SPLITS = ("uniform", "balanced")
+"""The splits of the layers into stages each pipeline is timed with (``partition``): blocks dealt out evenly, and
+the slowest stage fastest; the second only where it differs."""
 ZERO_ORDER = (3, 1, 0)
 """ZeRO levels from the fewest static bytes a device holds to the most (``estimate``: ZeRO 3 shards the weights,
 gradients and optimizer states over the replicas, ZeRO 1 the optimizer states, ZeRO 0 nothing); the activations are
@@ -270,23 +274,25 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
 
 
 def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
-    """Every configuration of ``group``, one a virtual-stage count: an ``Assessed`` where the target runs it, else
-    why not. The order ``predict`` times it with is the target's own where it has one (Megatron's combined 1F1B,
+    """Every configuration of ``group``, one a virtual-stage count and split (``SPLITS``): an ``Assessed`` where the
+    target runs it, else why not. The order ``predict`` times it with is the target's own where it has one (Megatron's combined 1F1B,
     ``Runtime.schedule_of``), its split ``predict``'s uniform one. Run in a worker: the model is estimated again
     there."""
     base = group.configuration
     model, recompute = configured_model(base, group.dp), parse_recompute(base.recompute)
     out: list[Assessed | Dropped] = []
-    for vp in group.vps:
+    for vp, split in itertools.product(group.vps, SPLITS):
         own = RUNTIMES[space.target].schedule_of(model, base.pp, vp, recompute)
-        c = replace(base, vp=vp, schedule=COMBINED if own == COMBINED else None)
+        c = replace(base, vp=vp, schedule=COMBINED if own == COMBINED else None, partition=split)
         name = c.schedule or megatron_builtin(vp)
         layout = builtin_placement(name, vp)
         placement = make_placement(layout, base.pp, vp)
         try:
             if base.pp > 1:  # the row's pipeline rules: no pipeline, none apply
                 runnable(space.target, model, [(layout, vp)], layout, base.pp, group.num_microbatches)
-            profile, costs = model_costs(model, placement, "uniform", memory_of(c), c.reserve, recompute)
+            profile, costs = model_costs(model, placement, split, memory_of(c), c.reserve, recompute)
+            if split != SPLITS[0] and list(costs.ranges) == partition(model, placement.num_stages, SPLITS[0]):
+                continue  # the same configuration as the uniform split
             refusal = partition_refusal(space.target, model, [b - a for a, b in costs.ranges], base.pp)
             if refusal is not None:
                 raise InputError(refusal)

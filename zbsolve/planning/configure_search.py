@@ -38,13 +38,14 @@ def time_configuration(c: Configuration) -> Prediction | Dropped:
 
 
 def key(c: Configuration) -> tuple:
-    """What orders configurations of the same step: their degrees, then their recomputation."""
-    return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute
+    """What orders configurations of the same step: their degrees, then their recomputation and split."""
+    return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute, c.partition
 
 
 def label(c: Configuration, p: Prediction) -> str:
     """tp/pp/vp/cp/ep/dp, micro-batch size, ZeRO and recomputation of ``c``."""
-    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{p.dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}"
+    split = "" if c.partition == "uniform" else f" {c.partition}"
+    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{p.dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}{split}"
 
 
 class BranchAndBound:
@@ -190,6 +191,8 @@ class BranchAndBound:
                 self.say(f"{self.tally['enumerated']} configurations enumerated, {len(self.heaps[1])} groups to "
                          "search")
         elif isinstance(outcome, list):
+            assert isinstance(item, Group)
+            self.tally["enumerated"] += len(outcome) - len(item.vps)  # the splits after the first, once assessed
             for one in outcome:
                 if isinstance(one, Dropped):
                     self._drop(one)

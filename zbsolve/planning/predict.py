@@ -72,7 +72,7 @@ class Configuration:
     layout: str | None = None
     """Megatron's ``--pipeline-model-parallel-layout`` (None: ``partition``)."""
     partition: str = "uniform"
-    """uniform, torchtitan, or layer counts per stage."""
+    """uniform, balanced, torchtitan, or layer counts per stage."""
     schedule: str | None = None
     """A torch built-in or Combined1F1B (None: Megatron's order for ``vp``)."""
     recompute: str = "none"

@@ -115,8 +115,8 @@ class Costs:
 def model_costs(model: Model, placement: Placement, partition_spec: str | Sequence[int] = "uniform",
                 device_memory: int | None = None, reserve: int = DEFAULT_RESERVE,
                 recompute: Recompute = NONE) -> tuple[Profile, Costs]:
-    """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform" or
-    layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's static bytes
+    """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform",
+    "balanced" or layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's static bytes
     over the layers of every stage it holds (a weight two of them share counted once); each stage's share of its
     device's tail where the model says how its step ends (``step_tail.stage_tails``); ``device_memory`` and
     ``reserve`` in bytes (``Request`` reads them)."""

@@ -17,13 +17,16 @@ def partition(model: Model, num_stages: int, spec: str | Sequence[int] = "unifor
     """Half-open ranges of ``model.layers`` per stage, in stage order.
 
     ``spec`` is "uniform" (blocks dealt out evenly, the first stages taking one more when they do not divide;
-    layers before the first block on the first stage, the final norm and head on the last), or the number of
+    layers before the first block on the first stage, the final norm and head on the last), "balanced" (the split
+    whose slowest stage is fastest: ``_balanced``), or the number of
     layers (entries of ``model.layers``, embedding and head included) of each stage, as a list or as text such as
     "5,4,4,4,4,4,4,6".
     """
     check_count("num_stages", num_stages)
     if isinstance(spec, str) and spec.strip() == "uniform":
         return _uniform(model, num_stages)
+    if isinstance(spec, str) and spec.strip() == "balanced":
+        return _balanced(model, num_stages)
     counts = _counts(spec)
     if len(counts) != num_stages:
         raise InputError(f"partition = {_shown(spec)}: {len(counts)} stages, but num_stages = {num_stages}")
@@ -40,12 +43,12 @@ def _counts(spec: str | Sequence[int]) -> list[int]:
         try:
             counts: list = [int(x) for x in spec.split(",")]
         except ValueError:
-            raise InputError(f"partition = {spec!r}: should be 'uniform' or comma-separated layer counts per "
+            raise InputError(f"partition = {spec!r}: should be 'uniform', 'balanced' or comma-separated layer counts per "
                              "stage, e.g. '5,4,4,6'") from None
     elif isinstance(spec, Sequence):
         counts = list(spec)
     else:
-        raise InputError(f"partition = {spec!r}: should be 'uniform' or a list of layer counts per stage")
+        raise InputError(f"partition = {spec!r}: should be 'uniform', 'balanced' or a list of layer counts per stage")
     for s, count in enumerate(counts):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InputError(f"partition = {_shown(spec)}: stage {s} has {count!r} layers; each stage needs a "
@@ -67,6 +70,70 @@ def _uniform(model: Model, num_stages: int) -> list[tuple[int, int]]:
     firsts = [sum(per + (s < extra) for s in range(stage)) for stage in range(num_stages)]
     starts = [0] + [blocks[i] for i in firsts[1:]]
     return check_ranges(model, list(zip(starts, starts[1:] + [len(model.layers)])))
+
+
+def _units(model: Model) -> list[tuple[int, int]]:
+    """The ranges no stage boundary of a ``_balanced`` split falls inside: each block, and each run of the other
+    layers (the embedding; MTP layers, norm and head), as Megatron's layout keeps them together."""
+    units: list[tuple[int, int]] = []
+    for i, layer in enumerate(model.layers):
+        if units and not layer.block and not model.layers[i - 1].block:
+            units[-1] = (units[-1][0], i + 1)
+        else:
+            units.append((i, i + 1))
+    return units
+
+
+def _stage_time(layers: Sequence[Layer]) -> float:
+    """F + B + W of ``layers``: what a stage of them runs per microbatch."""
+    return sum(layer.t_f + layer.t_b + layer.t_w for layer in layers)
+
+
+def _packed(model: Model, units: Sequence[tuple[int, int]], limit: float) -> list[tuple[int, int]] | None:
+    """Units packed into stages of at most ``limit`` seconds, each as long as it can be, each timed (``untimed``);
+    None where a stage cannot stay within ``limit``. The fewest stages any split within ``limit`` has."""
+    stages: list[tuple[int, int]] = []
+    first = units[0][0]
+    for a, b in units:
+        if (a > first and _stage_time(model.layers[first:b]) > limit
+                and untimed(model.layers[first:a]) is None):
+            stages.append((first, a))
+            first = a
+        if _stage_time(model.layers[first:b]) > limit:
+            return None
+    if untimed(model.layers[first:]) is not None:
+        return None
+    return stages + [(first, len(model.layers))]
+
+
+def _balanced(model: Model, num_stages: int) -> list[tuple[int, int]]:
+    """The split into ``num_stages`` whose slowest stage (``_stage_time``) is fastest, boundaries only between
+    ``_units``: the least limit some packing meets (``_packed``, tried over every sum of consecutive units), then the
+    slowest stages split where their halves are most even until there are ``num_stages``."""
+    units = _units(model)
+    if len(units) < num_stages:
+        raise InputError(f"partition = 'balanced': {model.name} has {len(units)} blocks and runs of other layers, "
+                         f"fewer than num_stages = {num_stages}; give layer counts per stage")
+    limits = sorted({_stage_time(model.layers[units[i][0]:units[j][1]])
+                     for i in range(len(units)) for j in range(i, len(units))})
+    low, high = 0, len(limits) - 1  # the whole model in one stage meets the last
+    while low < high:
+        middle = (low + high) // 2
+        fit = _packed(model, units, limits[middle])
+        low, high = (low, middle) if fit is not None and len(fit) <= num_stages else (middle + 1, high)
+    stages = _packed(model, units, limits[low])
+    assert stages is not None
+    starts = {a for a, _ in units}
+    while len(stages) < num_stages:
+        cuts = [(max(_stage_time(model.layers[a:c]), _stage_time(model.layers[c:b])), s, c)
+                for s, (a, b) in enumerate(stages) for c in range(a + 1, b)
+                if c in starts and untimed(model.layers[a:c]) is None and untimed(model.layers[c:b]) is None]
+        if not cuts:
+            raise InputError(f"partition = 'balanced': {model.name}'s layers cannot make {num_stages} stages that "
+                             "each have F, B and W time; give layer counts per stage")
+        _, s, c = min(cuts, key=lambda cut: (-_stage_time(model.layers[slice(*stages[cut[1]])]), cut[0]))
+        stages[s:s + 1] = [(stages[s][0], c), (c, stages[s][1])]
+    return check_ranges(model, stages)
 
 
 def check_ranges(model: Model, ranges: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

@@ -53,7 +53,7 @@ class Request(BaseModel):
     reserve: int = DEFAULT_RESERVE
     """Bytes of each device kept free of stages and activations."""
     partition: Union[str, tuple[int, ...]] = "uniform"
-    """How a model is cut into stages: "uniform" or layer counts per stage."""
+    """How a model is cut into stages: "uniform", "balanced" or layer counts per stage."""
     recompute: str = "none"
     """Which of a model's blocks recompute in their B, whole or selectively: ``problem.recompute.RECOMPUTE_FORMS``."""
     pairs: bool = True

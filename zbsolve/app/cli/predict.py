@@ -36,7 +36,7 @@ def predict(
     layout: Optional[str] = typer.Option(None, "--layout", metavar="STR",
                                          help="Megatron's --pipeline-model-parallel-layout."),
     partition: Optional[str] = typer.Option(None, "--partition", metavar="SPLIT",
-                                            help="uniform (default), torchtitan, or layer counts per stage."),
+                                            help="uniform (default), balanced, torchtitan, or layer counts per stage."),
     schedule: Optional[str] = typer.Option(None, "--schedule", metavar="NAME",
                                            help="A torch built-in or Combined1F1B (default: Megatron's order: "
                                                 "1F1B, or Interleaved1F1B with --vp > 1)."),

@@ -127,11 +127,14 @@ def megatron_recompute(plan: Plan) -> list[str]:
     return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)]
 
 
-DTYPE_FLAGS = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}
-"""Megatron's flag for each ``Setting.dtype`` (fp32: none, its default)."""
+DTYPE_FLAGS = {"bf16": ([], ["--bf16"]), "fp16": ([], ["--fp16"]), "fp8": (["--fp8-format", "hybrid"], ["--bf16"]),
+               "fp32": ([], [])}
+"""Megatron's arguments for each ``Setting.dtype``, valued and flags: fp8 is Transformer Engine's FP8 products with
+BF16 weights (``--fp8-format hybrid``, Megatron-LM's ``dest="fp8"``: E4M3 forward, E5M2 gradients, beside
+``--bf16``), fp32 none (its default)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
                  "--expert-tensor-parallel-size", "--seq-length", "--micro-batch-size", "--global-batch-size",
-                 "--data-parallel-sharding-strategy", "--bf16", "--fp16", "--sequence-parallel",
+                 "--data-parallel-sharding-strategy", "--fp8-format", "--bf16", "--fp16", "--sequence-parallel",
                  "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
 
@@ -161,8 +164,8 @@ def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[li
     """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context, expert
     with experts whole, ``--expert-tensor-parallel-size 1``, for a model with experts, and
     ``--data-parallel-sharding-strategy optim_grads_params`` for ZeRO-3), the batch (``--seq-length``,
-    ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp) and the flags
-    (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation over the
+    ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp, then the dtype's valued
+    arguments: ``DTYPE_FLAGS``) and the flags (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation over the
     tensor-parallel group, ``--use-distributed-optimizer`` for ZeRO-1 and ZeRO-3, with ``--use-megatron-fsdp`` for
     ZeRO-3: Megatron FSDP shards weights, gradients and optimizer states over dp x cp and runs its optimizer step
     in megatron-core's ``DistributedOptimizer``); none without a setting."""
@@ -175,7 +178,9 @@ def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[li
         sizes += ["--data-parallel-sharding-strategy", "optim_grads_params"]
     batch = ["--seq-length", str(setting.seq_len), "--micro-batch-size", str(setting.microbatch_size),
              "--global-batch-size", str(setting.global_batch(num_microbatches))]
-    switches = [*DTYPE_FLAGS.get(setting.dtype, []), *(["--sequence-parallel"] if setting.tp > 1 else []),
+    valued, flags = DTYPE_FLAGS.get(setting.dtype, ([], []))
+    batch += valued
+    switches = [*flags, *(["--sequence-parallel"] if setting.tp > 1 else []),
                 *(["--use-distributed-optimizer"] if setting.zero else []),
                 *(["--use-megatron-fsdp"] if setting.zero == 3 else [])]
     return sizes, batch, switches
@@ -197,7 +202,7 @@ def megatron_notes(plan: Plan) -> list[str]:
              "data-parallel rank, the plan's"]
     if setting.dtype not in DTYPE_FLAGS:
         notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: Megatron's flags are --bf16, "
-                     "--fp16 or none (fp32)")
+                     "--fp16, --fp8-format hybrid with --bf16 (fp8) or none (fp32)")
     ranks = setting.tp * cp * setting.dp
     if setting.ep is not None and ranks % setting.ep:
         notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x cp x "

@@ -21,8 +21,9 @@ COMBINED_FLAGS = ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
                   "alltoall")
 """The arguments that make Megatron run combined 1F1B: the overlap, the weight gradients it delays, and a token
 dispatcher it runs with (alltoall; megatron-core's default, allgather, is refused)."""
-OVERLAP_DTYPES = ("bf16", "fp16")
-"""The ``Setting.dtype`` values combined 1F1B runs with (``bf16 or fp16``)."""
+OVERLAP_DTYPES = ("bf16", "fp16", "fp8")
+"""The ``Setting.dtype`` values combined 1F1B runs with (``bf16 or fp16``: fp8's weights are BF16, ``--bf16``
+beside ``--fp8-format``, as in DeepSeek-V3's and Qwen3's FP8 recipes with the overlap)."""
 
 
 def combined_refusal(model: Model, num_devices: int, chunks: int, full: bool,
@@ -48,7 +49,7 @@ def combined_refusal(model: Model, num_devices: int, chunks: int, full: bool,
     if full:
         return "blocks are recomputed whole (--recompute-granularity full)"
     if setting.dtype not in OVERLAP_DTYPES:
-        return f"dtype = {setting.dtype!r}: it runs bf16 or fp16 only"
+        return f"dtype = {setting.dtype!r}: it runs bf16, fp16 or fp8 (BF16 weights) only"
     mtp = len(model.mtp_layers)
     if mtp > 1:
         return f"the model has {mtp} MTP layers: it runs at most one"
