@@ -43,7 +43,7 @@ TOP = 5
 
 
 def key(c: Configuration) -> tuple:
-    return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute
+    return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute, c.partition
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +171,24 @@ def test_the_chosen_plan_is_the_simulator_s_and_exports_for_megatron(configured,
     text = configured.export(tmp_path / "megatron.txt")
     assert "--pipeline-model-parallel-layout" in text and (tmp_path / "megatron.txt").read_text() == text + "\n"
     assert f"--pipeline-model-parallel-size {chosen.configuration.pp}" in text
+
+
+def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
+    """For torchtitan, the chosen configuration's plan exports a folder whose arguments torchtitan's own
+    ConfigManager parses, its checks run, into the chosen degrees."""
+    from test_export_setting import _load_torchtitan_config
+
+    with cf.ThreadPoolExecutor(1) as pool:
+        done = configure(DENSE, **{**SMALL, "device_memory": 16 * MIB}, target="torchtitan", top=2, refine=1,
+                         time_limit=10, executor=pool)
+    chosen = done.chosen.configuration
+    assert done.plan is not None and chosen.pp > 1
+    check_fits(done.plan.costs, simulate(done.plan.timeline.schedule))
+    done.export(tmp_path / "tt")
+    parsed = _load_torchtitan_config(shlex.split((tmp_path / "tt" / "torchtitan-args.txt").read_text()))
+    config = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())
+    assert parsed.parallelism.pipeline_parallel_degree == chosen.pp == config["parallelism"]["pipeline_parallel_degree"]
+    assert parsed.parallelism.tensor_parallel_degree == chosen.tp
 
 
 def test_the_chart_draws_every_configuration_timed_and_marks_the_chosen(configured, tmp_path):
