@@ -16,6 +16,7 @@ from zbsolve.core.schedule import build
 from zbsolve.core.simulator import simulate
 from zbsolve.planning import planner
 from zbsolve.planning.planner import plan
+from zbsolve.planning.result import Baseline, Candidate
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.present.figures import shown
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
@@ -75,3 +76,21 @@ def test_a_split_bound_out_of_time_is_at_least_the_devices_work_shared_evenly():
     assert even > 0 and found.bound >= even
     work = sum(x.t_f + x.t_b + x.t_w for x in model.layers)
     assert even == pytest.approx(m * work / 8)
+
+
+def _baseline(step: float) -> Baseline:
+    return Baseline("torchtitan", "DualPipeV", (2, 3, 3, 2), step, 0.1, (1.0,) * 2, True, recompute="full", chunks=2,
+                    recomputed=(1, 1, 1, 1))
+
+
+def test_the_best_baseline_is_the_first_finalist_where_it_beats_every_candidate():
+    """Its split, placement and recomputation go first to the final solves where it is faster than every
+    candidate the search timed (the same candidate timed by the search not twice), else the candidates stand."""
+    ranked = [Candidate("vshape", 2, (2, 3, 3, 2), "move", 5.0, "full"),
+              Candidate("sequential", 1, (5, 5), "move", 6.0)]
+    first, *rest = planner._from_baseline(_baseline(4.0), ranked)
+    assert (first.key(), first.origin, first.step_time) == (ranked[0].key(), planner.BASELINE, 4.0)
+    assert rest == ranked[1:]
+    assert planner._from_baseline(_baseline(5.0), ranked) == ranked
+    assert planner._from_baseline(None, ranked) == ranked
+    assert planner._from_baseline(_baseline(4.0), [])[0].origin == planner.BASELINE

@@ -275,9 +275,8 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
 
 def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
     """Every configuration of ``group``, one a virtual-stage count and split (``SPLITS``): an ``Assessed`` where the
-    target runs it, else why not. The order ``predict`` times it with is the target's own where it has one (Megatron's combined 1F1B,
-    ``Runtime.schedule_of``), its split ``predict``'s uniform one. Run in a worker: the model is estimated again
-    there."""
+    target runs it, else why not. The order ``predict`` times it with is the target's own where it has one
+    (Megatron's combined 1F1B, ``Runtime.schedule_of``). Run in a worker: the model is estimated again there."""
     base = group.configuration
     model, recompute = configured_model(base, group.dp), parse_recompute(base.recompute)
     out: list[Assessed | Dropped] = []

@@ -12,7 +12,9 @@ Under one time limit:
    in parallel processes (or on a Dask cluster); then each placement's best is improved by moving one stage
    boundary by one layer at a time (the moves ranked by the largest (head + work) they leave) until none improves,
    and the search goes on from the best partitions not yet searched from until its share of the time is spent.
-3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left. The plan is the best
+3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left, the first of them the best
+   baseline's split, placement and recomputation where that baseline beats every candidate (its solve's warm
+   starts hold the handcrafted families, for the formulation to improve on). The plan is the best
    schedule any phase produced, re-simulated: the schedule the search timed on its fastest candidate (kept as it
    was timed, not built again with less time), the CP-SAT solves', or a baseline that fits and beats them (the log
    says so, and its last line names the phase kept). For a runtime that runs its own order (``Runtime.order``
@@ -39,7 +41,7 @@ from zbsolve.core.transforms import with_limit
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run, taken_baseline
 from zbsolve.planning.memory_bound import menu
-from zbsolve.planning.result import OWN_ORDER, PlanResult
+from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
@@ -243,11 +245,11 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
                               f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
                               f"{_closest(search)}")
+    top = min(allowed, key=lambda b: b.step_time, default=None)
     if row.order == "own":
         kept = _own_order(search, setting, row)
     else:
-        kept, interrupted = _schedule(search, interrupted)
-    top = min(allowed, key=lambda b: b.step_time, default=None)
+        kept, interrupted = _schedule(search, interrupted, top)
     if top is not None and (kept is None or top.step_time < kept.timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(setting, top)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
@@ -328,17 +330,21 @@ def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept |
     return Kept(timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute))
 
 
-def _schedule(search: Search, interrupted: bool) -> tuple[Kept | None, bool]:
+def _schedule(search: Search, interrupted: bool, baseline: Baseline | None) -> tuple[Kept | None, bool]:
     """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets; then,
     unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
-    ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left; the best schedule of them all, and whether
-    an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves no more)."""
+    ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the ``baseline``'s split,
+    placement and recomputation where it beats every candidate (``_from_baseline``: its solve's warm starts hold the
+    handcrafted families, the baseline's schedule among them, for the formulation to improve); the best schedule of
+    them all, and whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves
+    no more)."""
     if search.kept is None:
         return None, interrupted
     candidate, schedule, costs = search.kept
     best = Kept(simulate(with_limit(schedule, costs.limits())), "heuristic", costs,
                 (candidate.placement, candidate.chunks, candidate.recompute))
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
+    ranked = _from_baseline(baseline, ranked)
     finalists = [] if interrupted else ranked[:int((search.left() - FINISH_SECONDS) / SOLVE_SECONDS)][:FINALISTS]
     for k, candidate in enumerate(finalists):
         left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
@@ -356,9 +362,26 @@ def _schedule(search: Search, interrupted: bool) -> tuple[Kept | None, bool]:
         search.say(f"cpsat on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s ({result.status})")
         if result.step_time < best.timeline.makespan:
             assert result.costs is not None  # a solve of a model has its costs
-            best = Kept(result.timeline, "cpsat", result.costs,
+            source = "cpsat" if candidate.origin != BASELINE else f"cpsat from the {candidate.origin}"
+            best = Kept(result.timeline, source, result.costs,
                         (candidate.placement, candidate.chunks, candidate.recompute))
         if result.interrupted:
             search.say("interrupted: the final solves stop here, with the best schedule found so far")
             return best, True
     return best, interrupted
+
+
+BASELINE = "best baseline's split"
+"""The origin of the candidate made of the best baseline (``_from_baseline``)."""
+
+
+def _from_baseline(baseline: Baseline | None, ranked: list[Candidate]) -> list[Candidate]:
+    """``ranked`` with ``baseline``'s split, placement and recomputation first where it is faster than every one of
+    them (the same candidate timed by the search dropped): a candidate the formulation can improve."""
+    if baseline is None or baseline.counts is None or baseline.step_time is None:
+        return ranked
+    mine = Candidate(baseline.placement, baseline.chunks, baseline.counts, BASELINE, baseline.step_time,
+                     baseline.recompute)
+    if ranked and ranked[0].step_time <= mine.step_time:
+        return ranked
+    return [mine] + [x for x in ranked if x.key() != mine.key()]

@@ -43,8 +43,8 @@ def _counts(spec: str | Sequence[int]) -> list[int]:
         try:
             counts: list = [int(x) for x in spec.split(",")]
         except ValueError:
-            raise InputError(f"partition = {spec!r}: should be 'uniform', 'balanced' or comma-separated layer counts per "
-                             "stage, e.g. '5,4,4,6'") from None
+            raise InputError(f"partition = {spec!r}: should be 'uniform', 'balanced' or comma-separated layer counts "
+                             "per stage, e.g. '5,4,4,6'") from None
     elif isinstance(spec, Sequence):
         counts = list(spec)
     else:
