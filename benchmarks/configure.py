@@ -64,6 +64,9 @@ TOY_LIMIT = 60.0
 """Seconds of the toy's search."""
 TOY_PLAN_LIMIT = 2.0
 """Seconds of each of the toy's exhaustive plans."""
+TRANSFORMER_ENGINE = "2.8.0"
+"""The Transformer Engine version megatron-core is told where none is installed (it installs only beside CUDA): the
+export's FP8 products are Transformer Engine's, and megatron-core asks its version for FP8 with experts."""
 MEGATRON_LM_FLAGS = ("--seq-length", "--micro-batch-size", "--global-batch-size", "--use-distributed-optimizer",
                      "--use-megatron-fsdp", "--data-parallel-sharding-strategy")
 """The export's flags that Megatron-LM declares outside megatron-core's ``TransformerConfig``
@@ -149,7 +152,8 @@ def megatron_core_refusal(args: list[str], c: Configuration, num_microbatches: i
     model's own sizes and run through its checks (the layout over the model's blocks included), or one of
     ``MEGATRON_LM_FLAGS``; its microbatch calculator gives ``num_microbatches`` from the batch flags on the GPUs'
     data-parallel size; its ``DistributedDataParallelConfig`` takes the sharding flags; and expert x pipeline
-    parallel divides the GPUs (``initialize_model_parallel``)."""
+    parallel divides the GPUs (``initialize_model_parallel``). Where Transformer Engine is not installed, megatron-core
+    is told ``TRANSFORMER_ENGINE``."""
     import warnings
 
     import torch
@@ -160,6 +164,11 @@ def megatron_core_refusal(args: list[str], c: Configuration, num_microbatches: i
         from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
         from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
+    from megatron.core import utils
+    from packaging.version import Version
+
+    if utils.get_te_version() is None:  # not installed: FP8 with experts asks its version
+        utils._te_version = Version(TRANSFORMER_ENGINE)
     flags = _flags(args)
     arch = architecture(c.config)
     kind = MLATransformerConfig if arch.latent else TransformerConfig

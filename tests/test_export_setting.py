@@ -44,6 +44,7 @@ MEGATRON_CORE_FIELDS = {
     "--bf16": "bf16",
     "--fp16": "fp16",
     "--fp8-format": "fp8",
+    "--fp8-recipe": "fp8_recipe",
     "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
     "--recompute-granularity": "recompute_granularity",
     "--recompute-method": "recompute_method",
@@ -149,7 +150,7 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
      {"--expert-model-parallel-size": "4", "--expert-tensor-parallel-size": "1", "--fp16": True,
       "--global-batch-size": "16"}, ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, dtype="fp8"),
-     {"--fp8-format": "hybrid", "--bf16": True}, ["--fp16"]),
+     {"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise", "--bf16": True}, ["--fp16"]),
     (Setting(seq_len=64, microbatch_size=1, tp=4, dp=2, zero=1, dtype="fp32"),
      {"--use-distributed-optimizer": True, "--sequence-parallel": True, "--global-batch-size": "8"},
      ["--bf16", "--fp16", "--expert-model-parallel-size"]),
@@ -178,7 +179,7 @@ def test_megatron_notes_what_it_cannot_write(tmp_path: Path) -> None:
     odd = Setting(seq_len=64, microbatch_size=1, tp=1, dp=2, ep=8, dtype="int8")
     export_document(_document(tmp_path, _model(odd)), "megatron", None, note=notes.append)
     assert notes[1:] == ["partition.setting.dtype = 'int8' is not written: Megatron's flags are --bf16, --fp16, "
-                         "--fp8-format hybrid with --bf16 (fp8) or none (fp32)",
+                         "--fp8-format hybrid --fp8-recipe tensorwise with --bf16 (fp8) or none (fp32)",
                          "--expert-model-parallel-size 8 with --expert-tensor-parallel-size 1 needs tp x cp x dp = 2 "
                          "ranks per pipeline stage to be a multiple of 8 (megatron-core's initialize_model_parallel "
                          "refuses it otherwise)"]

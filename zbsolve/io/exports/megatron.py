@@ -127,14 +127,16 @@ def megatron_recompute(plan: Plan) -> list[str]:
     return ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", str(n)]
 
 
-DTYPE_FLAGS = {"bf16": ([], ["--bf16"]), "fp16": ([], ["--fp16"]), "fp8": (["--fp8-format", "hybrid"], ["--bf16"]),
-               "fp32": ([], [])}
+DTYPE_FLAGS = {"bf16": ([], ["--bf16"]), "fp16": ([], ["--fp16"]),
+               "fp8": (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], ["--bf16"]), "fp32": ([], [])}
 """Megatron's arguments for each ``Setting.dtype``, valued and flags: fp8 is Transformer Engine's FP8 products with
 BF16 weights (``--fp8-format hybrid``, Megatron-LM's ``dest="fp8"``: E4M3 forward, E5M2 gradients, beside
-``--bf16``), fp32 none (its default)."""
+``--bf16``) with per-tensor current scaling (``--fp8-recipe tensorwise``, Megatron-Bridge's FP8 recipes'; delayed
+scaling, megatron-core's default, refuses recomputing the norms and the experts' activation functions), fp32 none
+(its default)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
                  "--expert-tensor-parallel-size", "--seq-length", "--micro-batch-size", "--global-batch-size",
-                 "--data-parallel-sharding-strategy", "--fp8-format", "--bf16", "--fp16", "--sequence-parallel",
+                 "--data-parallel-sharding-strategy", "--fp8-format", "--fp8-recipe", "--bf16", "--fp16", "--sequence-parallel",
                  "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
 
@@ -202,7 +204,7 @@ def megatron_notes(plan: Plan) -> list[str]:
              "data-parallel rank, the plan's"]
     if setting.dtype not in DTYPE_FLAGS:
         notes.append(f"partition.setting.dtype = {setting.dtype!r} is not written: Megatron's flags are --bf16, "
-                     "--fp16, --fp8-format hybrid with --bf16 (fp8) or none (fp32)")
+                     "--fp16, --fp8-format hybrid --fp8-recipe tensorwise with --bf16 (fp8) or none (fp32)")
     ranks = setting.tp * cp * setting.dp
     if setting.ep is not None and ranks % setting.ep:
         notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x cp x "
