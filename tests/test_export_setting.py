@@ -52,6 +52,7 @@ MEGATRON_CORE_FIELDS = {
     "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
     "--delay-wgrad-compute": "delay_wgrad_compute",
     "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
+    "--moe-flex-dispatcher-backend": "moe_flex_dispatcher_backend",
 }
 """The export's flags that Megatron-LM (tag core_v0.16.1, ``megatron/training/arguments.py`` l.1621:
 ``ArgumentGroupFactory(TransformerConfig)``, a flag per field, ``--`` + the name with dashes) makes from megatron-core's
@@ -148,7 +149,9 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
 @pytest.mark.parametrize("setting,expected,absent", [
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, dtype="fp16"),
      {"--expert-model-parallel-size": "4", "--expert-tensor-parallel-size": "1", "--fp16": True,
-      "--global-batch-size": "16"}, ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
+      "--global-batch-size": "16", "--moe-token-dispatcher-type": "alltoall"}, ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
+    (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, dispatcher="flex"),
+     {"--moe-token-dispatcher-type": "flex", "--moe-flex-dispatcher-backend": "deepep"}, ["--fp16"]),
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, dtype="fp8"),
      {"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise", "--bf16": True}, ["--fp16"]),
     (Setting(seq_len=64, microbatch_size=1, tp=4, dp=2, zero=1, dtype="fp32"),
@@ -189,11 +192,11 @@ def test_megatron_notes_what_it_cannot_write(tmp_path: Path) -> None:
     assert run.stderr.startswith("note: partition.setting is missing")
 
 
-SETTINGS = [SETTING, Setting(seq_len=64, microbatch_size=1, tp=2, dp=4, ep=4, dtype="fp16"),
-            Setting(seq_len=64, microbatch_size=4, tp=1, dp=2, zero=1),
+SETTINGS = [SETTING, Setting(seq_len=64, microbatch_size=1, tp=2, dp=4, ep=4, dtype="fp16", dispatcher="flex"),
+            Setting(seq_len=64, microbatch_size=4, tp=1, dp=2, zero=1, dtype="fp8"),
             Setting(seq_len=64, microbatch_size=1, tp=2, dp=2, cp=2),
             Setting(seq_len=64, microbatch_size=2, tp=1, dp=2, cp=2, zero=3)]
-SETTING_IDS = ["dense", "experts", "zero1-fp8", "cp2", "zero3"]
+SETTING_IDS = ["dense", "experts-flex", "zero1-fp8", "cp2", "zero3"]
 
 
 # megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import export_toy
 
-from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
+from zbsolve.io.exports.megatron import DISPATCHER_FLAGS
+from zbsolve.io.exports.megatron_overlap import combined_refusal
 from zbsolve.problem.model import Layer, Model, Setting
 
 
@@ -51,7 +52,7 @@ def _megatron_core_takes(model: Model, devices: int, chunks: int, full: bool, mo
 
     setting = model.setting
     assert setting is not None
-    flags = dict(zip(COMBINED_FLAGS[2::2], COMBINED_FLAGS[3::2]))
+    flags = dict(zip(DISPATCHER_FLAGS["alltoall"][::2], DISPATCHER_FLAGS["alltoall"][1::2]))
     recompute = ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1} if full
                  else {"recompute_granularity": "selective", "recompute_modules": list(modules)} if modules else {})
     experts = any(layer.experts for layer in model.layers)

@@ -198,6 +198,9 @@ class Setting(InputModel):
     sequence's tokens (None: 1)."""
     ep: Optional[PositiveInt] = None
     """Expert-parallel degree of a model with experts (None for a dense model)."""
+    dispatcher: Optional[Literal["alltoall", "flex"]] = None
+    """How the expert all-to-all sends a token, as the costs count it (``estimate.moe.DISPATCHERS``; None:
+    "alltoall")."""
     zero: Literal[0, 1, 3] = 0
     """ZeRO stage: 1 shards the optimizer states over the dp x cp replicas, 3 (FSDP) also the weights and
     gradients."""

@@ -134,8 +134,12 @@ BF16 weights (``--fp8-format hybrid``, Megatron-LM's ``dest="fp8"``: E4M3 forwar
 ``--bf16``) with per-tensor current scaling (``--fp8-recipe tensorwise``, Megatron-Bridge's FP8 recipes'; delayed
 scaling, megatron-core's default, refuses recomputing the norms and the experts' activation functions), fp32 none
 (its default)."""
+DISPATCHER_FLAGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+                    "flex": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]}
+"""Megatron's arguments for each ``Setting.dispatcher`` (None: alltoall), as the costs count the all-to-all:
+its alltoall dispatcher, or its flex dispatcher with DeepEP (megatron-core's default, allgather, is not modelled)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
-                 "--expert-tensor-parallel-size", "--seq-length", "--micro-batch-size", "--global-batch-size",
+                 "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--seq-length", "--micro-batch-size", "--global-batch-size",
                  "--data-parallel-sharding-strategy", "--fp8-format", "--fp8-recipe", "--bf16", "--fp16", "--sequence-parallel",
                  "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
@@ -164,18 +168,20 @@ def megatron_args(plan: Plan) -> list[str]:
 
 def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[list[str], list[str], list[str]]:
     """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context, expert
-    with experts whole, ``--expert-tensor-parallel-size 1``, for a model with experts, and
-    ``--data-parallel-sharding-strategy optim_grads_params`` for ZeRO-3), the batch (``--seq-length``,
-    ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp, then the dtype's valued
-    arguments: ``DTYPE_FLAGS``) and the flags (``--bf16``/``--fp16``, ``--sequence-parallel`` where tp > 1: the cost model divides every activation over the
-    tensor-parallel group, ``--use-distributed-optimizer`` for ZeRO-1 and ZeRO-3, with ``--use-megatron-fsdp`` for
-    ZeRO-3: Megatron FSDP shards weights, gradients and optimizer states over dp x cp and runs its optimizer step
-    in megatron-core's ``DistributedOptimizer``); none without a setting."""
+    with experts whole, ``--expert-tensor-parallel-size 1``, and the token dispatcher, ``DISPATCHER_FLAGS``, for a
+    model with experts, and ``--data-parallel-sharding-strategy optim_grads_params`` for ZeRO-3), the batch
+    (``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp, then
+    the dtype's valued arguments: ``DTYPE_FLAGS``) and the flags (``--bf16``/``--fp16``, ``--sequence-parallel``
+    where tp > 1: the cost model divides every activation over the tensor-parallel group,
+    ``--use-distributed-optimizer`` for ZeRO-1 and ZeRO-3, with ``--use-megatron-fsdp`` for ZeRO-3: Megatron FSDP
+    shards weights, gradients and optimizer states over dp x cp and runs its optimizer step in megatron-core's
+    ``DistributedOptimizer``); none without a setting."""
     if setting is None:
         return [], [], []
     sizes = ["--tensor-model-parallel-size", str(setting.tp), "--context-parallel-size", str(setting.cp or 1)]
     if setting.ep is not None:
-        sizes += ["--expert-model-parallel-size", str(setting.ep), "--expert-tensor-parallel-size", "1"]
+        sizes += ["--expert-model-parallel-size", str(setting.ep), "--expert-tensor-parallel-size", "1",
+                  *DISPATCHER_FLAGS[setting.dispatcher or "alltoall"]]
     if setting.zero == 3:
         sizes += ["--data-parallel-sharding-strategy", "optim_grads_params"]
     batch = ["--seq-length", str(setting.seq_len), "--micro-batch-size", str(setting.microbatch_size),

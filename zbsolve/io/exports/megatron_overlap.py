@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from zbsolve.problem.model import Model
 
-COMBINED_FLAGS = ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-token-dispatcher-type",
-                  "alltoall")
-"""The arguments that make Megatron run combined 1F1B: the overlap, the weight gradients it delays, and a token
-dispatcher it runs with (alltoall; megatron-core's default, allgather, is refused)."""
+COMBINED_FLAGS = ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute")
+"""The arguments that make Megatron run combined 1F1B: the overlap and the weight gradients it delays (with the
+setting's token dispatcher, alltoall or flex, which the export writes for every model with experts:
+``megatron.DISPATCHER_FLAGS``; megatron-core's default, allgather, is refused)."""
 OVERLAP_DTYPES = ("bf16", "fp16", "fp8")
 """The ``Setting.dtype`` values combined 1F1B runs with (``bf16 or fp16``: fp8's weights are BF16, ``--bf16``
 beside ``--fp8-format``, as in DeepSeek-V3's and Qwen3's FP8 recipes with the overlap)."""
@@ -35,7 +35,7 @@ def combined_refusal(model: Model, num_devices: int, chunks: int, full: bool,
     ``--recompute-method`` or ``--recompute-num-layers`` (zbsolve's blocks recomputed whole are all three); neither
     bf16 nor fp16; more than one MTP layer, or one without pipeline parallelism. zbsolve adds one: no ``moe`` among
     the recomputed modules, as megatron-core then runs a MoE layer's parts itself and never the checkpoint of
-    ``MoELayer.forward``, so the bytes the cost model frees stay held. The dispatcher (alltoall) is the export's;
+    ``MoELayer.forward``, so the bytes the cost model frees stay held. The dispatcher (alltoall or flex) is the setting's;
     ``moe_shared_expert_overlap`` off and no CUDA graphs are megatron-core's defaults; torch >= 2.6 and Transformer
     Engine >= 2.3 are the installation's."""
     setting = model.setting
