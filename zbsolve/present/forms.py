@@ -3,6 +3,7 @@ units as the command line's tables show them (``present.figures``); and their ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,46 +47,43 @@ FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(plan_figures(r
 FORMS[ConfigureResult] = Forms(configure_rich, configure_html)
 
 
+def _drawn(draw: Callable[[], Figure], path: str | Path | None) -> Figure:
+    """The figure ``draw`` makes, written to ``path`` (.png or .svg, checked before drawing) when given."""
+    from zbsolve.present.plot import check_chart_path, save_figure  # matplotlib, when first drawn
+
+    if path is not None:
+        check_chart_path(path, "path")
+    fig = draw()
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
 def solve_chart(result: SolveResult, path: str | Path | None = None) -> Figure:
     """A solve's Gantt chart with its memory panel, titled as ``zbsolve solve --chart`` titles it
     (``SolveResult.title``: the model's name, else "solve"), in its units; written to ``path`` (.png or .svg) when
     given."""
-    from zbsolve.present.plot import check_chart_path, plot_timeline, save_figure  # matplotlib, when first drawn
+    from zbsolve.present.plot import plot_timeline
 
-    if path is not None:
-        check_chart_path(path, "path")
     model = result.costs.model if result.costs is not None else None
-    fig = plot_timeline(result, memory=True, title=result.title(model.name if model is not None else "solve"))
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return _drawn(lambda: plot_timeline(result, memory=True,
+                                        title=result.title(model.name if model is not None else "solve")), path)
 
 
 def plan_chart(result: PlanResult, path: str | Path | None = None) -> Figure:
     """A plan's chart (``present.plot.plot_plan``), as ``zbsolve plan --chart`` draws it; written to ``path`` (.png or
     .svg) when given."""
-    from zbsolve.present.plot import check_chart_path, plot_plan, save_figure  # matplotlib, when first drawn
+    from zbsolve.present.plot import plot_plan
 
-    if path is not None:
-        check_chart_path(path, "path")
-    fig = plot_plan(result)
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return _drawn(lambda: plot_plan(result), path)
 
 
 def configure_chart(result: ConfigureResult, path: str | Path | None = None) -> Figure:
     """The candidates' tokens/s/GPU against their peak memory per device (``present.configure_chart``), as
     ``zbsolve configure --chart`` draws it; written to ``path`` (.png or .svg) when given."""
-    from zbsolve.present.configure_chart import plot_configure  # matplotlib, when first drawn
-    from zbsolve.present.plot import check_chart_path, save_figure
+    from zbsolve.present.configure_chart import plot_configure
 
-    if path is not None:
-        check_chart_path(path, "path")
-    fig = plot_configure(result)
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return _drawn(lambda: plot_configure(result), path)
 
 
 CHARTS[SolveResult] = solve_chart
