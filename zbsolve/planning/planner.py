@@ -335,8 +335,8 @@ def _schedule(search: Search, interrupted: bool, baseline: Baseline | None) -> t
     unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
     ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the ``baseline``'s split,
     placement and recomputation where it beats every candidate (``_from_baseline``: its solve's warm starts hold the
-    handcrafted families, the baseline's schedule among them, for the formulation to improve); the best schedule of
-    them all, and whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves
+    handcrafted families, the baseline's schedule among them, for the formulation to improve; where none of the
+    solve's schedules fits, it is passed over); the best schedule of them all, and whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves
     no more)."""
     if search.kept is None:
         return None, interrupted
@@ -359,6 +359,9 @@ def _schedule(search: Search, interrupted: bool, baseline: Baseline | None) -> t
             search.say(f"interrupted: cpsat on {candidate.label()} {list(candidate.counts)} stopped before it had a "
                        "schedule")
             return best, True
+        except InfeasibleError as exc:  # the best baseline's split: the solve's own schedules may not fit it
+            search.say(f"cpsat on {candidate.label()} {list(candidate.counts)} ({candidate.origin}): {exc}")
+            continue
         search.say(f"cpsat on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s ({result.status})")
         if result.step_time < best.timeline.makespan:
             assert result.costs is not None  # a solve of a model has its costs
