@@ -42,6 +42,7 @@ from zbsolve.base.units import MIB
 from zbsolve.planning.configurations import Assessed, Group, Space, assess, groups
 from zbsolve.planning.configure import configure
 from zbsolve.planning.configure_result import ConfigureResult, Counts
+from zbsolve.planning.configure_search import label
 from zbsolve.planning.planner import plan
 from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.estimate.hf_config import architecture
@@ -124,12 +125,6 @@ class Row:
     def met(self) -> bool:
         """The ratio at least 1 and the chosen configuration fits."""
         return self.ratio is not None and self.ratio >= 1.0 and self.chosen_fits
-
-
-def described(c: Configuration, dp: int) -> str:
-    """tp/pp/vp/cp/ep/dp, micro-batch size, ZeRO and recomputation of ``c``."""
-    split = "" if c.partition == "uniform" else f" {c.partition}"
-    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}{split}"
 
 
 def _flags(args: list[str]) -> dict[str, str | list[str] | bool]:
@@ -244,7 +239,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
             said[0] = time.monotonic()
             console.print(f"  {recipe}: {line}", markup=False, highlight=False)
 
-    recipe_figures = dict(recipe=recipe, run=run, recipe_config=described(own, p.dp),
+    recipe_figures = dict(recipe=recipe, run=run, recipe_config=label(own, p.dp),
                           recipe_tokens=p.tokens_per_s_per_gpu, recipe_fits=p.fits,
                           recipe_command=replace(own, config=Path(own.config).relative_to(ROOT)).command())
     began = time.monotonic()
@@ -259,7 +254,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
     q = predict(chosen.configuration)
     planned = None if chosen.planned_step_s is None else q.tokens_per_s_per_gpu * q.step_time_s / chosen.planned_step_s
     return Row(**recipe_figures, wall_s=wall, limit_s=time_limit, counts=result.counts,
-               chosen_config=described(chosen.configuration, q.dp), chosen_tokens=q.tokens_per_s_per_gpu,
+               chosen_config=label(chosen.configuration, q.dp), chosen_tokens=q.tokens_per_s_per_gpu,
                chosen_planned=planned, chosen_fits=q.fits, chosen_command=chosen.command,
                export=export_refusal(result))
 
@@ -286,7 +281,7 @@ def toy_row() -> dict:
             continue
         predicted += 1
         if p.fits and (best is None or p.step_time_s < best[0]):
-            best = (p.step_time_s, f"{described(c, p.dp)} (predicted)")
+            best = (p.step_time_s, f"{label(c, p.dp)} (predicted)")
     pipelines = {replace(c, recompute="none") for c in every if c.pp > 1}  # a plan chooses the recomputation
     with cf.ThreadPoolExecutor(1) as pool:
         for c in sorted(pipelines, key=lambda c: (c.tp, c.pp, c.vp, c.cp, c.microbatch_size, c.zero)):
@@ -300,11 +295,11 @@ def toy_row() -> dict:
                 continue
             planned += 1
             if best is None or done.step_time < best[0]:
-                best = (done.step_time, f"{described(c, dp)} (planned: {done.recompute})")
+                best = (done.step_time, f"{label(c, dp)} (planned: {done.recompute})")
     assert best is not None  # the toy has configurations that fit
     chosen = result.chosen
     how = "planned" if chosen.planned else "predicted"
-    return {"chosen": f"{described(chosen.configuration, chosen.prediction.dp)} ({how})",
+    return {"chosen": f"{label(chosen.configuration, chosen.prediction.dp)} ({how})",
             "chosen_step_s": chosen.step_s,
             "best": best[1], "best_step_s": best[0], "ratio": best[0] / chosen.step_s,
             "met": chosen.step_s <= best[0] + slack(best[0], floor=0.0), "enumerated": len(every),

@@ -149,7 +149,8 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
 @pytest.mark.parametrize("setting,expected,absent", [
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, dtype="fp16"),
      {"--expert-model-parallel-size": "4", "--expert-tensor-parallel-size": "1", "--fp16": True,
-      "--global-batch-size": "16", "--moe-token-dispatcher-type": "alltoall"}, ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
+      "--global-batch-size": "16", "--moe-token-dispatcher-type": "alltoall"},
+     ["--sequence-parallel", "--bf16", "--use-distributed-optimizer"]),
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, ep=4, dispatcher="flex"),
      {"--moe-token-dispatcher-type": "flex", "--moe-flex-dispatcher-backend": "deepep"}, ["--fp16"]),
     (Setting(seq_len=64, microbatch_size=1, tp=1, dp=4, dtype="fp8"),

@@ -289,10 +289,12 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
         try:
             if base.pp > 1:  # the row's pipeline rules: no pipeline, none apply
                 runnable(space.target, model, [(layout, vp)], layout, base.pp, group.num_microbatches)
-            profile, costs = model_costs(model, placement, split, memory_of(c), c.reserve, recompute)
-            if split != SPLITS[0] and list(costs.ranges) == partition(model, placement.num_stages, SPLITS[0]):
+            ranges = partition(model, placement.num_stages, split)
+            if split != SPLITS[0] and ranges == partition(model, placement.num_stages, SPLITS[0]):
                 continue  # the same configuration as the uniform split
-            refusal = partition_refusal(space.target, model, [b - a for a, b in costs.ranges], base.pp)
+            counts = tuple(b - a for a, b in ranges)
+            profile, costs = model_costs(model, placement, counts, memory_of(c), c.reserve, recompute)
+            refusal = partition_refusal(space.target, model, counts, base.pp)
             if refusal is not None:
                 raise InputError(refusal)
         except ZbsolveError as exc:

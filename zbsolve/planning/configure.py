@@ -134,7 +134,7 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         share = (deadline - began) / count - late
         r = ranked[k]
         c, p = r.configuration, r.prediction
-        say(f"refining {label(c, p)}: plan, {share:.0f} s")
+        say(f"refining {label(c, p.dp)}: plan, {share:.0f} s")
         try:
             result = plan(configured_model(c, p.dp), num_devices=c.pp, num_microbatches=p.num_microbatches,
                           device_memory=space.memory(), reserve=c.reserve,
@@ -142,10 +142,10 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
                           chunks=c.vp if c.vp > 1 else None, time_limit=share, jobs=jobs, executor=pool,
                           progress=say, recompute="auto", target=space.target)
         except KeyboardInterrupt:
-            notes.append(f"interrupted while refining {label(c, p)}: it keeps its predicted figures")
+            notes.append(f"interrupted while refining {label(c, p.dp)}: it keeps its predicted figures")
             return True
         except InfeasibleError as exc:
-            notes.append(f"{label(c, p)}: no plan ({exc}); it keeps its predicted figures")
+            notes.append(f"{label(c, p.dp)}: no plan ({exc}); it keeps its predicted figures")
             continue
         finally:
             late = max(late, time.monotonic() - began - share)
@@ -153,7 +153,7 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         ranked[k] = replace(r, planned_step_s=result.step_time,
                             planned_memory_gib=gib(max(result.costs.used(result.timeline.peak_memory))))
         if result.step_time > p.step_time_s:
-            notes.append(f"{label(c, p)}: its plan ({result.step_time:.4g} s) is slower than predicted "
+            notes.append(f"{label(c, p.dp)}: its plan ({result.step_time:.4g} s) is slower than predicted "
                          f"({p.step_time_s:.4g} s): the predicted figure stands")
         if result.interrupted:
             return True

@@ -42,18 +42,20 @@ def key(c: Configuration) -> tuple:
     return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute, c.partition
 
 
-def label(c: Configuration, p: Prediction) -> str:
-    """tp/pp/vp/cp/ep/dp, micro-batch size, ZeRO and recomputation of ``c``."""
+def label(c: Configuration, dp: int) -> str:
+    """tp/pp/vp/cp/ep/dp (``dp`` its data-parallel degree), micro-batch size, ZeRO, recomputation and a split other
+    than uniform of ``c``."""
     split = "" if c.partition == "uniform" else f" {c.partition}"
-    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{p.dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}{split}"
+    return f"{c.tp}/{c.pp}/{c.vp}/{c.cp}/{c.ep}/{dp} mbs {c.microbatch_size} zero {c.zero} {c.recompute}{split}"
 
 
 class BranchAndBound:
     """The search over a space: its shapes enumerated, one job each (a shape whose degrees never divide is counted
     invalid at once), and beside them the groups and configurations they yield, in heaps by their bounds, timed best
     first (those likely to fit before the others until the ``top`` that fit are known), until every shape is
-    enumerated and every bound left is no shorter than the ``top``-th best step timed that fits. Nothing runs past ``deadline``: the jobs running then are left
-    (``abandoned``) and what they held counted as not enumerated or untimed."""
+    enumerated and every bound left is no shorter than the ``top``-th best step timed that fits. Nothing runs past
+    ``deadline``: the jobs running then are left (``abandoned``) and what they held counted as not enumerated or
+    untimed."""
 
     def __init__(self, space: Space, top: int, deadline: float, say: Callable[[str], None]) -> None:
         self.space, self.top, self.deadline, self.say = space, top, deadline, say
@@ -214,7 +216,7 @@ class BranchAndBound:
 
     def _progress(self) -> str:
         best = self.fitting[0] if self.fitting else None
-        shown = "" if best is None else f", best {best[0]:.4g} s ({label(best[2], best[3])})"
+        shown = "" if best is None else f", best {best[0]:.4g} s ({label(best[2], best[3].dp)})"
         left = f", {len(self.shapes)} shapes to enumerate" if self.shapes else ""
         return f"timed {self.tally['timed']}, {sum(map(len, self.heaps))} waiting{left}{shown}"
 

@@ -23,8 +23,9 @@ admits at most k holds of stage s never has more than k microbatches of s in fli
   m x (hold x T) / budget summed over its stages (taken as m T / (k + 1), the budget being under k + 1 holds).
 
 So every device's last pass ends at least head + work + its idle after the step begins, at least each stage's
-chain, and at least head + its bytes over time. Recomputation enters layer by layer: each layer takes any of the choices a plan may make (``menu``: every
-choice a plan or a baseline it may take can make is one such assignment), shrinking the hold and lengthening B.
+chain, and at least head + its bytes over time. Recomputation enters layer by layer: each layer takes any of the
+choices a plan may make (``menu``: every choice a plan or a baseline it may take can make is one such assignment),
+shrinking the hold and lengthening B.
 Times are floored where they add and ceiled where they subtract, bytes floored beside a budget ceiled, so the scaled
 model never exceeds a schedule's step by more than a unit for each term rounded up: its optimum, or its proven bound
 when the time runs out, less those units, bounds the step of every schedule on every partition with every

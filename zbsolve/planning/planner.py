@@ -336,8 +336,8 @@ def _schedule(search: Search, interrupted: bool, baseline: Baseline | None) -> t
     ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the ``baseline``'s split,
     placement and recomputation where it beats every candidate (``_from_baseline``: its solve's warm starts hold the
     handcrafted families, the baseline's schedule among them, for the formulation to improve; where none of the
-    solve's schedules fits, it is passed over); the best schedule of them all, and whether an interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves
-    no more)."""
+    solve's schedules fits, it is passed over); the best schedule of them all, and whether an interrupt came (an
+    interrupt during the CP-SAT solves keeps what they found and solves no more)."""
     if search.kept is None:
         return None, interrupted
     candidate, schedule, costs = search.kept

@@ -139,8 +139,9 @@ DISPATCHER_FLAGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
 """Megatron's arguments for each ``Setting.dispatcher`` (None: alltoall), as the costs count the all-to-all:
 its alltoall dispatcher, or its flex dispatcher with DeepEP (megatron-core's default, allgather, is not modelled)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
-                 "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--seq-length", "--micro-batch-size", "--global-batch-size",
-                 "--data-parallel-sharding-strategy", "--fp8-format", "--fp8-recipe", "--bf16", "--fp16", "--sequence-parallel",
+                 "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
+                 "--seq-length", "--micro-batch-size", "--global-batch-size", "--data-parallel-sharding-strategy",
+                 "--fp8-format", "--fp8-recipe", "--bf16", "--fp16", "--sequence-parallel",
                  "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
 

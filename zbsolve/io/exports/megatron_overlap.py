@@ -35,9 +35,9 @@ def combined_refusal(model: Model, num_devices: int, chunks: int, full: bool,
     ``--recompute-method`` or ``--recompute-num-layers`` (zbsolve's blocks recomputed whole are all three); neither
     bf16 nor fp16; more than one MTP layer, or one without pipeline parallelism. zbsolve adds one: no ``moe`` among
     the recomputed modules, as megatron-core then runs a MoE layer's parts itself and never the checkpoint of
-    ``MoELayer.forward``, so the bytes the cost model frees stay held. The dispatcher (alltoall or flex) is the setting's;
-    ``moe_shared_expert_overlap`` off and no CUDA graphs are megatron-core's defaults; torch >= 2.6 and Transformer
-    Engine >= 2.3 are the installation's."""
+    ``MoELayer.forward``, so the bytes the cost model frees stay held. The dispatcher (alltoall or flex) is the
+    setting's; ``moe_shared_expert_overlap`` off and no CUDA graphs are megatron-core's defaults; torch >= 2.6 and
+    Transformer Engine >= 2.3 are the installation's."""
     setting = model.setting
     if setting is None:
         return "the model has no setting: its expert-parallel size and dtype are unknown"
