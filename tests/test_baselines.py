@@ -175,3 +175,20 @@ def test_schedule_order_refusals_are_one_line(name: str, stages_per_rank: int, m
     with pytest.raises(InputError, match=rf"^torch's {name} schedule .* is refused: {message}") as err:
         torch_compat.schedule_order(name, num_devices=4, stages_per_rank=stages_per_rank, num_microbatches=8)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", [name for name, builtin in BUILTINS.items() if builtin.chunks > 1])
+def test_multi_stage_orders_are_torch_classes_own(name: str) -> None:
+    """Leaving torch's FSDP lowering out changes no compute action of a multi-stage class's order, and the lowering
+    is put back after."""
+    pytest.importorskip("torch.distributed.pipelining",
+                        reason="torch.distributed.pipelining is not available (the torch extra)")
+    from torch.distributed.pipelining import schedules
+
+    lowering = schedules._add_unshard_reshard
+    whole = schedules.get_schedule_class(name)([torch_compat._StageStandIn(i, 8, 4) for i in range(2)],
+                                               8).pipeline_order
+    order = torch_compat.schedule_order(name, num_devices=4, stages_per_rank=2, num_microbatches=8)
+    assert order == [[torch_compat._op(a) for a in whole[rank] if a is not None and a.is_compute_op]
+                     for rank in range(4)]
+    assert schedules._add_unshard_reshard is lowering

@@ -10,7 +10,8 @@ torch is imported only when a function here is called; zbsolve works without it.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,11 @@ def schedule_order(name: str, *, num_devices: int, stages_per_rank: int, num_mic
 
     A ``PipelineScheduleMulti`` subclass is constructed on stand-in stages (every rank computes every rank's
     order): its ``pipeline_order`` (``_calculate_single_rank_operations``, validated and lowered by
-    ``_prepare_schedule_with_comms``) without bubbles (None) and ``REDUCE_GRAD``. A ``PipelineScheduleSingle``
-    one (GPipe, 1F1B) is constructed once per rank and its ``_step_microbatches`` run on a stand-in stage that
-    records each ``forward_one_chunk`` and ``backward_one_chunk``: its ``_get_pipeline_order`` is not what it
-    runs (in torch 2.13, 1F1B's last rank starts there at microbatch 1). ``InputError`` of one line, naming the
+    ``_prepare_schedule_with_comms`` less its FSDP pass, ``_without_fsdp_lowering``) without bubbles (None) and
+    ``REDUCE_GRAD``. A ``PipelineScheduleSingle`` one (GPipe, 1F1B) is constructed once per rank and its
+    ``_step_microbatches`` run on a stand-in stage that records each ``forward_one_chunk`` and
+    ``backward_one_chunk``: its ``_get_pipeline_order`` is not what it runs (in torch 2.13, 1F1B's last rank starts
+    there at microbatch 1), and is not built. ``InputError`` of one line, naming the
     schedule, when torch refuses ``name`` or the combination."""
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
 
@@ -124,7 +126,8 @@ def schedule_order(name: str, *, num_devices: int, stages_per_rank: int, num_mic
             if v != 1:
                 raise ValueError(f"{cls.__name__} runs one stage per rank")
             return [_run_single(cls, _StageStandIn(rank, p, p), m) for rank in range(p)]
-        order = cls([_StageStandIn(i, p * v, p) for i in range(v)], m).pipeline_order
+        with _without_fsdp_lowering():
+            order = cls([_StageStandIn(i, p * v, p) for i in range(v)], m).pipeline_order
     except (*_REJECTIONS, TypeError) as exc:
         raise InputError(f"{what} is refused: {str(exc).splitlines()[0]}") from None
     if sorted(order) != list(range(p)):
@@ -133,9 +136,25 @@ def schedule_order(name: str, *, num_devices: int, stages_per_rank: int, num_mic
             for rank in range(p)]
 
 
+@contextmanager
+def _without_fsdp_lowering() -> Iterator[None]:
+    """torch's lowering with its FSDP pass (``_add_unshard_reshard``, quadratic in a rank's actions: minutes at 128
+    ranks and 1024 microbatches) left out: it only adds UNSHARD and RESHARD around the compute actions, which
+    ``pipeline_order`` never holds, and refuses nothing; the send and receive pass that checks the order still runs."""
+    from torch.distributed.pipelining import schedules
+
+    lowering = schedules._add_unshard_reshard
+    schedules._add_unshard_reshard = lambda actions, max_active_stages=3: [a for a in actions if a is not None]
+    try:
+        yield
+    finally:
+        schedules._add_unshard_reshard = lowering
+
+
 def _run_single(cls: type, stage: _StageStandIn, num_microbatches: int) -> list[Op]:
     """The passes single-stage schedule class ``cls`` runs on ``stage``, in order (its ``_step_microbatches``)."""
-    schedule = cls(stage, num_microbatches)
+    # torch's __init__ builds every rank's ``_get_pipeline_order``, which ``_step_microbatches`` never reads: skipped
+    schedule = type(cls.__name__, (cls,), {"_get_pipeline_order": lambda self: None})(stage, num_microbatches)
     schedule._stage_forward_initialized = True  # no shapes to infer: no module, no peers
     schedule._step_microbatches()
     return stage.ran
