@@ -38,6 +38,9 @@ from zbsolve.problem.estimate.formula import estimate
 from zbsolve.problem.model import Model
 from zbsolve.present.tables import records_table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan import heavy_head  # noqa: E402  (benchmarks/plan.py's model of a heavy output layer)
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUT_70B = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
 """Megatron-Bridge's Llama-3-70B layout (PP8, VP5), a baseline of each 70B plan."""
@@ -47,29 +50,41 @@ PLANS = [*((f"Llama-3-70B tp4 {target} {gib} GiB", "70b", 8, 64, gib, target, ga
          ("DeepSeek-V3 80 GiB", "deepseek-v3", 16, 64, 80, "zbsolve", 0.15, True)]
 """(row, model, p, m, GiB, target, the largest gap, whether the plan must beat every baseline) of each plan row."""
 ZBSOLVE = [sys.executable, "-m", "zbsolve"]
-LIMITS = [("vshape", 128, 1024, 20.0, 22.0), ("sequential", 128, 1024, 20.0, 22.0)]
-"""(placement, p, m, --time-limit, target wall seconds) of each limits row."""
+LIMITS = [("solve", "vshape", 128, 1024, 20.0, 22.0), ("solve", "sequential", 128, 1024, 20.0, 22.0),
+          *(("plan", placement, 128, 1024, 20.0, 22.0) for placement in ("sequential", "interleaved", "vshape"))]
+"""(command, placement, p, m, --time-limit, target wall seconds) of each limits row."""
 
 
-def limits_row(folder: Path, placement: str, p: int, m: int, limit: float, target: float, repeats: int) -> dict:
-    """``repeats`` runs of ``zbsolve solve -o`` on the unit profile: wall seconds, validity and the kept phase."""
-    problem, out = folder / f"unit-p{p}-m{m}.yaml", folder / "out.json"
-    problem.write_text(f"num_devices: {p}\nnum_microbatches: {m}\n")
+def limits_row(folder: Path, command: str, placement: str, p: int, m: int, limit: float, target: float,
+               repeats: int) -> dict:
+    """``repeats`` runs of ``zbsolve solve -o`` on the unit profile, or of ``zbsolve plan -o`` of ``heavy_head``
+    with 2p blocks at 80 GiB: wall seconds, validity and the kept phase."""
+    out = folder / "out.json"
+    if command == "solve":
+        problem = folder / f"unit-p{p}-m{m}.yaml"
+        problem.write_text(f"num_devices: {p}\nnum_microbatches: {m}\n")
+        args = ["solve", problem]
+    else:
+        problem = folder / f"heavy-head-{2 * p}.yaml"
+        heavy_head(2 * p, p).save(problem)
+        args = ["plan", problem, "--devices", str(p), "--microbatches", str(m), "--device-memory", "80GiB"]
     walls, valid, kept, says = [], [], "-", "-"
     for _ in range(repeats):
         out.unlink(missing_ok=True)
         began = time.monotonic()
-        run = subprocess.run([*ZBSOLVE, "solve", problem, "--placement", placement, "--time-limit", str(limit), "-q",
-                              "-o", out], capture_output=True, text=True)
+        run = subprocess.run([*ZBSOLVE, *args, "--placement", placement, "--time-limit", str(limit), "-q", "-o", out],
+                             capture_output=True, text=True)
         walls.append(time.monotonic() - began)
         valid.append(out.exists() and subprocess.run([*ZBSOLVE, "check", out, "-q"]).returncode == 0)
         if out.exists():
             doc = json.loads(out.read_text())
-            kept, says = doc["name"], f"{doc['solver']['status']}, {doc['solver']['value']:g}"
+            kept = doc["name"] if command == "solve" else doc["plan"]["source"]
+            says = (f"{doc['solver']['status']}, {doc['solver']['value']:g}" if command == "solve"
+                    else f"{doc['plan']['placement']} x{doc['plan']['chunks']}, step {doc['plan']['step_time']:g}")
         elif run.returncode:
             says = (run.stderr.strip().splitlines() or ["-"])[-1][:80]
     met = all(valid) and max(walls) <= target
-    return {"placement": placement, "p": p, "m": m, "limit s": f"{limit:g}",
+    return {"command": command, "placement": placement, "p": p, "m": m, "limit s": f"{limit:g}",
             "wall s": f"{statistics.median(walls):.1f}", "max s": f"{max(walls):.1f}", "target s": f"{target:g}",
             "valid": f"{sum(valid)}/{repeats}",
             "kept": kept, "result": says, "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
@@ -109,7 +124,7 @@ def plan_row(row: str, name: str, p: int, m: int, gib: int, target: str, largest
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--section", choices=("plans", "limits"), default=None, help="One section (default both).")
-    parser.add_argument("--only", default=None, help="Only the plan rows whose name holds this text.")
+    parser.add_argument("--only", default=None, help="Only the rows whose name (a limits row's: command placement) holds this text.")
     parser.add_argument("--time-limit", type=float, default=300.0, help="Seconds of each plan.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs per limits row (the median and the largest).")
     args = parser.parse_args()
@@ -125,9 +140,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             rows = []
             for case in LIMITS:
+                if args.only is not None and args.only not in f"{case[0]} {case[1]}":
+                    continue
                 rows.append(limits_row(Path(folder), *case, args.repeats))
                 console.print(rows[-1])
-            console.print(records_table(rows, "limits: zbsolve solve -o on the unit profile, wall seconds"))
+            console.print(records_table(rows, "limits: zbsolve solve -o (unit profile) and plan -o, wall seconds"))
 
 
 if __name__ == "__main__":

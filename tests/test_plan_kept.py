@@ -24,10 +24,10 @@ from zbsolve.schedulers.one_at_a_time import one_at_a_time
 REAL_SOLVE = planner.solve_request
 
 
-def one_microbatch_at_a_time(model, request, progress=None):
+def one_microbatch_at_a_time(model, request, progress=None, document=True):
     """A final solve that comes back with a slower schedule than the search timed on the same candidate (as one
     given less time can): the candidate's schedule with one microbatch at a time, re-simulated."""
-    result = REAL_SOLVE(model, request.model_copy(update={"solver": "heuristic"}), progress)
+    result = REAL_SOLVE(model, request.model_copy(update={"solver": "heuristic"}), progress, document=document)
     own = result.schedule
     slower = simulate(build("one-at-a-time", own.placement, own.num_microbatches, own.profile,
                             one_at_a_time(own.placement, own.num_microbatches), own.mem_limit))

@@ -257,7 +257,7 @@ def test_a_plan_keeps_to_the_placement_asked_for(planned):
 
 
 def test_chunks_auto_searches_two_to_eight_stages_per_device_that_the_layers_allow():
-    from zbsolve.planning.planner import search_placements
+    from zbsolve.planning.placements import search_placements
 
     assert search_placements("interleaved", "auto", 2, 20, 8) == [("interleaved", c) for c in range(2, 9)]
     assert search_placements("vshape", "auto", 2, 20, 8) == [("vshape", c) for c in (2, 4, 6, 8)]
@@ -289,7 +289,7 @@ def test_placements_dropped_from_the_search_are_named_with_why():
     """``--chunks 100`` over 8 devices of 83 layers leaves the sequential placement alone, and says so; an odd count
     drops the V-shape alone (``auto`` takes it for the interleaved placement too); counts of ``--chunks auto`` over
     the layers or the size limit are named together."""
-    from zbsolve.planning.planner import search_placements
+    from zbsolve.planning.placements import search_placements
 
     def searched(*args):
         notes: list[str] = []
@@ -314,7 +314,7 @@ def test_placements_dropped_from_the_search_are_named_with_why():
 
 
 def test_chunks_asked_for_with_a_placement_that_cannot_take_them_is_refused_naming_chunks(tmp_path):
-    from zbsolve.planning.planner import search_placements
+    from zbsolve.planning.placements import search_placements
 
     with pytest.raises(InputError, match=r"^chunks = 100: interleaved over 8 devices with 100 stages per device is "
                                          r"800 stages, and the model has 83 layers \(at most 10 stages per device\)$"):

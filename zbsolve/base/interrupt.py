@@ -4,13 +4,14 @@ interrupt stops without losing the best solution found so far.
 Inside ``signals_as_interrupt()``, SIGTERM raises ``KeyboardInterrupt`` in the main thread as SIGINT
 does, so one ``except KeyboardInterrupt`` keeps the finished results whichever signal came; inside
 ``deferred()`` both are only recorded, so that finished results are written whole. ``exit_code()`` then
-says which came: 130 for SIGINT, 143 for SIGTERM.
+says which came: 130 for SIGINT, 143 for SIGTERM. ``deadline()`` stops work that has run out of time alike.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,3 +113,28 @@ def deferred() -> Iterator[list[int]]:
 def exit_code() -> int:
     """The shell's exit code for the last interrupt: 143 after SIGTERM, else 130 (SIGINT)."""
     return 128 + (_received[-1] if _received else signal.SIGINT)
+
+
+class Deadline(Exception):
+    """The time ``deadline`` was given has run out."""
+
+
+@contextmanager
+def deadline(until: float) -> Iterator[None]:
+    """Raise ``Deadline`` inside the block once ``time.monotonic()`` reaches ``until`` (by SIGALRM, so in the main
+    thread only: elsewhere the block runs to its end)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: object) -> None:
+        raise Deadline
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(1e-6, until - time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+

@@ -167,7 +167,8 @@ def _warm_step(model: Model, request: Request, began: float) -> float:
     """The step time of ``request``'s warm starts alone (infinity when nothing fits), in a share of its time."""
     share = max(0.05, (request.time_limit - (time.monotonic() - began)) * FIT_SHARE)
     try:
-        return solve_request(model, request.model_copy(update={"solver": "heuristic", "time_limit": share})).step_time
+        return solve_request(model, request.model_copy(update={"solver": "heuristic", "time_limit": share}),
+                             document=False).step_time
     except InfeasibleError:
         return math.inf
 
@@ -214,11 +215,12 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
 
 
 def solve_request(profile: Profile | Model, request: Request, progress: Callable[[str], None] | None = None,
-                  began: float | None = None, check: bool = False) -> SolveResult:
+                  began: float | None = None, check: bool = False, document: bool = True) -> SolveResult:
     """``solve`` on a checked request; ``began`` (``time.monotonic()``) when the time limit started, by default
     now. With ``check`` (``solve``'s and ``zbsolve solve``'s), a time limit shorter than the first schedule needs on
     this machine is refused (``check_time``); without (the planner's, the frontier's and a grid's own solves), the
-    solve takes the time it is given, its first schedule whatever it costs."""
+    solve takes the time it is given, its first schedule whatever it costs. Without ``document`` (the planner's
+    solves, whose results are not written), no time is kept for writing the result's document."""
     began = time.monotonic() if began is None else began
     if isinstance(profile, Model) and parse_recompute(request.recompute).undecided:
         chosen = fit_recompute(profile, request, lambda r: _warm_step(profile, r, began))
@@ -234,7 +236,7 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
             tried = first(spec, budget, log, best)
         if came:
             raise KeyboardInterrupt
-        measure(budget, log, best)
+        measure(budget, log, best, document)
         _search(spec, request, budget, log, best, tried)
     except KeyboardInterrupt:
         if best.timeline is None:

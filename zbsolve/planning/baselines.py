@@ -7,10 +7,12 @@ costs."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from zbsolve.base.errors import InputError, ZbsolveError
+from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import gib
 from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import Timeline, simulate
@@ -81,20 +83,46 @@ def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
     then Megatron's schedule on the setting's ``layout`` (an ``InputError`` where it does not suit the model and
     devices, ``layout_counts``) without recomputation, and on Megatron's split (``MEGATRON_CHUNKS``) and the layout
     with the best recomputation of Megatron's menu (``best_recompute``); simulated on the model's costs.
-    ``megatron_ends``, when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one."""
-    model, p = setting.model, setting.num_devices
-    given = layout_counts(model, setting.layout, p) if setting.layout is not None else None
-    rows = []
-    for split, recompute in [(split, NONE) for split in SPLITS] + list(RECOMPUTED):
-        for name, builtin in BUILTINS.items():
+    ``megatron_ends``, when either is given, adds Megatron's uneven split ("megatron-uneven") beside its even one.
+    The rows of ``baseline_part`` of each of ``PARTS``, in ``ordered`` order."""
+    return ordered({part: baseline_part(setting, part) for part in PARTS})
+
+
+PARTS = (*BUILTINS, MEGATRON.name)
+"""The baselines in parts, each timed whole or not at all (``timed_baselines``): each built-in's rows (its torch
+order built once for them all), and Megatron's."""
+SPLIT_ROWS = [(split, NONE) for split in SPLITS] + list(RECOMPUTED)
+"""(split, recomputation) of each built-in's rows, in order."""
+NOT_TIMED = "not timed: the plan's time limit ran out first"
+"""The note of a baseline row that the plan's time limit left untimed."""
+
+
+def ordered(parts: dict[str, list[Baseline]]) -> list[Baseline]:
+    """The rows of ``parts`` in ``baseline_rows``'s order: by split, then built-in; Megatron's last."""
+    return [parts[name][i] for i in range(len(SPLIT_ROWS)) for name in BUILTINS] + parts[MEGATRON.name]
+
+
+def baseline_part(setting: BaselineSetting, part: str) -> list[Baseline]:
+    """The rows of one of ``PARTS``: the built-in ``part`` on each of ``SPLIT_ROWS``, or Megatron's rows."""
+    if part != MEGATRON.name:
+        builtin, rows = BUILTINS[part], []
+        for split, recompute in SPLIT_ROWS:
             try:
-                counts = _counts(split_ranges(split, model, builtin.chunks * p))
+                counts = _counts(split_ranges(split, setting.model, builtin.chunks * setting.num_devices))
             except InputError as exc:
-                rows.append(Baseline(split, name, None, None, None, None, False, str(exc), str(recompute),
+                rows.append(Baseline(split, part, None, None, None, None, False, str(exc), str(recompute),
                                      chunks=builtin.chunks, recomputed=None))
                 continue
-            rows.append(_simulated(setting, split, name, builtin.chunks, counts, recompute))
-    megatron = []
+            rows.append(_simulated(setting, split, part, builtin.chunks, counts, recompute))
+        return rows
+    return _megatron_rows(setting)
+
+
+def _megatron_rows(setting: BaselineSetting) -> list[Baseline]:
+    """Megatron's rows: its schedule on its uneven split (``megatron_ends`` given) and on the ``layout`` without
+    recomputation, then on its split, its uneven split and the layout with ``best_recompute``."""
+    model, p = setting.model, setting.num_devices
+    rows, megatron = [], []
     for chunks in MEGATRON_CHUNKS:
         try:
             megatron.append(("megatron", chunks, _counts(megatron_split(model, chunks * p))))
@@ -110,11 +138,33 @@ def baseline_rows(setting: BaselineSetting) -> list[Baseline]:
                 continue
             megatron.append(("megatron-uneven", chunks, counts))
             rows.append(_megatron(setting, "megatron-uneven", chunks, counts, NONE))
-    if given is not None:
+    if setting.layout is not None:
+        given = layout_counts(model, setting.layout, p)
         megatron.append(("layout", given.chunks, given.counts))
         rows.append(_megatron(setting, "layout", given.chunks, given.counts, NONE))
-    rows += [best_recompute(setting, split, chunks, counts) for split, chunks, counts in megatron]
-    return rows
+    return rows + [best_recompute(setting, split, chunks, counts) for split, chunks, counts in megatron]
+
+
+def timed_baselines(setting: BaselineSetting, until: float) -> list[Baseline]:
+    """``baseline_rows`` until ``time.monotonic()`` reaches ``until`` (``base.interrupt.deadline``: the part being
+    timed then is stopped where this is the main thread, else finished): the rows of each of ``PARTS`` not timed
+    by then say ``NOT_TIMED``."""
+    parts: dict[str, list[Baseline]] = {}
+    try:
+        with deadline(until):
+            for part in PARTS:
+                if time.monotonic() >= until:
+                    break
+                parts[part] = baseline_part(setting, part)
+    except Deadline:
+        pass
+    for part in PARTS:
+        if part not in parts:
+            name, chunks = (part, BUILTINS[part].chunks) if part in BUILTINS else (megatron_schedule(1), 1)
+            parts[part] = [Baseline(split, name, None, None, None, None, False, NOT_TIMED, str(recompute),
+                                    chunks=chunks, recomputed=None)
+                           for split, recompute in (SPLIT_ROWS if part in BUILTINS else [("megatron", NONE)])]
+    return ordered(parts)
 
 
 def best_recompute(setting: BaselineSetting, split: str, chunks: int, counts: Sequence[int]) -> Baseline:

@@ -12,14 +12,18 @@ Under one time limit:
    in parallel processes (or on a Dask cluster); then each placement's best is improved by moving one stage
    boundary by one layer at a time (the moves ranked by the largest (head + work) they leave) until none improves,
    and the search goes on from the best partitions not yet searched from until its share of the time is spent.
-3. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left, the first of them the best
+3. **Baselines.** torch's built-ins and Megatron's schedules on the baseline splits (``planning.baselines``), in
+   this process until the time left is what finishing takes (a simulation and a document of the search's
+   schedule, measured): the rows not timed by then say so.
+4. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left, the first of them the best
    baseline's split, placement and recomputation where that baseline beats every candidate (its solve's warm
    starts hold the handcrafted families, for the formulation to improve on). The plan is the best
    schedule any phase produced, re-simulated: the schedule the search timed on its fastest candidate (kept as it
    was timed, not built again with less time), the CP-SAT solves', or a baseline that fits and beats them (the log
    says so, and its last line names the phase kept). For a runtime that runs its own order (``Runtime.order``
    "own": Megatron), every candidate is timed with that order (``Runtime.schedule_of``) instead of the heuristic's,
-   no solver runs, and the plan is that order on the best candidate, or a baseline of that order that beats it.
+   no solver runs, and the plan is that order on the best candidate, or a baseline of that order that beats it;
+   its search keeps ``BASELINE_SHARE`` of the time for the baselines.
 """
 
 from __future__ import annotations
@@ -31,16 +35,18 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from zbsolve.base.checks import check_count, check_size
+from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
-from zbsolve.core.placement import SUPPORTED_PLACEMENTS, PlanPlacement, check_chunks, check_placement, make_placement
+from zbsolve.core.placement import PlanPlacement, make_placement
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import with_limit
+from zbsolve.io.document import document_text, to_document
 from zbsolve.optimize.solve import solve_request
-from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run, taken_baseline
+from zbsolve.planning.baselines import NOT_TIMED, BaselineSetting, builtin_run, taken_baseline, timed_baselines
 from zbsolve.planning.memory_bound import menu
+from zbsolve.planning.placements import search_placements
 from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
 from zbsolve.planning.search import Search, best_of, bounds, local_search
 from zbsolve.io.exports import Runtime, check_target
@@ -53,99 +59,17 @@ from zbsolve.problem.recompute import FULL, described, parse_recompute, selectiv
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
 from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
-AUTO_PLACEMENTS = (("sequential", 1), ("interleaved", 2), ("vshape", 2))
-"""(placement, stages per device) that "auto" searches."""
-MAX_CHUNKS = 8
-"""The most stages per device ``chunks="auto"`` searches (public recipes use 4, 5 and 8)."""
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
-"""Shares of the time limit for the split bounds and for the search of partitions (the rest is the final CP-SAT
-solves')."""
+"""Shares of the time limit for the split bounds and for the search of partitions (the rest is the baselines' and
+the final CP-SAT solves')."""
+BASELINE_SHARE = 0.15
+"""The share of the time limit a runtime of its own order keeps from its search for the baselines."""
 FINALISTS = 3
 """Candidates the final CP-SAT solves share the time left between, best first."""
 FINISH_SECONDS = 0.5
 """Seconds kept after the final solves for re-simulating and returning the plan."""
 SOLVE_SECONDS = 1.0
 """The least time a final CP-SAT solve is given: with less, the search's schedule stands."""
-
-
-NOT_SEARCHED = "not searched"
-"""What the log line of a placement dropped from the search says after its name: ``"interleaved x100: not searched:
-800 stages over 8 devices, more than the model's 83 layers"``."""
-
-
-def search_placements(placement: str, chunks: int | str | None, num_devices: int, num_layers: int,
-                      num_microbatches: int, note: Callable[[str], None] | None = None) -> list[tuple[str, int]]:
-    """(placement, stages per device) a plan searches: those asked for with no more stages than layers; with
-    ``chunks`` "auto", every count from 2 to ``MAX_CHUNKS`` (even ones for the V-shape) within the size limit.
-    ``note`` hears one line per placement dropped (with "auto": more stages than layers, an odd count for the
-    V-shape; with ``chunks`` "auto": a count over the size limit), naming it, its counts and why. None left, a
-    placement and count asked for by name that cannot be, or a count asked for that is over the size limit
-    (``check_size``), is an ``InputError``."""
-    check_placement(placement, ("auto", *SUPPORTED_PLACEMENTS))
-    names = [name for name, _ in AUTO_PLACEMENTS] if placement == "auto" else [placement]
-    if chunks == "auto":
-        asked = [(name, c) for name in names for c in ((1,) if name == "sequential" else range(2, MAX_CHUNKS + 1))
-                 if name != "vshape" or c % 2 == 0]
-    elif chunks is None or isinstance(chunks, int) and not isinstance(chunks, bool):
-        asked = [(name, 1 if name == "sequential" else chunks or dict(AUTO_PLACEMENTS)[name]) for name in names]
-    else:
-        raise InputError(f"chunks = {chunks!r} must be a whole number >= 1 or 'auto'")
-    if placement == "vshape":
-        check_chunks(placement, asked[0][1])
-    fitting: list[tuple[str, int]] = []
-    dropped: dict[tuple[str, str], list[int]] = {}
-    for name, c in asked:
-        if name == "vshape" and c % 2:
-            why = "odd"  # only with "auto", which takes --chunks for the interleaved placement as well
-        elif c * num_devices > num_layers:
-            why = "layers"
-        elif chunks == "auto" and name != "sequential" and not _within_size(c * num_devices, num_microbatches):
-            why = "size"
-        else:
-            fitting.append((name, c))
-            continue
-        dropped.setdefault((name, why), []).append(c)
-    if not fitting:
-        name, c = asked[0]
-        if isinstance(chunks, int) and name != "sequential" and placement != "auto" and num_devices <= num_layers:
-            most = num_layers // num_devices
-            raise InputError(f"chunks = {c}: {name} over {num_devices} devices with {c} stages per device is "
-                             f"{c * num_devices} stages, and the model has {num_layers} layers (at most {most} "
-                             f"stage{'s' if most > 1 else ''} per device)")
-        if c * num_devices > num_layers:
-            raise InputError(f"num_devices = {num_devices}: {c * num_devices} stages need at least as many "
-                             f"layers, and the model has {num_layers}")
-        check_size(c * num_devices, num_microbatches)  # every count over the size limit: the least one's refusal
-    for _, c in fitting:
-        check_size(c * num_devices, num_microbatches)
-    for (name, why), counts in dropped.items():
-        if note is not None:
-            note(f"{name} {', '.join(f'x{c}' for c in counts)}: {NOT_SEARCHED}: "
-                 f"{_why_dropped(why, min(counts), len(counts) > 1, num_devices, num_layers, num_microbatches)}")
-    return fitting
-
-
-def _why_dropped(why: str, chunks: int, more: bool, num_devices: int, num_layers: int, num_microbatches: int) -> str:
-    """Why a placement with ``chunks`` stages per device (the least of several when ``more``) is not searched."""
-    if why == "odd":
-        return "the V-shape needs an even number of stages per device"
-    stages = f"{chunks * num_devices}{' or more' if more else ''} stages over {num_devices} devices"
-    if why == "layers":
-        return f"{stages}, more than the model's {num_layers} layers"
-    try:
-        check_size(chunks * num_devices, num_microbatches)
-    except InputError as exc:
-        return f"{stages} are over the size limit ({exc})"
-    return stages
-
-
-def _within_size(num_stages: int, num_microbatches: int) -> bool:
-    """Whether ``check_size`` allows this many stages and microbatches."""
-    try:
-        check_size(num_stages, num_microbatches)
-    except InputError:
-        return False
-    return True
 
 
 def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches: int,
@@ -158,7 +82,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
     GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
-    interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``MAX_CHUNKS``.
+    interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``placements.MAX_CHUNKS``.
     ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
     "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), selective forms
     (``problem.recompute.RECOMPUTE_FORMS``: norms and MLP activation function), or "auto": each
@@ -210,9 +134,10 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     search = Search(model, request, began + time_limit, pool, parallel, log, progress,
                     lambda counts: partition_refusal(target, model, counts, p) is None, row.schedule_of,
                     menu(model, recompute, target, memory - spare))
-    # a runtime of its own order gets no final solves: the search has their time
+    # a runtime of its own order gets no final solves: the search has their time, less the baselines' share
     searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if row.order == "planned"
-                        else time_limit - FINISH_SECONDS)
+                        else time_limit * (1 - BASELINE_SHARE) - FINISH_SECONDS)
+    setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends, row.pairs)
     interrupted, finished = False, False
     try:
         for line in notes:
@@ -227,14 +152,17 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
         search.say("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends, row.pairs)
+    first = _first(search)
     try:
-        rows = baseline_rows(setting)
+        rows = timed_baselines(setting, began + time_limit - _finish(first))
     except KeyboardInterrupt:
         if best_of(search, lambda x: True) is None:
             raise
         interrupted, rows = True, []
         search.say("interrupted while timing the baselines: planning with the best partition found, beside none")
+    late = sum(b.note == NOT_TIMED for b in rows)
+    if late:
+        search.say(f"baselines: {late} of {len(rows)} rows not timed within the time limit")
     # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched
     # (and its order the runtime's, for a runtime that runs its own).
     allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
@@ -249,7 +177,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     if row.order == "own":
         kept = _own_order(search, setting, row)
     else:
-        kept, interrupted = _schedule(search, interrupted, top)
+        kept, interrupted = _schedule(search, first, interrupted, top)
     if top is not None and (kept is None or top.step_time < kept.timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(setting, top)
         recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
@@ -330,31 +258,50 @@ def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept |
     return Kept(timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute))
 
 
-def _schedule(search: Search, interrupted: bool, baseline: Baseline | None) -> tuple[Kept | None, bool]:
-    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets; then,
-    unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
+def _first(search: Search) -> tuple[Kept, float] | None:
+    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets, and the
+    seconds that and its document's text took (None where the search timed no schedule)."""
+    if search.kept is None:
+        return None
+    candidate, schedule, costs = search.kept
+    began = time.monotonic()
+    timeline = simulate(with_limit(schedule, costs.limits()))
+    document_text(to_document(timeline))
+    return Kept(timeline, "heuristic", costs, (candidate.placement, candidate.chunks, candidate.recompute)), \
+        time.monotonic() - began
+
+
+def _finish(first: tuple[Kept, float] | None) -> float:
+    """Seconds kept after the baselines and the final solves: ``FINISH_SECONDS``, and what a simulation and a
+    document of the size of the search's schedule took (``_first``): a baseline taken as the plan is simulated
+    again, and the plan is written."""
+    return FINISH_SECONDS + (0.0 if first is None else first[1])
+
+
+def _schedule(search: Search, first: tuple[Kept, float] | None, interrupted: bool,
+              baseline: Baseline | None) -> tuple[Kept | None, bool]:
+    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets
+    (``first``); then, unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
     ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the ``baseline``'s split,
     placement and recomputation where it beats every candidate (``_from_baseline``: its solve's warm starts hold the
     handcrafted families, the baseline's schedule among them, for the formulation to improve; where none of the
     solve's schedules fits, it is passed over); the best schedule of them all, and whether an interrupt came (an
     interrupt during the CP-SAT solves keeps what they found and solves no more)."""
-    if search.kept is None:
+    if first is None:
         return None, interrupted
-    candidate, schedule, costs = search.kept
-    best = Kept(simulate(with_limit(schedule, costs.limits())), "heuristic", costs,
-                (candidate.placement, candidate.chunks, candidate.recompute))
+    best = first[0]
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
     ranked = _from_baseline(baseline, ranked)
-    finalists = [] if interrupted else ranked[:int((search.left() - FINISH_SECONDS) / SOLVE_SECONDS)][:FINALISTS]
+    finalists = [] if interrupted else ranked[:int((search.left() - _finish(first)) / SOLVE_SECONDS)][:FINALISTS]
     for k, candidate in enumerate(finalists):
-        left = (search.left() - FINISH_SECONDS) / (len(finalists) - k)
+        left = (search.left() - _finish(first)) / (len(finalists) - k)
         if left < SOLVE_SECONDS:
             break
         request = search.request.model_copy(update={
             "placement": candidate.placement, "chunks": candidate.chunks, "recompute": candidate.recompute,
             "partition": candidate.counts, "solver": "cpsat", "time_limit": left})
         try:
-            result = solve_request(search.model, request, search.progress)
+            result = solve_request(search.model, request, search.progress, document=False)
         except KeyboardInterrupt:  # before this solve had a schedule: the best one so far
             search.say(f"interrupted: cpsat on {candidate.label()} {list(candidate.counts)} stopped before it had a "
                        "schedule")

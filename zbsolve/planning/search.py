@@ -93,13 +93,13 @@ class Search:
         for pl, c, rc, counts, origin in jobs:
             if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
                 new.setdefault((pl, c, rc, counts), origin)
-        limit = max(1.0, min(CANDIDATE_SECONDS, self.left()))
+        end = time.time() + until - time.monotonic()  # the wall clock a worker reads as it starts
         p = self.request.num_devices
         assert p is not None  # a plan's request has its devices
         futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
                        "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
-                       "time_limit": limit, "workers": 1}), self.own_schedule(self.model, p, c, parse_recompute(rc))
-                       ): (pl, c, rc, counts, origin)
+                       "time_limit": CANDIDATE_SECONDS, "workers": 1}),
+                       self.own_schedule(self.model, p, c, parse_recompute(rc)), end): (pl, c, rc, counts, origin)
                    for (pl, c, rc, counts), origin in new.items()}
         try:
             for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
@@ -123,14 +123,17 @@ class Search:
             self.kept = (candidate, timed.schedule, timed.costs)
 
 
-def time_candidate(model: Model, request: Request, own: str | None = None) -> Timed:
+def time_candidate(model: Model, request: Request, own: str | None = None, end: float | None = None) -> Timed:
     """The step of the schedule ``request`` asks for (the heuristic's, on one partition, with that schedule and its
     costs; the built-in ``own`` where the runtime runs its own order, ``baselines.own_order_time``), infinity when
-    nothing fits."""
+    nothing fits. ``end`` (``time.time()``) shortens the request's time limit to what is left when the job starts,
+    at least a second."""
+    if end is not None:
+        request = request.model_copy(update={"time_limit": max(1.0, min(request.time_limit, end - time.time()))})
     if own is not None:
         return Timed(own_order_time(model, request, own))
     try:
-        result = solve_request(model, request)
+        result = solve_request(model, request, document=False)
     except InfeasibleError:
         return Timed(math.inf)
     return Timed(result.step_time, result.schedule, result.costs)
@@ -151,8 +154,9 @@ def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> None:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
-    ``BOUND_SECONDS`` each), keep the least split bound (``Search.bound``: an interrupt after this keeps it), then
-    time their partitions and the baselines' splits, round robin over the (placement, recomputation) options."""
+    ``BOUND_SECONDS`` each), keep the least split bound (``Search.bound``: an interrupt after this keeps it; unknown
+    where some placement's is not back by ``until``), then time their partitions and the baselines' splits, round
+    robin over the (placement, recomputation) options."""
     layouts = []
     for name, c in dict.fromkeys((name, c) for name, c, _ in options):
         layout = make_placement(name, search.request.num_devices, c)
@@ -172,15 +176,21 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                                                           heads=heads,
                                                           memory=search.memory if heads else None)
                for name, c, layout in layouts for heads in (True, False)}
-    bound, queues = math.inf, []
+    bound, queues, late = math.inf, [], False
     for name, c, layout in layouts:
-        tight, even = futures[name, c, True].result(), futures[name, c, False].result()
-        bound = min(bound, tight.bound)
-        search.say(f"{name} x{c}: split bound " + (f"{tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})"
-                                                    if math.isfinite(tight.bound) else "infinite: no partition gives "
-                                                    "every stage F, B and W time and fits the device memory"))
-        found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
-                 if x.counts is not None]
+        try:
+            tight, even = (futures[name, c, heads].result(timeout=max(0.0, until - time.monotonic()))
+                           for heads in (True, False))
+        except cf.TimeoutError:  # the search's time is up: this placement's bound unknown, and so the plan's
+            late, found = True, []
+            search.say(f"{name} x{c}: split bound unknown: not solved within the search's time")
+        else:
+            bound = min(bound, tight.bound)
+            search.say(f"{name} x{c}: split bound " + (
+                f"{tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})" if math.isfinite(tight.bound)
+                else "infinite: no partition gives every stage F, B and W time and fits the device memory"))
+            found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
+                     if x.counts is not None]
         for split in SPLITS:
             try:
                 counts = tuple(b - a for a, b in split_ranges(split, search.model, layout.num_stages))
@@ -190,7 +200,9 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                 found.append((counts, split))
         queues += [[(name, c, rc, counts, origin) for counts, origin in found]
                    for n, k, rc in options if (n, k) == (name, c)]
-    search.bound = bound
+    for future in futures.values():
+        future.cancel()  # those not started, once the search's time is up
+    search.bound = math.inf if late else bound
     # Round robin: every option's first partition is timed before any option's second, so that a deadline leaves
     # no placement untimed.
     jobs = [job for rank in itertools.zip_longest(*queues) for job in rank if job is not None]
