@@ -129,6 +129,10 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
         return
     warm = best.unpaired if best.overlap else best.timeline
     order = form.order_of(warm.schedule)
+    if not form.memory_ok(order):  # a fused BW frees its memory at once; split, B may raise it before W frees it
+        log.append("the warm start with its BW passes split into B then W (the formulation's passes) is over the "
+                   "memory limit: the solver has no order to start from, and the warm start stands")
+        return
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):
         lower = warmup_bound(form, share, workers)
@@ -146,16 +150,19 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
         result = BackendResult(None, False, None, "interrupted before the solver returned", True)
     log.extend([result.log])  # already reported line by line
     best.interrupted = result.interrupted
-    if result.order is not None and result.order != order:
+    if result.order is not None:
+        # the warm start's order itself (its fused BW passes split into B then W, ``Formulation.order_of``) is
+        # another schedule, as fast or faster: it is taken when faster
         candidate = simulate(form.schedule(result.order, solver))
-        if candidate.objective(objective) <= warm.objective(objective):
+        value, warm_value = candidate.objective(objective), warm.objective(objective)
+        if value < warm_value or result.order != order and value <= warm_value:
             if best.overlap:
                 best.offer(solver, candidate, log)
             else:
                 best.timeline = candidate
             if best.timeline is candidate:
                 best.status = "feasible"
-        else:
+        elif result.order != order:
             log.append("the solver's schedule is worse than the warm start: keeping the warm start")
     if result.bound is not None:
         best.proven(form.to_time(result.bound), form.exact_time)
