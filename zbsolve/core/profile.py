@@ -255,8 +255,11 @@ class Profile(InputModel):
 
     def held_in(self, kind: str, stage: int) -> float:
         """Memory a pass of ``kind`` holds while it runs, above the level before it: ``mem_r`` for a B or BW
-        (a recomputed forward's activations), else 0."""
-        return self.stage_value("mem_r", stage) if kind in ("B", "BW") else 0.0
+        (a recomputed forward's activations); a BW, B and W fused, holds what its B leaves for its W as well
+        (``mem_b`` where positive), as B then W would; else 0."""
+        if kind == "BW":
+            return max(self.stage_value("mem_r", stage), self.stage_value("mem_b", stage))
+        return self.stage_value("mem_r", stage) if kind == "B" else 0.0
 
     def raises_in_b(self, stage: int) -> bool:
         """Whether ``stage``'s B raises the memory: a recomputing stage's B holds its forward while it runs and

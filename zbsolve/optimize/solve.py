@@ -129,14 +129,6 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
         return
     warm = best.unpaired if best.overlap else best.timeline
     order = form.order_of(warm.schedule)
-    if not form.memory_ok(order):  # a fused BW frees its memory at once; split, B may raise it before W frees it
-        over = ("the warm start with its BW passes split into B then W (the formulation's passes) is over the "
-                "memory limit")
-        if best.split is None or not form.memory_ok(order := form.order_of(best.split.schedule)):
-            log.append(f"{over}: the solver has no order to start from, and the warm start stands")
-            return
-        log.append(f"{over}: the solver starts from {best.split.schedule.name} "
-                   f"({best.split.objective(objective):.6g}), the best warm start of split passes")
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):
         lower = warmup_bound(form, share, workers)

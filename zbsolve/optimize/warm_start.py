@@ -12,7 +12,7 @@ from zbsolve.base.checks import slack
 from zbsolve.base.errors import BudgetError, InputError, ZbsolveError
 from zbsolve.core.memory import fits
 from zbsolve.core.placement import CHUNKS, vshape
-from zbsolve.core.schedule import BW, Pass, Schedule, build, pair_count
+from zbsolve.core.schedule import Schedule, build, pair_count
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.profile import UNIT
 from zbsolve.core.spec import Spec, make_spec
@@ -54,9 +54,6 @@ class Best:
     (``proven`` ignores them) and the best schedule without pairs is kept too, for the formulation."""
     unpaired: Timeline | None = None
     """The best schedule without pairs, where ``overlap``."""
-    split: Timeline | None = None
-    """The best schedule of F, B and W alone (no fused BW, no pairs): the formulation's own passes, an order it can
-    start from where the best schedule's, its BW split, is over the memory limit."""
     measured: tuple[Timeline, StepTimes] | None = None
     """The first schedule and its step times, made to measure what the result's take (the result's own while the
     first is the best)."""
@@ -74,9 +71,6 @@ class Best:
         if self.overlap and not pair_count(timeline.schedule) and (
                 self.unpaired is None or value < self.unpaired.objective(self.objective)):
             self.unpaired = timeline
-        if (self.split is None or value < self.split.objective(self.objective)) and all(
-                op.__class__ is Pass and op.kind != BW for ops in timeline.schedule.devices for op in ops):
-            self.split = timeline
         log.append(f"{name}: objective {value:.6g}")
 
     def proven(self, bound: float, exact: bool) -> None:
