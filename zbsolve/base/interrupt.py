@@ -122,7 +122,8 @@ class Deadline(Exception):
 @contextmanager
 def deadline(until: float) -> Iterator[None]:
     """Raise ``Deadline`` inside the block once ``time.monotonic()`` reaches ``until`` (by SIGALRM, so in the main
-    thread only: elsewhere the block runs to its end)."""
+    thread only: elsewhere the block runs to its end). Import what the block needs before it: a module stopped
+    halfway through its import stays broken."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

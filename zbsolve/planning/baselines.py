@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import gib
+from zbsolve.core import torch_compat
 from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.transforms import unpaired, with_limit
@@ -150,6 +151,7 @@ def timed_baselines(setting: BaselineSetting, until: float) -> list[Baseline]:
     timed then is stopped where this is the main thread, else finished): the rows of each of ``PARTS`` not timed
     by then say ``NOT_TIMED``."""
     parts: dict[str, list[Baseline]] = {}
+    torch_compat.has_pipelining()  # imported whole first: a module stopped halfway through its import stays broken
     try:
         with deadline(until):
             for part in PARTS:
