@@ -111,8 +111,7 @@ def baseline_part(setting: BaselineSetting, part: str) -> list[Baseline]:
             try:
                 counts = _counts(split_ranges(split, setting.model, builtin.chunks * setting.num_devices))
             except InputError as exc:
-                rows.append(Baseline(split, part, None, None, None, None, False, str(exc), str(recompute),
-                                     chunks=builtin.chunks, recomputed=None))
+                rows.append(_without_figure(split, part, None, str(exc), recompute, builtin.chunks))
                 continue
             rows.append(_simulated(setting, split, part, builtin.chunks, counts, recompute))
         return rows
@@ -134,8 +133,8 @@ def _megatron_rows(setting: BaselineSetting) -> list[Baseline]:
             try:
                 counts = _counts(megatron_uneven_split(model, p, *setting.megatron_ends, chunks))
             except InputError as exc:
-                rows.append(Baseline("megatron-uneven", megatron_schedule(chunks), None, None, None, None, False,
-                                     str(exc), "none", chunks=chunks, recomputed=None))
+                rows.append(_without_figure("megatron-uneven", megatron_schedule(chunks), None, str(exc), NONE,
+                                            chunks))
                 continue
             megatron.append(("megatron-uneven", chunks, counts))
             rows.append(_megatron(setting, "megatron-uneven", chunks, counts, NONE))
@@ -163,8 +162,7 @@ def timed_baselines(setting: BaselineSetting, until: float) -> list[Baseline]:
     for part in PARTS:
         if part not in parts:
             name, chunks = (part, BUILTINS[part].chunks) if part in BUILTINS else (megatron_schedule(1), 1)
-            parts[part] = [Baseline(split, name, None, None, None, None, False, NOT_TIMED, str(recompute),
-                                    chunks=chunks, recomputed=None)
+            parts[part] = [_without_figure(split, name, None, NOT_TIMED, recompute, chunks)
                            for split, recompute in (SPLIT_ROWS if part in BUILTINS else [("megatron", NONE)])]
     return ordered(parts)
 
@@ -251,8 +249,7 @@ def _megatron(setting: BaselineSetting, split: str, chunks: int, counts: Sequenc
     refusal = MEGATRON.microbatch_refusal("interleaved" if chunks > 1 else "sequential", setting.num_devices,
                                           setting.num_microbatches)
     if refusal is not None:
-        return Baseline(split, name, tuple(counts), None, None, None, False, refusal, str(recompute), chunks=chunks,
-                        recomputed=None)
+        return _without_figure(split, name, tuple(counts), refusal, recompute, chunks)
     return _simulated(setting, split, name, chunks, counts, recompute)
 
 
@@ -264,8 +261,15 @@ def _simulated(setting: BaselineSetting, split: str, name: str, chunks: int, cou
     try:
         timeline, costs = builtin_run(setting, name, chunks, counts, recompute)
     except ZbsolveError as exc:
-        return Baseline(split, name, counts, None, None, None, False, str(exc), shown, chunks=chunks, recomputed=None)
+        return _without_figure(split, name, counts, str(exc), recompute, chunks)
     needed = tuple(gib(b) for b in costs.needed(timeline.peak_memory))
     recomputed = tuple(sum(a <= i < b for i in costs.recomputed) for a, b in costs.ranges)
     return Baseline(split, name, counts, timeline.makespan, timeline.bubble_rate, needed,
                     costs.first_over(timeline.peak_memory) is None, "", shown, chunks=chunks, recomputed=recomputed)
+
+
+def _without_figure(split: str, name: str, counts: tuple[int, ...] | None, note: str, recompute: Recompute,
+                    chunks: int) -> Baseline:
+    """The row of built-in ``name`` on ``split`` that has no figure, saying why in ``note``."""
+    return Baseline(split, name, counts, None, None, None, False, note, str(recompute), chunks=chunks,
+                    recomputed=None)
