@@ -1,7 +1,7 @@
 """The measured table of a lent GPU against zbsolve's estimate: a Llama block's F, B and W and the GEMM throughput
 the measurement reached, per dtype and size, from ``problems/measured/<gpu>/`` (written by ``benchmarks/gpu/run.sh``).
 
-Usage: python benchmarks/gpu/compare.py [problems/measured/h100]
+Usage: python benchmarks/gpu/compare.py [problems/measured/h100 | problems/measured/h200]
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ MODELS = {"llama3_8b.yaml": ("llama3-8b.json", 1), "llama3_70b_tp4.yaml": ("llam
 """Measured layer sets and the config and TP degree the estimate is asked for."""
 
 
-def block_rows(folder: Path) -> list[list[str]]:
-    """Per measured model: a block's F, B, W in ms, measured and estimated, and their ratio."""
+def block_rows(folder: Path, gpu: str) -> list[list[str]]:
+    """Per measured model: a block's F, B, W in ms, measured and estimated for the ``gpu`` preset, and their ratio."""
     rows = []
     for measured_file, (config, tp) in MODELS.items():
         measured = Model.load(folder / measured_file)
-        gpu = "h200" if "H200" in (measured.setting.gpu if measured.setting else "") else "h100"
         est = estimate(CONFIGS / config, gpu=gpu, seq_len=8192, microbatch_size=1, tp=tp)
         block = [layer for layer in measured.layers if layer.block]
         ours = next(layer for layer in est.layers if layer.block)
@@ -56,8 +55,9 @@ def gemm_rows(doc: dict) -> list[list[str]]:
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "problems/measured/h100")
     doc = json.loads((folder / "kernels.json").read_text())
+    gpu = "h200" if "H200" in doc["gpu"] else "h100"  # the preset of the device the grid names
     console = Console(width=160)
-    console.print(text_table(["model", "pass", "measured ms", "estimated ms", "ratio"], block_rows(folder),
+    console.print(text_table(["model", "pass", "measured ms", "estimated ms", "ratio"], block_rows(folder, gpu),
                      f"{doc['gpu']}: one block, eager torch BF16, seq 8192, micro-batch 1 (estimate: zbsolve "
                      "estimate, TP collectives included)"))
     console.print(text_table(["dtype", "m", "median TFLOP/s", "best", f"n={min(g['n'] for g in doc['gemm'])} median"],
