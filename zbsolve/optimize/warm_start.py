@@ -25,6 +25,7 @@ from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
 from zbsolve.optimize.pairing import least_work
+from zbsolve.optimize.periodic import periodic
 from zbsolve.schedulers.vgreedy import v_greedy
 
 FIRST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": ("zb-v",)}
@@ -32,6 +33,8 @@ FIRST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": 
 first of them that fits, else one microbatch at a time, is a solve's first schedule."""
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}
 """The families whose F&B pairs a solve tries too where passes communicate (with two chunks)."""
+PERIODIC_SHARE = 0.2
+"""The share of the time left after the heuristic and the V-shape greedy that the periodic pattern's search takes."""
 ONE_AT_A_TIME = "one-at-a-time"
 """The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
 
@@ -198,10 +201,11 @@ def _one_at_a_time(spec: Spec) -> Schedule:
     return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
 
 
-def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log: Log, best: Best) -> None:
-    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape) and ``families``' schedules that fit the
-    memory limit, each started only if it can end ``keep`` seconds before the deadline, until one meets the
-    bound."""
+def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log: Log, best: Best,
+               workers: int = 1) -> None:
+    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape), the periodic pattern's (in
+    ``PERIODIC_SHARE`` of the time left, on ``workers`` threads) and ``families``' schedules that fit the memory
+    limit, each started only if it can end ``keep`` seconds before the deadline, until one meets the bound."""
     p, m = spec.num_devices, spec.num_microbatches
     after = keep + 2 * budget.cost("simulate")  # the generator validates its schedule by simulating it, then solve
     if not best.optimal() and budget.allows("heuristic variant", log, after, "heuristic"):
@@ -220,6 +224,16 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
                 best.offer("v-greedy", simulate(greedy), log)
         except BudgetError as exc:
             log.append(f"v-greedy: {exc}")
+    build = budget.cost("family") + budget.cost("simulate")  # the pattern's schedule, built and simulated
+    if not best.optimal() and budget.allows("family", log, after + budget.cost("simulate"), "periodic"):
+        warm = best.unpaired if best.overlap else best.timeline
+        found = periodic(spec, time.monotonic() + PERIODIC_SHARE * (budget.left() - after - build), workers, warm)
+        if found is None:
+            log.append("periodic: no pattern found in its time")
+        else:
+            log.append(f"periodic: period {found.to_time(found.period):.6g}, one microbatch's span "
+                       f"{found.to_time(found.span):.6g}")
+            best.offer("periodic", simulate(found.schedule(spec)), log)
     paired = OVERLAP_FAMILIES.get(spec.placement_name, ()) if best.overlap and spec.chunks == CHUNKS else ()
     for name in families + list(paired):
         if best.optimal():
