@@ -5,7 +5,8 @@
   target (zbsolve, megatron, torchtitan): gap <= 5% at 80 GiB and <= 8% at 64 GiB, never a zero bound;
   Llama-3-8B p = 8, m = 32 at 40 GiB, ``--recompute auto``: gap <= 10%; DeepSeek-V3 (problems/models) p = 16,
   m = 64 at 80 GiB, ``--recompute auto``: the plan strictly faster than every baseline that fits, gap <= 15%. Each
-  row names the phase whose schedule was kept (``PlanResult.source``: family, heuristic, CP-SAT, pairs, a baseline).
+  row names the phase whose schedule was kept (``PlanResult.source``: the search's candidate, CP-SAT, a baseline) and
+  who made that schedule (its name: a family, the heuristic, the periodic pattern, CP-SAT, pairs).
 - limits, that hold whatever the size: on the unit profile (no memory limit) with p = 128 and m = 1024,
   `zbsolve solve --placement vshape` and `--placement sequential` with `--time-limit 20 -o out.json`, run as a user
   runs them; each row's wall time (the median and the largest of --repeats runs), the kept schedule's name (the
@@ -110,7 +111,7 @@ def plan_row(row: str, name: str, p: int, m: int, gib: int, target: str, largest
     met = gap is not None and gap <= largest_gap and bool(result.lower_bound)
     if beat:
         met = met and best is not None and result.step_time < best.step_time
-    return {"plan": row, "p": p, "m": m, "kept": f"{result.source}: {result.placement} x{result.chunks}, "
+    return {"plan": row, "p": p, "m": m, "kept": f"{result.source} ({result.timeline.schedule.name}'s): {result.placement} x{result.chunks}, "
             f"recompute {result.recompute}", "step s": f"{result.step_time:.4f}",
             "bound s": "unknown" if result.lower_bound is None else f"{result.lower_bound:.4f}",
             "gap": "unknown" if gap is None else f"{gap:.1%}",

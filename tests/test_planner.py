@@ -365,6 +365,7 @@ def test_every_option_is_timed_once_before_any_is_timed_twice():
         asked: list[list[tuple]] = []
         search.time_all = lambda jobs, until: asked.append(jobs) or []
         bounds(search, options, 2.0, time.monotonic() + 60)
-    jobs = asked[0]
+    early, jobs = asked
+    assert len(early) == 1 and early[0][:3] == options[0]  # timed while the bound models run
     assert len(jobs) > len(options)  # several partitions an option
     assert {job[:3] for job in jobs[:len(options)]} == set(options)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from zbsolve.base.shown import Shown
 from zbsolve.core.measures import FIGURES, OBJECTIVE_FIGURES
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
-from zbsolve.core.step_time import StepTimes
+from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
 from zbsolve.io.exports import Exportable
@@ -39,8 +40,8 @@ class SolveResult(Shown, Exportable):
     """The schedule (validated by the simulator)."""
     timeline: Timeline
     """The simulator's timing of ``schedule``."""
-    step_times: StepTimes
-    """Step time with and without an optimizer barrier, and their bubbles."""
+    measured: StepTimes | None
+    """The step times the solve made (None where it made none: ``step_times`` makes them when first read)."""
     objective: float
     """Objective value: makespan (the step time with an optimizer barrier) or longest per-device span ("span"),
     in profile time units."""
@@ -62,6 +63,11 @@ class SolveResult(Shown, Exportable):
     """Whether an interrupt stopped the solve (the schedule is the best found until then)."""
     costs: Costs | None = field(default=None)
     """Where the profile's figures come from: the model and its partition, and the device memory."""
+
+    @cached_property
+    def step_times(self) -> StepTimes:
+        """Step time with and without an optimizer barrier, and their bubbles."""
+        return self.measured or step_times(self.timeline)
 
     @property
     def step_time(self) -> float:

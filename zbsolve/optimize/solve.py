@@ -223,7 +223,8 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     now. With ``check`` (``solve``'s and ``zbsolve solve``'s), a time limit shorter than the first schedule needs on
     this machine is refused (``check_time``); without (the planner's, the frontier's and a grid's own solves), the
     solve takes the time it is given, its first schedule whatever it costs. Without ``document`` (the planner's
-    solves, whose results are not written), no time is kept for writing the result's document."""
+    solves, whose results are neither written nor shown), no time is kept for the result's document or its step
+    times: those are made when first read (``SolveResult.step_times``)."""
     began = time.monotonic() if began is None else began
     if isinstance(profile, Model) and parse_recompute(request.recompute).undecided:
         chosen = fit_recompute(profile, request, lambda r: _warm_step(profile, r, began))
@@ -250,12 +251,14 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     value = best.value
     bound = min(best.bound, value)
     measured, times = best.measured or (None, None)
-    if measured is not best.timeline:
+    if document and measured is not best.timeline:
         try:
             times = step_times(best.timeline)  # in the time kept for it
         except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
             best.interrupted = True
             times = step_times(best.timeline)
+    elif measured is not best.timeline:
+        times = None  # made when first read
     if best.interrupted:
         log.append("interrupted: returning the best schedule found so far")
     return SolveResult(best.timeline.schedule, best.timeline, times, value, request.objective, bound, gap(value, bound),

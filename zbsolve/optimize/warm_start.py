@@ -116,15 +116,18 @@ def first(spec: Spec, budget: Budget, log: Log, best: Best) -> list[str]:
 
 
 def measure(budget: Budget, log: Log, best: Best, document: bool = True) -> None:
-    """Make the first schedule's step times (kept for the result) and, where the solve's result becomes a
-    ``document``, its document's text, and keep the time they took before the deadline: a later schedule has as
-    many passes, and as many ops or fewer."""
+    """Where the solve's result becomes a ``document``, make the first schedule's step times (kept for the result)
+    and its document's text, and keep the time they took before the deadline: a later schedule has as many passes,
+    and as many ops or fewer. A result that is not one needs neither."""
     built, timeline = time.monotonic() - budget.started, best.timeline
-    times, *seconds = _after_search(timeline, document=document)
+    if not document:
+        log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s")
+        return
+    times, *seconds = _after_search(timeline)
     best.measured = timeline, times
     budget.keep(sum(seconds))
     log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s; {budget.kept:.2f}s kept for the "
-               f"step times{' and the document' if document else ''} (as long as its own took)")
+               "step times and the document (as long as its own took)")
 
 
 def floor(spec: Spec, budget: Budget, log: Log, best: Best, tried: list[str]) -> list[str]:
@@ -146,15 +149,12 @@ def floor(spec: Spec, budget: Budget, log: Log, best: Best, tried: list[str]) ->
     return [family for family in families if family not in tried]
 
 
-def _after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic,
-                  document: bool = True) -> tuple[StepTimes, float, float]:
-    """``timeline``'s step times, and the seconds (by ``clock``) that they and (where ``document``) its document's
-    text took to make."""
+def _after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic) -> tuple[StepTimes, float, float]:
+    """``timeline``'s step times, and the seconds (by ``clock``) that they and its document's text took to make."""
     began = clock()
     times = step_times(timeline)
     middle = clock()
-    if document:
-        document_text(to_document(timeline))
+    document_text(to_document(timeline))
     return times, middle - began, clock() - middle
 
 

@@ -150,7 +150,8 @@ def timed_baselines(setting: BaselineSetting, until: float) -> list[Baseline]:
     timed then is stopped where this is the main thread, else finished): the rows of each of ``PARTS`` not timed
     by then say ``NOT_TIMED``."""
     parts: dict[str, list[Baseline]] = {}
-    torch_compat.has_pipelining()  # imported whole first: a module stopped halfway through its import stays broken
+    if time.monotonic() < until:
+        torch_compat.has_pipelining()  # imported whole first: a module stopped halfway through its import stays broken
     try:
         with deadline(until):
             for part in PARTS:

@@ -12,9 +12,11 @@ Under one time limit:
    in parallel processes (or on a Dask cluster); then each placement's best is improved by moving one stage
    boundary by one layer at a time (the moves ranked by the largest (head + work) they leave) until none improves,
    and the search goes on from the best partitions not yet searched from until its share of the time is spent.
+   The first candidate is timed beside the split bounds; finishing is measured on its schedule (a simulation, its
+   step times and its document), and no later candidate starts that would still run when the search ends
+   (``Search.starts``).
 3. **Baselines.** torch's built-ins and Megatron's schedules on the baseline splits (``planning.baselines``), in
-   this process until the time left is what finishing takes (a simulation and a document of the search's
-   schedule, measured): the rows not timed by then say so.
+   this process until the time left is what finishing takes (measured): the rows not timed by then say so.
 4. **Schedule.** The three best candidates are solved by CP-SAT, sharing the time left, the first of them the best
    baseline's split, placement and recomputation where that baseline beats every candidate (its solve's warm
    starts hold the handcrafted families, for the formulation to improve on). The plan is the best
@@ -40,15 +42,14 @@ from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
 from zbsolve.core.placement import PlanPlacement, make_placement
-from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.transforms import with_limit
-from zbsolve.io.document import document_text, to_document
+from zbsolve.core.simulator import Timeline
+from zbsolve.core.step_time import StepTimes
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import NOT_TIMED, BaselineSetting, builtin_run, taken_baseline, timed_baselines
 from zbsolve.planning.memory_bound import menu
 from zbsolve.planning.placements import search_placements
 from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
-from zbsolve.planning.search import Search, best_of, bounds, local_search
+from zbsolve.planning.search import Search, best_of, bounds, finished, local_search
 from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
@@ -153,8 +154,11 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     finally:
         release(finished)
     first = _first(search)
+    until = began + time_limit - _finish(first)
+    if first is not None and until - time.monotonic() < first[1]:
+        until = time.monotonic()  # less time than the schedule's simulation and document took: no row would fit
     try:
-        rows = timed_baselines(setting, began + time_limit - _finish(first))
+        rows = timed_baselines(setting, until)
     except KeyboardInterrupt:
         if best_of(search, lambda x: True) is None:
             raise
@@ -194,7 +198,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     return PlanResult(kept.chosen[0], kept.chosen[1], kept.costs, kept.timeline, kept.source, lower, tuple(rows),
                       tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
                       described(model, kept.costs.ranges, kept.costs.recomputed, kept.costs.selective,
-                                kept.costs.modules), target)
+                                kept.costs.modules), target, kept.times)
 
 
 def _gpu_memory(model: Model) -> int:
@@ -242,6 +246,8 @@ class Kept(NamedTuple):
     costs: Costs
     chosen: tuple[str, int, str]
     """Its placement, stages per device and recomputation."""
+    times: StepTimes | None = None
+    """Its step times, where the plan made them."""
 
 
 def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept | None:
@@ -259,22 +265,24 @@ def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept |
 
 
 def _first(search: Search) -> tuple[Kept, float] | None:
-    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets, and the
-    seconds that and its document's text took (None where the search timed no schedule)."""
+    """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets, with its
+    step times, and the seconds these and its document's text took (``search.finished``: the search's own
+    measurement where that candidate is the one it measured); None where the search timed no schedule."""
     if search.kept is None:
         return None
     candidate, schedule, costs = search.kept
-    began = time.monotonic()
-    timeline = simulate(with_limit(schedule, costs.limits()))
-    document_text(to_document(timeline))
-    return Kept(timeline, "heuristic", costs, (candidate.placement, candidate.chunks, candidate.recompute)), \
-        time.monotonic() - began
+    measured = search.finish
+    if measured is None or measured[0] is not candidate:
+        measured = finished(candidate, schedule, costs)
+    _, timeline, times, seconds = measured
+    return Kept(timeline, "heuristic", costs, (candidate.placement, candidate.chunks, candidate.recompute), times), \
+        seconds
 
 
 def _finish(first: tuple[Kept, float] | None) -> float:
-    """Seconds kept after the baselines and the final solves: ``FINISH_SECONDS``, and what a simulation and a
-    document of the size of the search's schedule took (``_first``): a baseline taken as the plan is simulated
-    again, and the plan is written."""
+    """Seconds kept after the baselines and the final solves: ``FINISH_SECONDS``, and what a simulation, step times
+    and a document of the size of the search's schedule took (``_first``): a schedule that replaces it is simulated
+    again, and the plan's step times made and its document written."""
     return FINISH_SECONDS + (0.0 if first is None else first[1])
 
 

@@ -131,6 +131,8 @@ class PlanResult(Shown, Exportable):
     them)."""
     target: str = "zbsolve"
     """The runtime the plan was made for (``plan --target``)."""
+    measured: StepTimes | None = None
+    """The step times the plan made of its schedule, in its time limit (None: ``step_times`` makes them when read)."""
 
     @cached_property
     def runtimes(self) -> tuple[str, ...]:
@@ -147,7 +149,7 @@ class PlanResult(Shown, Exportable):
     @cached_property
     def step_times(self) -> StepTimes:
         """Step time with and without the barrier, and their bubbles."""
-        return step_times(self.timeline)
+        return self.measured or step_times(self.timeline)
 
     @property
     def gap(self) -> float | None:

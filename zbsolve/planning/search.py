@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.core.placement import make_placement
+from zbsolve.core.placement import Placement, make_placement
 from zbsolve.core.schedule import Schedule
+from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.core.step_time import StepTimes, step_times
+from zbsolve.core.transforms import with_limit
+from zbsolve.io.document import document_text, to_document
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
 from zbsolve.planning.result import Candidate
@@ -32,6 +36,9 @@ MEMORY_SHARE = 0.5
 """How much more time a placement's split bound gets for its memory terms (``split_bound``'s second model)."""
 CANDIDATE_SECONDS = 30.0
 """The most seconds the heuristic may take on one candidate."""
+FIRST_SHARE = 0.5
+"""The share of the time left to the search that the search's first candidate may take: what finishing the plan
+takes is measured on its schedule, so it cannot be kept before."""
 MOVES_PER_ROUND = 8
 """Boundary moves timed per round of the search (the most promising by the split model's figure)."""
 
@@ -73,6 +80,11 @@ class Search:
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
     bound: float = math.inf
     """The least split bound of the placements searched, once every one is solved (infinity before: unknown)."""
+    job_seconds: float | None = None
+    """The longest a candidate's job has taken, from its start to its result (None before the first)."""
+    finish: tuple[Candidate, Timeline, StepTimes, float] | None = None
+    """The first candidate kept, its schedule re-simulated under its activation budgets, its step times, and the
+    seconds these and its document's text took (``finished``): what finishing a plan of this size takes, measured."""
     kept: tuple[Candidate, Schedule, Costs] | None = None
     """The fastest candidate timed with a schedule, that schedule and its costs: the plan unless a later phase
     beats it, so that no plan is slower than a schedule its search timed."""
@@ -85,10 +97,19 @@ class Search:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def starts(self, until: float, running: bool = False) -> bool:
+        """Whether a job may start now (beside others where ``running``): the search's first job, alone, whatever
+        the time (a plan needs one); later ones where the longest a job has taken still ends by ``until``, and by the
+        deadline less twice what finishing takes (``finish``: the plan's schedule made again, its document written)."""
+        if self.job_seconds is None:
+            return not running and not self.timed
+        end = until if self.finish is None else min(until, self.deadline - 2 * self.finish[-1])
+        return time.monotonic() + self.job_seconds <= end
+
     def time_all(self, jobs: Sequence[tuple[str, int, str, tuple[int, ...], str]], until: float) -> list[Candidate]:
-        """Time every (placement, chunks, recompute, counts, origin) not timed before, in parallel, until ``until``
-        (then the ones not started are dropped, and the first is waited for when none has finished); the timed
-        ones, in order."""
+        """Time every (placement, chunks, recompute, counts, origin) not timed before, ``parallel`` at a time, each
+        started only where ``starts`` says so, so that none is left running at ``until``; the timed ones, in
+        order."""
         new: dict[tuple[str, int, str, tuple[int, ...]], str] = {}
         for pl, c, rc, counts, origin in jobs:
             if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
@@ -96,22 +117,24 @@ class Search:
         end = time.time() + until - time.monotonic()  # the wall clock a worker reads as it starts
         p = self.request.num_devices
         assert p is not None  # a plan's request has its devices
-        futures = {self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
-                       "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
-                       "time_limit": CANDIDATE_SECONDS, "workers": 1}),
-                       self.own_schedule(self.model, p, c, parse_recompute(rc)), end): (pl, c, rc, counts, origin)
-                   for (pl, c, rc, counts), origin in new.items()}
-        try:
-            for future in cf.as_completed(futures, timeout=max(0.0, until - time.monotonic())):
-                self._keep(future, futures[future])
-        except cf.TimeoutError:
-            done = [f for f in futures if f.done()]
-            keep = done or list(futures)[:1]  # when none has finished, the first is waited for
-            for future in futures:
-                if future not in keep:
-                    future.cancel()
-            for future in keep:
-                self._keep(future, futures[future])
+        waiting, running = list(new.items()), {}
+        while waiting or running:
+            while waiting and len(running) < self.parallel and self.starts(until, bool(running)):
+                (pl, c, rc, counts), origin = waiting.pop(0)
+                first = self.job_seconds is None  # its schedule measures finishing: it leaves time for that
+                future = self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
+                    "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
+                    "time_limit": CANDIDATE_SECONDS, "workers": 1}),
+                    self.own_schedule(self.model, p, c, parse_recompute(rc)),
+                    time.time() + FIRST_SHARE * (until - time.monotonic()) if first else end)
+                running[future] = (pl, c, rc, counts, origin), time.monotonic()
+            if not running:
+                break
+            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                job, began = running.pop(future)
+                self.job_seconds = max(self.job_seconds or 0.0, time.monotonic() - began)
+                self._keep(future, job)
         return [self.timed[job[:4]] for job in jobs if job[:4] in self.timed]
 
     def _keep(self, future: cf.Future, job: tuple[str, int, str, tuple[int, ...], str]) -> None:
@@ -121,6 +144,18 @@ class Search:
         if timed.schedule is not None and timed.costs is not None and (
                 self.kept is None or timed.step_time < self.kept[0].step_time):
             self.kept = (candidate, timed.schedule, timed.costs)
+            if self.finish is None:
+                self.finish = finished(candidate, timed.schedule, timed.costs)
+
+
+def finished(candidate: Candidate, schedule: Schedule, costs: Costs) -> tuple[Candidate, Timeline, StepTimes, float]:
+    """``candidate``'s ``schedule`` re-simulated under its activation budgets, its step times, and the seconds these
+    and its document's text took."""
+    began = time.monotonic()
+    timeline = simulate(with_limit(schedule, costs.limits()))
+    times = step_times(timeline)
+    document_text(to_document(timeline))
+    return candidate, timeline, times, time.monotonic() - began
 
 
 def time_candidate(model: Model, request: Request, own: str | None = None, end: float | None = None) -> Timed:
@@ -176,6 +211,11 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                                                           heads=heads,
                                                           memory=search.memory if heads else None)
                for name, c, layout in layouts for heads in (True, False)}
+    # The first option's first baseline split is timed while the bound models run: the plan's first candidate (and
+    # the measure of a job and of finishing, ``Search.starts``) does not wait for them.
+    first = [(name, c, rc, counts, split) for name, c, layout in layouts[:1] for counts, split in _splits(search, layout)
+             for n, k, rc in options[:1] if (n, k) == (name, c)]
+    search.time_all(first[:1], until)
     bound, queues, late = math.inf, [], False
     for name, c, layout in layouts:
         try:
@@ -191,13 +231,7 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                 else "infinite: no partition gives every stage F, B and W time and fits the device memory"))
             found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
                      if x.counts is not None]
-        for split in SPLITS:
-            try:
-                counts = tuple(b - a for a, b in split_ranges(split, search.model, layout.num_stages))
-            except InputError:
-                continue
-            if timed(search.model, counts):
-                found.append((counts, split))
+        found += _splits(search, layout)
         queues += [[(name, c, rc, counts, origin) for counts, origin in found]
                    for n, k, rc in options if (n, k) == (name, c)]
     for future in futures.values():
@@ -210,6 +244,19 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
         search.say(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
 
 
+def _splits(search: Search, layout: Placement) -> list[tuple[tuple[int, ...], str]]:
+    """The baselines' splits of the model over ``layout``'s stages that give every stage F, B and W time."""
+    found = []
+    for split in SPLITS:
+        try:
+            counts = tuple(b - a for a, b in split_ranges(split, search.model, layout.num_stages))
+        except InputError:
+            continue
+        if timed(search.model, counts):
+            found.append((counts, split))
+    return found
+
+
 def local_search(search: Search, options: list[tuple[str, int, str]], until: float) -> None:
     """Local search until ``until``: from each placement's best partition, then from the best partitions not yet
     searched from, move stage boundaries by one layer while a move improves the step."""
@@ -217,7 +264,7 @@ def local_search(search: Search, options: list[tuple[str, int, str]], until: flo
     firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks, x.recompute) == o) for o in options]
     for start in [x for x in firsts if x is not None]:
         descend(search, start, until, visited)
-    while time.monotonic() < until:
+    while search.starts(until):
         start = best_of(search, lambda x: x.key() not in visited)
         if start is None:
             return
@@ -237,14 +284,14 @@ def descend(search: Search, current: Candidate, until: float, visited: set) -> N
     layout = make_placement(name, search.request.num_devices, c)
     figures = Figures.of(search.model, layout, search.request.num_microbatches)
     visited.add(current.key())
-    while time.monotonic() < until:
+    while search.starts(until):
         ranked = sorted(moves(search.model, current.counts), key=figures.largest_of)
         better = None
         for batch in (ranked[:MOVES_PER_ROUND], ranked[MOVES_PER_ROUND:]):
             found = search.time_all([(name, c, rc, counts, "move") for counts in batch], until)
             better = min((x for x in found if x.step_time < current.step_time), key=lambda x: x.step_time,
                          default=None)
-            if better is not None or time.monotonic() >= until:
+            if better is not None or not search.starts(until):
                 break
         if better is None:
             return
