@@ -52,6 +52,8 @@ class Timed(NamedTuple):
     """The schedule timed (None when nothing fits, or for the runtime's own order, which is built again alike)."""
     costs: Costs | None = None
     """Its costs: the partition, the recomputation chosen and the device memory."""
+    seconds: float = 0.0
+    """Seconds the job took where it ran, from its start (not from its submission) to its result."""
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Search:
     bound: float = math.inf
     """The least split bound of the placements searched, once every one is solved (infinity before: unknown)."""
     job_seconds: float | None = None
-    """The longest a candidate's job has taken, from its start to its result (None before the first)."""
+    """The longest a candidate's job has taken where it ran (``Timed.seconds``; None before the first)."""
     finish: tuple[Candidate, Timeline, StepTimes, float] | None = None
     """The first candidate kept, its schedule re-simulated under its activation budgets, its step times, and the
     seconds these and its document's text took (``finished``): what finishing a plan of this size takes, measured."""
@@ -127,19 +129,18 @@ class Search:
                     "time_limit": CANDIDATE_SECONDS, "workers": 1}),
                     self.own_schedule(self.model, p, c, parse_recompute(rc)),
                     time.time() + FIRST_SHARE * (until - time.monotonic()) if first else end)
-                running[future] = (pl, c, rc, counts, origin), time.monotonic()
+                running[future] = (pl, c, rc, counts, origin)
             if not running:
                 break
             done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in done:
-                job, began = running.pop(future)
-                self.job_seconds = max(self.job_seconds or 0.0, time.monotonic() - began)
-                self._keep(future, job)
+                self._keep(future, running.pop(future))
         return [self.timed[job[:4]] for job in jobs if job[:4] in self.timed]
 
     def _keep(self, future: cf.Future, job: tuple[str, int, str, tuple[int, ...], str]) -> None:
         pl, c, rc, counts, origin = job
         timed: Timed = future.result()
+        self.job_seconds = max(self.job_seconds or 0.0, timed.seconds)
         candidate = self.timed[pl, c, rc, counts] = Candidate(pl, c, counts, origin, timed.step_time, rc)
         if timed.schedule is not None and timed.costs is not None and (
                 self.kept is None or timed.step_time < self.kept[0].step_time):
@@ -161,17 +162,18 @@ def finished(candidate: Candidate, schedule: Schedule, costs: Costs) -> tuple[Ca
 def time_candidate(model: Model, request: Request, own: str | None = None, end: float | None = None) -> Timed:
     """The step of the schedule ``request`` asks for (the heuristic's, on one partition, with that schedule and its
     costs; the built-in ``own`` where the runtime runs its own order, ``baselines.own_order_time``), infinity when
-    nothing fits. ``end`` (``time.time()``) shortens the request's time limit to what is left when the job starts,
-    at least a second."""
+    nothing fits, and the seconds this took. ``end`` (``time.time()``) shortens the request's time limit to what is
+    left when the job starts, at least a second."""
+    began = time.monotonic()
     if end is not None:
         request = request.model_copy(update={"time_limit": max(1.0, min(request.time_limit, end - time.time()))})
     if own is not None:
-        return Timed(own_order_time(model, request, own))
+        return Timed(own_order_time(model, request, own), seconds=time.monotonic() - began)
     try:
         result = solve_request(model, request, document=False)
     except InfeasibleError:
-        return Timed(math.inf)
-    return Timed(result.step_time, result.schedule, result.costs)
+        return Timed(math.inf, seconds=time.monotonic() - began)
+    return Timed(result.step_time, result.schedule, result.costs, time.monotonic() - began)
 
 
 def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
