@@ -1,5 +1,6 @@
 """A plan's phases within its time limit: the baselines timed until their deadline (the rest saying so), a split
-bound not back in the search's time left unknown, and ``base.interrupt.deadline`` itself."""
+bound not back in the search's time left unknown, ``base.interrupt.deadline`` itself, and the search's candidates
+started only where they end in its time."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import GIB
 from zbsolve.planning.baselines import NOT_TIMED, SPLIT_ROWS, BaselineSetting, baseline_rows, timed_baselines
 from zbsolve.planning.planner import plan
+from zbsolve.planning import search as search_module
 from zbsolve.planning.split_bound import split_bound
+from zbsolve.problem.request import Request
 from zbsolve.schedulers.builtins import BUILTINS
 
 SETTING = BaselineSetting(heavy_head(), 4, 8, 16 * GIB, 0)
@@ -71,3 +74,49 @@ def test_a_split_bound_not_back_in_the_search_time_leaves_the_bound_unknown():
     assert result.lower_bound is None and result.gap is None
     assert any("split bound unknown" in line for line in lines)
     assert result.candidates and all(c.origin != "split bound" for c in result.candidates)
+
+
+def _search(executor: cf.Executor, parallel: int) -> search_module.Search:
+    request = Request(num_microbatches=8, num_devices=4, device_memory=16 * GIB, reserve=0)
+    return search_module.Search(heavy_head(), request, time.monotonic() + 600.0, executor, parallel, [], None)
+
+
+def _jobs(n: int) -> list[tuple]:
+    """``n`` sequential partitions of ``heavy_head``'s 15 layers into 4 stages."""
+    splits = [(4, 4, 4, 3), (3, 4, 4, 4), (4, 3, 4, 4), (4, 4, 3, 4)]
+    return [("sequential", 1, "none", counts, "test") for counts in splits[:n]]
+
+
+def test_the_search_times_its_first_candidate_alone_and_measures_finishing(monkeypatch):
+    """The first job starts alone, whatever the parallelism; its schedule's finishing is measured once (re-simulated
+    under its budgets, with step times), and each job's time is the one it reports, not its wait."""
+    submitted: list[int] = []
+    search = _search(cf.ThreadPoolExecutor(2), 2)
+    real = search_module.time_candidate
+
+    def recorded(*args, **kwargs):
+        submitted.append(len(search.timed))
+        return real(*args, **kwargs)._replace(seconds=0.25)
+
+    monkeypatch.setattr(search_module, "time_candidate", recorded)
+    found = search.time_all(_jobs(2), time.monotonic() + 600.0)
+    assert submitted == [0, 1] and len(found) == 2 and search.job_seconds == 0.25  # the second after the first
+    candidate, timeline, times, seconds = search.finish
+    kept = min(found, key=lambda c: c.step_time)
+    assert candidate is found[0] and timeline.makespan == found[0].step_time and seconds > 0
+    assert times.step_time == timeline.makespan and search.kept[0] is kept  # measured on the first, once
+
+
+def test_no_candidate_starts_that_would_still_run_at_the_search_end(monkeypatch):
+    """Once a job is known to take 100 s, none starts with 10 s left to the search's end, nor with the deadline less
+    twice the finishing time too close; the search's first job starts whatever the time."""
+    started: list[tuple] = []
+    monkeypatch.setattr(search_module, "time_candidate",
+                        lambda model, request, own, end: started.append(request.partition) or
+                        search_module.Timed(1.0, seconds=100.0))
+    search = _search(cf.ThreadPoolExecutor(1), 1)
+    assert len(search.time_all(_jobs(1), time.monotonic() + 1.0)) == 1  # the first, alone, past its time
+    assert search.time_all(_jobs(3)[1:], time.monotonic() + 10.0) == [] and len(started) == 1
+    assert len(search.time_all(_jobs(3)[1:], time.monotonic() + 300.0)) == 2
+    search.finish = (None, None, None, 260.0)  # finishing takes 260 s: twice that is kept before the deadline
+    assert search.time_all(_jobs(4)[3:], time.monotonic() + 300.0) == []

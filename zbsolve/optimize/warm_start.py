@@ -123,7 +123,7 @@ def measure(budget: Budget, log: Log, best: Best, document: bool = True) -> None
     if not document:
         log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s")
         return
-    times, *seconds = _after_search(timeline)
+    times, *seconds = after_search(timeline)
     best.measured = timeline, times
     budget.keep(sum(seconds))
     log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s; {budget.kept:.2f}s kept for the "
@@ -149,7 +149,7 @@ def floor(spec: Spec, budget: Budget, log: Log, best: Best, tried: list[str]) ->
     return [family for family in families if family not in tried]
 
 
-def _after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic) -> tuple[StepTimes, float, float]:
+def after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic) -> tuple[StepTimes, float, float]:
     """``timeline``'s step times, and the seconds (by ``clock``) that they and its document's text took to make."""
     began = clock()
     times = step_times(timeline)
@@ -175,7 +175,7 @@ def check_time(spec: Spec, time_limit: float, began: float) -> None:
     sample = make_spec(UNIT, None, num_microbatches=m // SAMPLE, num_devices=p // SAMPLE,
                        placement=spec.placement_name, chunks=spec.chunks)
     now = time.process_time()
-    *_, document = _after_search(simulate(first_schedule(sample, Log(None))[1]), time.process_time)
+    *_, document = after_search(simulate(first_schedule(sample, Log(None))[1]), time.process_time)
     took = time.process_time() - now + document
     least = time.monotonic() - began + took * p * m / (sample.num_devices * sample.num_microbatches)
     if least > time_limit + max(2.0, 0.05 * time_limit):

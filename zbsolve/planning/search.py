@@ -16,10 +16,10 @@ from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.core.placement import Placement, make_placement
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.step_time import StepTimes, step_times
+from zbsolve.core.step_time import StepTimes
 from zbsolve.core.transforms import with_limit
-from zbsolve.io.document import document_text, to_document
 from zbsolve.optimize.solve import solve_request
+from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
 from zbsolve.planning.result import Candidate
 from zbsolve.planning.memory_bound import Memory
@@ -154,8 +154,7 @@ def finished(candidate: Candidate, schedule: Schedule, costs: Costs) -> tuple[Ca
     and its document's text took."""
     began = time.monotonic()
     timeline = simulate(with_limit(schedule, costs.limits()))
-    times = step_times(timeline)
-    document_text(to_document(timeline))
+    times, *_ = after_search(timeline)
     return candidate, timeline, times, time.monotonic() - began
 
 
