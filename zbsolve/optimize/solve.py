@@ -106,7 +106,8 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
     workers, seed = request.workers or os.cpu_count() or 1, request.seed
     families = floor(spec, budget, log, best, tried)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
-    warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best, workers)
+    warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best, workers,
+               request.periodic)
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
         return

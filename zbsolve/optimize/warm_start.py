@@ -33,8 +33,9 @@ FIRST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": 
 first of them that fits, else one microbatch at a time, is a solve's first schedule."""
 OVERLAP_FAMILIES = {"vshape": ("dualpipev",)}
 """The families whose F&B pairs a solve tries too where passes communicate (with two chunks)."""
-PERIODIC_SHARE = 0.2
-"""The share of the time left after the heuristic and the V-shape greedy that the periodic pattern's search takes."""
+PERIODIC_SHARE, PERIODIC_SECONDS = 0.2, 1.0
+"""The periodic pattern's search takes this share of the time left after the heuristic and the V-shape greedy, and
+no longer than they took, or this many seconds where that is more (a small pattern solves in milliseconds)."""
 ONE_AT_A_TIME = "one-at-a-time"
 """The schedule that runs one microbatch at a time on every device: the least memory, valid whenever any is."""
 
@@ -202,12 +203,14 @@ def _one_at_a_time(spec: Spec) -> Schedule:
 
 
 def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log: Log, best: Best,
-               workers: int = 1) -> None:
-    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape), the periodic pattern's (in
-    ``PERIODIC_SHARE`` of the time left, on ``workers`` threads) and ``families``' schedules that fit the memory
-    limit, each started only if it can end ``keep`` seconds before the deadline, until one meets the bound."""
+               workers: int = 1, pattern: bool = True) -> None:
+    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape), the periodic pattern's (where ``pattern``, in
+    ``PERIODIC_SHARE`` of the time left, no longer than the two before it took or ``PERIODIC_SECONDS``, on
+    ``workers`` threads) and ``families``' schedules that fit the memory limit, each started only if it can end
+    ``keep`` seconds before the deadline, until one meets the bound."""
     p, m = spec.num_devices, spec.num_microbatches
     after = keep + 2 * budget.cost("simulate")  # the generator validates its schedule by simulating it, then solve
+    began = time.monotonic()
     if not best.optimal() and budget.allows("heuristic variant", log, after, "heuristic"):
         try:
             schedule = heuristic(spec.profile, spec.placement, m, spec.mem_limit, deadline=budget.deadline - after)
@@ -225,9 +228,10 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
         except BudgetError as exc:
             log.append(f"v-greedy: {exc}")
     build = budget.cost("family") + budget.cost("simulate")  # the pattern's schedule, built and simulated
-    if not best.optimal() and budget.allows("family", log, after + budget.cost("simulate"), "periodic"):
+    if pattern and not best.optimal() and budget.allows("family", log, after + budget.cost("simulate"), "periodic"):
         warm = best.unpaired if best.overlap else best.timeline
-        found = periodic(spec, time.monotonic() + PERIODIC_SHARE * (budget.left() - after - build), workers, warm)
+        seconds = min(PERIODIC_SHARE * (budget.left() - after - build), max(PERIODIC_SECONDS, time.monotonic() - began))
+        found = periodic(spec, time.monotonic() + seconds, workers, warm)
         if found is None:
             log.append("periodic: no pattern found in its time")
         else:

@@ -126,7 +126,7 @@ class Search:
                 first = self.job_seconds is None  # its schedule measures finishing: it leaves time for that
                 future = self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
                     "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
-                    "time_limit": CANDIDATE_SECONDS, "workers": 1}),
+                    "time_limit": CANDIDATE_SECONDS, "workers": 1, "periodic": False}),
                     self.own_schedule(self.model, p, c, parse_recompute(rc)),
                     time.time() + FIRST_SHARE * (until - time.monotonic()) if first else end)
                 running[future] = (pl, c, rc, counts, origin)

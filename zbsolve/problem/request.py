@@ -59,6 +59,9 @@ class Request(BaseModel):
     pairs: bool = True
     """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that does not
     overlap a pair's passes, its ``Runtime.pairs``)."""
+    periodic: bool = True
+    """Whether the warm start searches the periodic pattern (False for the planner's candidates, which the search
+    times by the heuristic alone, many of them: its finalists' solves search it)."""
     objective: str = "makespan"
     """makespan (the step time with an optimizer barrier) or span (the longest per-device span)."""
     solver: str = "cpsat"
