@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.base.interrupt import run_interruptible
+from zbsolve.base.interrupt import solve_or_interrupt
 from zbsolve.core.schedule import B, BW, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.spec import Spec
@@ -135,13 +135,8 @@ def pattern(form: Formulation, quantum: int, period: int, time_limit: float, wor
         model.add_hint(span, max(o + d for o, d in zip(hint, duration)))
 
     # solve
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit)
-    solver.parameters.num_workers = workers
-    outcome = run_interruptible(solver, model)
-    if outcome.interrupted:
-        raise KeyboardInterrupt
-    if outcome.status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solver, status = solve_or_interrupt(model, time_limit, workers)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return Pattern(form, quantum, T, tuple(solver.value(v) for v in start))
 
