@@ -99,7 +99,6 @@ def pattern(form: Formulation, quantum: int, period: int, time_limit: float, wor
     duration = quanta(form.duration, quantum)
     lags = quanta([lag for *_, lag in form.edges], quantum)
     horizon = sum(duration) + sum(lags) + n * T
-    stages = {(p.kind, p.stage): x for x, p in enumerate(form.passes)}
 
     # variables: offset = turns * T + phase, phase within the period
     model = cp_model.CpModel()
@@ -108,7 +107,7 @@ def pattern(form: Formulation, quantum: int, period: int, time_limit: float, wor
     start = [model.new_int_var(0, horizon, f"o{x}") for x in range(n)]
     for x in range(n):
         model.add(start[x] == turns[x] * T + phase[x])
-    model.add(start[stages[F, 0]] == 0)
+    model.add(start[form.index_of(F, 0, 0)] == 0)
     hint = hint or _greedy(form, duration, lags, T)
     if hint is not None:
         for x, o in enumerate(hint):

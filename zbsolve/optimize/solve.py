@@ -252,14 +252,14 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
     value = best.value
     bound = min(best.bound, value)
     measured, times = best.measured or (None, None)
-    if document and measured is not best.timeline:
-        try:
-            times = step_times(best.timeline)  # in the time kept for it
-        except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
-            best.interrupted = True
-            times = step_times(best.timeline)
-    elif measured is not best.timeline:
-        times = None  # made when first read
+    if measured is not best.timeline:
+        times = None  # made when first read, unless the result becomes a document
+        if document:
+            try:
+                times = step_times(best.timeline)  # in the time kept for it
+            except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
+                best.interrupted = True
+                times = step_times(best.timeline)
     if best.interrupted:
         log.append("interrupted: returning the best schedule found so far")
     return SolveResult(best.timeline.schedule, best.timeline, times, value, request.objective, bound, gap(value, bound),
