@@ -9,9 +9,13 @@
   who made that schedule (its name: a family, the heuristic, the periodic pattern, CP-SAT, pairs).
 - limits, that hold whatever the size: on the unit profile (no memory limit) with p = 128 and m = 1024,
   `zbsolve solve --placement vshape` and `--placement sequential` with `--time-limit 20 -o out.json`, run as a user
-  runs them; each row's wall time (the median and the largest of --repeats runs), the kept schedule's name (the
-  family, heuristic, v-greedy or solver that produced it), its status and objective, whether the document passes
-  `zbsolve check`, and the target: every run within 22 s with a valid document.
+  runs them; `zbsolve plan` of a model of 2p blocks at p = 128, m = 1024 on each placement; and `zbsolve configure`
+  of Llama-3.1-405B on 1,024 H100s, a global batch of 1,024 sequences of 8,192 tokens (pipelines up to p = 64, the
+  divisors of 1,024 up to its 126 blocks, and up to m = 1,024 microbatches), and of the same model with 128 blocks
+  (up to p = 128). Each row's wall time (the median and the largest of --repeats runs), the kept schedule's name
+  (the family, heuristic, v-greedy or solver that produced it; a plan's source), its status and objective (a plan's
+  placement, p, m and step), whether the document passes `zbsolve check`, and the target: every run within 22 s
+  with a valid document.
 
 The load average is printed beside the rows: the machine is shared, so say what else ran. Rows print as they finish;
 run nothing else CPU-heavy beside it.
@@ -52,16 +56,27 @@ PLANS = [*((f"Llama-3-70B tp4 {target} {gib} GiB", "70b", 8, 64, gib, target, ga
 """(row, model, p, m, GiB, target, the largest gap, whether the plan must beat every baseline) of each plan row."""
 ZBSOLVE = [sys.executable, "-m", "zbsolve"]
 LIMITS = [("solve", "vshape", 128, 1024, 20.0, 22.0), ("solve", "sequential", 128, 1024, 20.0, 22.0),
-          *(("plan", placement, 128, 1024, 20.0, 22.0) for placement in ("sequential", "interleaved", "vshape"))]
-"""(command, placement, p, m, --time-limit, target wall seconds) of each limits row."""
+          *(("plan", placement, 128, 1024, 20.0, 22.0) for placement in ("sequential", "interleaved", "vshape")),
+          ("configure", "as chosen", 64, 1024, 20.0, 22.0), ("configure", "as chosen", 128, 1024, 20.0, 22.0)]
+"""(command, placement, p, m, --time-limit, target wall seconds) of each limits row; a configure row's p and m are
+the largest its menus hold."""
+CONFIG_405B = ROOT / "problems" / "models" / "configs" / "llama3.1-405b.json"
 
 
 def limits_row(folder: Path, command: str, placement: str, p: int, m: int, limit: float, target: float,
                repeats: int) -> dict:
-    """``repeats`` runs of ``zbsolve solve -o`` on the unit profile, or of ``zbsolve plan -o`` of ``heavy_head``
-    with 2p blocks at 80 GiB: wall seconds, validity and the kept phase."""
+    """``repeats`` runs of ``zbsolve solve -o`` on the unit profile, of ``zbsolve plan -o`` of ``heavy_head`` with 2p
+    blocks at 80 GiB, or of ``zbsolve configure -o`` of Llama-3.1-405B with at least p blocks on 1,024 GPUs, a
+    global batch of m: wall seconds, validity and the kept phase."""
     out = folder / "out.json"
-    if command == "solve":
+    placed = ["--placement", placement]
+    if command == "configure":
+        config = json.loads(CONFIG_405B.read_text())
+        config["num_hidden_layers"] = max(config["num_hidden_layers"], p)
+        problem = folder / f"llama3.1-405b-{config['num_hidden_layers']}.json"
+        problem.write_text(json.dumps(config))
+        args, placed = ["configure", problem, "--gpus", "1024", "--global-batch", str(m), "--seq-len", "8192"], []
+    elif command == "solve":
         problem = folder / f"unit-p{p}-m{m}.yaml"
         problem.write_text(f"num_devices: {p}\nnum_microbatches: {m}\n")
         args = ["solve", problem]
@@ -73,15 +88,16 @@ def limits_row(folder: Path, command: str, placement: str, p: int, m: int, limit
     for _ in range(repeats):
         out.unlink(missing_ok=True)
         began = time.monotonic()
-        run = subprocess.run([*ZBSOLVE, *args, "--placement", placement, "--time-limit", str(limit), "-q", "-o", out],
-                             capture_output=True, text=True)
+        run = subprocess.run([*ZBSOLVE, *args, *placed, "--time-limit", str(limit), *(["-q"] * bool(placed)), "-o",
+                              out], capture_output=True, text=True)
         walls.append(time.monotonic() - began)
         valid.append(out.exists() and subprocess.run([*ZBSOLVE, "check", out, "-q"]).returncode == 0)
         if out.exists():
             doc = json.loads(out.read_text())
             kept = doc["name"] if command == "solve" else doc["plan"]["source"]
             says = (f"{doc['solver']['status']}, {doc['solver']['value']:g}" if command == "solve"
-                    else f"{doc['plan']['placement']} x{doc['plan']['chunks']}, step {doc['plan']['step_time']:g}")
+                    else f"{doc['plan']['placement']} x{doc['plan']['chunks']}, p={doc['num_devices']} "
+                         f"m={doc['num_microbatches']}, step {doc['plan']['step_time']:g}")
         elif run.returncode:
             says = (run.stderr.strip().splitlines() or ["-"])[-1][:80]
     met = all(valid) and max(walls) <= target
@@ -145,7 +161,7 @@ def main() -> None:
                     continue
                 rows.append(limits_row(Path(folder), *case, args.repeats))
                 console.print(rows[-1])
-            console.print(records_table(rows, "limits: zbsolve solve -o (unit profile) and plan -o, wall seconds"))
+            console.print(records_table(rows, "limits: zbsolve solve -o (unit profile), plan -o and configure -o, wall seconds"))
 
 
 if __name__ == "__main__":

@@ -194,3 +194,31 @@ def test_profile_and_run(tmp_path):
     assert run.returncode == 0, run.stderr
     rows = json.loads(run.stdout)
     assert len(rows) == 2
+
+
+@pytest.mark.parametrize("ended, code, said", [(None, 0, ""), (0, 0, ""), (2, 2, ""), ("why", 1, "why\n")])
+def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_output_is_flushed(monkeypatch, capsys,
+                                                                                             ended, code, said):
+    import zbsolve.app.cli
+    import zbsolve_cli as entry
+
+    done = []
+
+    class Ended(Exception):
+        pass
+
+    def exit_now(value):
+        done.append(("exit", value))
+        raise Ended
+
+    def command():
+        print("printed")
+        raise SystemExit(ended)
+
+    monkeypatch.setattr(zbsolve.app.cli, "app", command)
+    monkeypatch.setattr(entry.atexit, "_run_exitfuncs", lambda: done.append(("handlers", None)))
+    monkeypatch.setattr(entry.os, "_exit", exit_now)
+    with pytest.raises(Ended):
+        entry.main()
+    assert done == [("handlers", None), ("exit", code)]
+    assert capsys.readouterr() == ("printed\n", said)

@@ -21,6 +21,7 @@ from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
 from zbsolve.core.simulator import simulate
+from zbsolve.io.exports import RUNTIMES
 from zbsolve.planning import configure as configure_module
 from zbsolve.planning import configure_search
 from zbsolve.planning import configurations
@@ -30,6 +31,7 @@ from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, as
 from zbsolve.planning.configure import configure
 from zbsolve.planning.configure_search import BranchAndBound
 from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
+from zbsolve.planning.result import OWN_ORDER
 from zbsolve.problem.costs import check_fits
 from zbsolve.problem.recompute import parse_recompute
 
@@ -161,7 +163,8 @@ def test_every_candidate_is_its_predict_command_line(configured):
 
 def test_the_chosen_plan_is_the_simulator_s_and_exports_for_megatron(configured, tmp_path):
     chosen, planned = configured.chosen, configured.plan
-    assert planned is not None and chosen.configuration.pp > 1 and chosen.planned_step_s == planned.step_time
+    assert planned is not None and chosen.configuration.pp > 1
+    assert planned.step_time == (chosen.planned_step_s if chosen.planned else chosen.prediction.step_time_s)
     timeline = simulate(planned.timeline.schedule)
     assert timeline.makespan == planned.step_time
     check_fits(planned.costs, timeline)
@@ -171,6 +174,28 @@ def test_the_chosen_plan_is_the_simulator_s_and_exports_for_megatron(configured,
     text = configured.export(tmp_path / "megatron.txt")
     assert "--pipeline-model-parallel-layout" in text and (tmp_path / "megatron.txt").read_text() == text + "\n"
     assert f"--pipeline-model-parallel-size {chosen.configuration.pp}" in text
+
+
+@pytest.mark.parametrize("refine", [0, 1])
+def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(refine, monkeypatch):
+    """Without refining, or where its plan finds nothing that fits, the chosen configuration's plan is its order as
+    ``predict`` simulated it: the same step, within its memory, its bound unknown."""
+    def no_plan(*args, **kwargs):
+        raise configure_module.InfeasibleError("nothing fits in this share")
+
+    monkeypatch.setattr(configure_module, "plan", no_plan)
+    with cf.ThreadPoolExecutor(1) as pool:
+        done = configure(DENSE, **SMALL, top=2, refine=refine, time_limit=10, executor=pool)
+    chosen, planned = done.chosen, done.plan
+    assert chosen.configuration.pp > 1 and planned is not None and done.counts.refined == 0
+    assert planned.step_time == chosen.prediction.step_time_s == chosen.step_s and planned.lower_bound is None
+    assert planned.source == RUNTIMES["megatron"].label + OWN_ORDER and planned.target == "megatron"
+    timeline = simulate(planned.timeline.schedule)
+    assert timeline.makespan == planned.step_time
+    check_fits(planned.costs, timeline)
+    assert planned.counts == chosen.prediction.counts and planned.chunks == chosen.configuration.vp
+    assert "--pipeline-model-parallel-layout" in done.export()
+    assert any("no plan" in note for note in done.notes) == bool(refine)
 
 
 def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):

@@ -1,3 +1,3 @@
-from zbsolve.app.cli import main
+from zbsolve_cli import main
 
 main()

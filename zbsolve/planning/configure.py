@@ -9,7 +9,10 @@ docs/configure.md).
    once every shape is enumerated and the next bound is no shorter than the ``top``-th best step timed that fits
    (branch and bound, ``planning.configure_search``: nothing pruned beats the top).
 4. **Refine** the best ``refine`` with ``plan`` (split, placement, order and per-stage recomputation chosen for the
-   target), sharing the time left; the chosen configuration is the fastest, planned or predicted.
+   target), sharing the time left; the chosen configuration is the fastest, planned or predicted. The best
+   configuration's order as ``predict`` simulated it is its plan where no plan of its own is faster (it was not
+   refined, its plan found nothing that fits in its share, or is slower), so that a configuration chosen has a
+   schedule document; making it measures what writing that document takes, which the refining leaves.
 """
 
 from __future__ import annotations
@@ -26,15 +29,18 @@ from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor, start_method
 from zbsolve.base.units import gib
 from zbsolve.core.torch_compat import has_pipelining
-from zbsolve.io.exports import check_target
+from zbsolve.io.exports import RUNTIMES, check_target
 from zbsolve.planning.configurations import Space
 from zbsolve.planning.configure_result import ConfigureResult, Ranked, why_loses
 from zbsolve.planning.configure_search import ENUMERATE_SHARE, BranchAndBound, key, label
-from zbsolve.planning.planner import plan
-from zbsolve.planning.predict import Configuration, configured_model
-from zbsolve.planning.result import PlanResult
+from zbsolve.optimize.warm_start import after_search
+from zbsolve.planning.planner import FINISH_SECONDS, plan
+from zbsolve.planning.predict import Configuration, configured_model, run
+from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE
 from zbsolve.problem.estimate.gpus import get_gpu
+from zbsolve.problem.recompute import described
+from zbsolve.schedulers.builtins import builtin_placement
 
 REFINE_SHARE = 0.5
 """Share of the time limit kept for refining (at least ``PLAN_SECONDS``): the enumeration and the timing stop
@@ -52,7 +58,7 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
               time_limit: float = 600.0, jobs: int | None = None, executor: str | cf.Executor | None = None,
               progress: Callable[[str], None] | None = None, tp_comm_overlap: bool = False,
               dispatcher: str = "alltoall", device_memory: int | None = None,
-              reserve: int = DEFAULT_RESERVE) -> ConfigureResult:
+              reserve: int = DEFAULT_RESERVE, began: float | None = None) -> ConfigureResult:
     """The fastest configurations of the model of Hugging Face ``config`` on ``gpus`` GPUs of preset ``gpu`` for
     ``global_batch`` sequences of ``seq_len`` tokens a step, for runtime ``target`` (megatron, torchtitan, zbsolve):
     every configuration enumerated, pruned by memory and by a bound on its step, the rest timed by ``predict`` until
@@ -62,8 +68,9 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     that fits was timed propagates). Shapes are enumerated and configurations timed ``jobs`` at a time in local
     processes (default: all cores) or on ``executor`` ("dask://HOST:PORT" or a ``concurrent.futures.Executor``),
     which the plans share; ``progress`` hears how far the search is. ``device_memory`` and ``reserve`` are bytes per
-    device (default: the preset's memory, 4 GiB kept free)."""
-    began = time.monotonic()
+    device (default: the preset's memory, 4 GiB kept free). ``began`` (``time.monotonic()``, default now) is when
+    the limit started: a command line's start, so that its loading counts."""
+    began = time.monotonic() if began is None else began
     for what, value in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len), ("top", top)):
         check_count(what, value)
     if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
@@ -97,17 +104,25 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
         ranked = search.ranked()
         plans: dict[int, PlanResult] = {}
         notes: list[str] = []
+        first = next((k for k, r in enumerate(ranked) if r.configuration.pp > 1), None)
+        predicted, writing = None, 0.0
+        if not interrupted and first is not None:
+            predicted, writing = predicted_plan(ranked[first].configuration, target)
         if not interrupted and refine:
             if search.abandoned:  # the jobs left running are stopped where the executor is this search's own
                 release(False)
                 pool, release = make_executor(executor, parallel)
-            interrupted = _refine(ranked, refine, space, end, pool, parallel, say, plans, notes)
+            interrupted = _refine(ranked, refine, space, end - FINISH_SECONDS - writing, pool, parallel, say, plans,
+                                  notes)
     finally:
         release(False)  # every result needed is in: what still runs (a job the search or a plan left) is stopped
+    refined = len(plans)
+    if predicted is not None and (first not in plans or plans[first].step_time > predicted.step_time):
+        plans[first] = predicted
     order = sorted(range(len(ranked)), key=lambda k: (ranked[k].step_s, key(ranked[k].configuration)))
     best = ranked[order[0]]
     ranked = [replace(ranked[k], why="" if k == order[0] else why_loses(ranked[k], best)) for k in order]
-    return ConfigureResult(tuple(ranked), search.counts(len(plans)), ranked[0], plans.get(order[0]), interrupted,
+    return ConfigureResult(tuple(ranked), search.counts(refined), ranked[0], plans.get(order[0]), interrupted,
                            time.monotonic() - began, target, tuple(notes), tuple(search.timed))
 
 
@@ -158,3 +173,18 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         if result.interrupted:
             return True
     return False
+
+
+def predicted_plan(c: Configuration, target: str) -> tuple[PlanResult, float]:
+    """``c``'s order on its split and recomputation as ``predict`` simulates it, as a plan for runtime ``target``
+    (its own order, or a baseline's), with its step times; and the seconds its document's text took to make."""
+    began = time.monotonic()
+    model, name, counts, timeline, costs, _, _ = run(c)
+    times, _, writing = after_search(timeline)
+    row = RUNTIMES[target]
+    recomputed = "" if c.recompute == "none" else f" recompute {c.recompute}"
+    source = f"{row.label}{OWN_ORDER}" if row.order == "own" else f"baseline {c.partition} {name}{recomputed}"
+    log = f"{name} on the {c.partition} split{recomputed} {list(counts)}, as predicted: {timeline.makespan:.6g}s"
+    recompute = described(model, costs.ranges, costs.recomputed, costs.selective, costs.modules)
+    return PlanResult(builtin_placement(name, c.vp), c.vp, costs, timeline, source, None, (), (),
+                      time.monotonic() - began, log, recompute=recompute, target=target, measured=times), writing

@@ -161,7 +161,8 @@ class ConfigureResult(Shown):
     chosen: Ranked
     """The fastest candidate (``candidates[0]``)."""
     plan: PlanResult | None
-    """The chosen configuration's plan; None where it has no pipeline (pp = 1) or was not refined."""
+    """The chosen configuration's plan; None where it has no pipeline (pp = 1) or an interrupt came first
+    (``configure``: its order as predicted where no plan of its own is faster)."""
     interrupted: bool
     """Whether an interrupt stopped the search (the result is the best found until then)."""
     elapsed_s: float
@@ -192,7 +193,8 @@ class ConfigureResult(Shown):
         """Why the chosen configuration has no plan, or None."""
         if self.plan is not None:
             return None
-        why = "pp = 1 has no pipeline to plan" if self.chosen.configuration.pp == 1 else "it was not refined"
+        why = ("pp = 1 has no pipeline to plan" if self.chosen.configuration.pp == 1
+               else "an interrupt came before it was planned")
         return f"the chosen configuration ({self.chosen.degrees()}) has no plan: {why}"
 
     def export(self, path: str | Path | None = None) -> str:

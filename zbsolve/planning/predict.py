@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB, MIB, gib
@@ -191,25 +192,54 @@ def stage_counts(c: Configuration, model: Model) -> tuple[int, ...]:
     return tuple(b - a for a, b in ranges)
 
 
-def predict(c: Configuration) -> Prediction:
-    """The figures of configuration ``c``: its model, partition and order simulated, the step's tail included."""
+class Run(NamedTuple):
+    """A configuration's pipeline as ``predict`` simulates it."""
+
+    model: Model
+    """The estimate on one device of its parallelism (``configured_model``)."""
+    schedule: str
+    """The order run: ``c.schedule``, else Megatron's for ``c.vp``."""
+    counts: tuple[int, ...]
+    """Layers per stage."""
+    timeline: Timeline
+    """The order simulated on the partition, with the recomputation."""
+    costs: Costs
+    """The model's costs on that partition, and the device memory."""
+    dp: int
+    """Data-parallel degree."""
+    num_microbatches: int
+    """Microbatches of a step on each pipeline."""
+
+
+def run(c: Configuration) -> Run:
+    """``c``'s model, partition and order simulated: what ``predict`` reads its figures from."""
     dp, m = degrees(c)
     model = configured_model(c, dp)
-    gpu = get_gpu(c.gpu)
     name = c.schedule or megatron_builtin(c.vp)
     if name != COMBINED and name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
         raise InputError(f"schedule = {name!r} runs several stages per rank; give --vp")
-    device_memory = c.device_memory if c.device_memory is not None else gpu.memory_bytes
-    setting = BaselineSetting(model, c.pp, m, device_memory, c.reserve)
+    setting = BaselineSetting(model, c.pp, m, _device_memory(c), c.reserve)
     counts = stage_counts(c, model)
     timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))
+    return Run(model, name, tuple(counts), timeline, costs, dp, m)
+
+
+def _device_memory(c: Configuration) -> int:
+    """Bytes per device of ``c``: its own, else its GPU preset's."""
+    return c.device_memory if c.device_memory is not None else get_gpu(c.gpu).memory_bytes
+
+
+def predict(c: Configuration) -> Prediction:
+    """The figures of configuration ``c``: its model, partition and order simulated, the step's tail included."""
+    model, name, counts, timeline, costs, dp, m = run(c)
+    gpu = get_gpu(c.gpu)
     step = timeline.makespan
     tokens = c.global_batch * c.seq_len / step / c.gpus
     flops = tokens * reference_flops_per_token(c.config, c.seq_len)
     peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
                       costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
-                      tuple(counts), gib(device_memory), peak)
+                      counts, gib(_device_memory(c)), peak)
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

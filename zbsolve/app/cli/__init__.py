@@ -5,9 +5,4 @@ from zbsolve.app.cli import (configure, documents, estimate, families, frontier,
                              predict, runtime, solve)
 from zbsolve.app.cli.common import app
 
-__all__ = ["app", "main"]
-
-
-def main() -> None:
-    """Entry point for ``python -m zbsolve``."""
-    app()
+__all__ = ["app"]

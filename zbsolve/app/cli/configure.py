@@ -4,6 +4,7 @@ planned and exported for its runtime."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -62,6 +63,7 @@ def configure(
     Example: zbsolve configure problems/models/configs/llama3-70b.json --gpus 64 --global-batch 128 --seq-len 8192
     --dtype fp8 --time-limit 120
     """
+    began = time.monotonic()  # loading counts against the limit
     from zbsolve.planning.configure import configure as run
 
     memory = None if device_memory is None else parse_bytes(device_memory, "--device-memory")
@@ -76,7 +78,7 @@ def configure(
             result = run(config, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu, dtype=dtype,
                          target=target, top=top, refine=refine, time_limit=time_limit, jobs=jobs, executor=executor,
                          progress=update, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,
-                         device_memory=memory, reserve=spare)
+                         device_memory=memory, reserve=spare, began=began)
     with deferred() as late:  # the result is final: an interrupt now is answered once the files are whole
         if output is not None and result.plan is not None:
             result.plan.to_json(output)
