@@ -201,6 +201,7 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
                                                                                              ended, code, said):
     import zbsolve.app.cli
     import zbsolve_cli as entry
+    from zbsolve.app.cli.common import command_began
 
     done = []
 
@@ -212,6 +213,7 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
         raise Ended
 
     def command():
+        assert entry.STARTED is not None and command_began() == entry.STARTED  # the limit counts from the start
         print("printed")
         raise SystemExit(ended)
 
@@ -220,5 +222,5 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
     monkeypatch.setattr(entry.os, "_exit", exit_now)
     with pytest.raises(Ended):
         entry.main()
-    assert done == [("handlers", None), ("exit", code)]
+    assert done == [("handlers", None), ("exit", code)] and entry.STARTED is None
     assert capsys.readouterr() == ("printed\n", said)

@@ -308,6 +308,22 @@ def test_the_jobs_running_at_the_deadline_are_left_untimed(monkeypatch):
     assert search.abandoned and left.timed == 0 and (left.untimed or left.unenumerated)
 
 
+def test_no_job_starts_that_would_still_run_at_the_deadline_were_it_as_long_as_the_longest(monkeypatch):
+    """Each job's seconds are measured where it ran: once one has taken longer than the time left, no other starts,
+    and none is left running."""
+    ran = []
+
+    def long(work, *args):
+        ran.append(work)
+        return work(*args), 100.0  # as if it took 100 s
+
+    monkeypatch.setattr(configure_search, "_job", long)
+    search = BranchAndBound(Space(DENSE, **SMALL), TOP, time.monotonic() + 60, lambda line: None)
+    with cf.ThreadPoolExecutor(1) as pool:
+        search.run(pool, 1)
+    assert len(ran) == 1 and search.job_seconds == 100.0 and not search.abandoned and search.counts(0).unenumerated
+
+
 def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
     """``zbsolve configure`` on the small space, its configurations timed in this process."""
     pool = cf.ThreadPoolExecutor(1)

@@ -93,8 +93,9 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     try:
         try:
             search.run(pool, parallel * IN_FLIGHT)
-            if not search.fitting and search.deadline < end:  # nothing to refine: its share goes on timing
-                search.deadline = search.enumerate_by = end
+            if not search.fitting and search.deadline < end:  # nothing to refine: its share goes on timing, all
+                # but the time to make the plan of the one that fits (about one job) and return
+                search.deadline = search.enumerate_by = end - FINISH_SECONDS - search.job_seconds
                 search.run(pool, parallel * IN_FLIGHT, until_fits=True)
         except KeyboardInterrupt:
             interrupted = True

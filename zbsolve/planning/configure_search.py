@@ -37,6 +37,12 @@ def time_configuration(c: Configuration) -> Prediction | Dropped:
         return Dropped(1, str(exc))
 
 
+def _job(work: Callable[..., object], *args: object) -> tuple[object, float]:
+    """``work(*args)`` and the seconds it took where it ran: one job of the search, in a worker."""
+    began = time.monotonic()
+    return work(*args), time.monotonic() - began
+
+
 def key(c: Configuration) -> tuple:
     """What orders configurations of the same step: their degrees, then their recomputation and split."""
     return c.tp, c.pp, c.vp, c.cp, c.ep, c.microbatch_size, c.zero, c.recompute, c.partition
@@ -75,6 +81,9 @@ class BranchAndBound:
         self.tally = {"enumerated": 0, "invalid": 0, "pruned_memory": 0, "timed": 0, "unfit": 0}
         self.abandoned = False
         """Whether jobs were left running at the deadline."""
+        self.job_seconds = 0.0
+        """The longest a job has taken, where it ran (its queue not counted): no job starts that would still run
+        at the deadline were it as long."""
         self.first_refusal = ""
         self.pushed = itertools.count()
         for shape in shapes(space):
@@ -131,10 +140,10 @@ class BranchAndBound:
 
     def _submit(self, pool: cf.Executor, item: Item) -> cf.Future:
         if isinstance(item, dict):
-            return pool.submit(shape_groups, self.space, item)
+            return pool.submit(_job, shape_groups, self.space, item)
         if isinstance(item, Group):
-            return pool.submit(assess, self.space, item)
-        return pool.submit(time_configuration, item.configuration)
+            return pool.submit(_job, assess, self.space, item)
+        return pool.submit(_job, time_configuration, item.configuration)
 
     def _put_back(self, bound: float, item: Item) -> None:
         """An item whose job did not run: a shape to enumerate, else back in its heap."""
@@ -145,14 +154,15 @@ class BranchAndBound:
             self._push(bound, item)
 
     def run(self, pool: cf.Executor, most: int, until_fits: bool = False) -> None:
-        """Enumerate and time best first (``_next``), ``most`` jobs at a time, until every shape is enumerated and
-        nothing is left below ``kth``, or the deadline passes (with ``until_fits``, or a configuration timed fits):
+        """Enumerate and time best first (``_next``), ``most`` jobs at a time (each only where the longest job so far
+        would end by the deadline), until every shape is enumerated and nothing is left below ``kth``, or the
+        deadline passes (with ``until_fits``, or a configuration timed fits):
         the jobs running then are left; an ``InputError`` where every configuration is refused."""
         flying: dict[cf.Future, tuple[float, Item]] = {}
         said = time.monotonic()
         try:
             while True:
-                while (len(flying) < most and time.monotonic() < self.deadline
+                while (len(flying) < most and time.monotonic() + self.job_seconds < self.deadline
                        and not (until_fits and self.fitting)):
                     popped = self._next(max(1, most // 2))
                     if popped is None:
@@ -166,7 +176,9 @@ class BranchAndBound:
                 if not done:  # the deadline
                     break
                 for job in done:
-                    self._take(flying.pop(job), job.result())
+                    outcome, seconds = job.result()
+                    self.job_seconds = max(self.job_seconds, seconds)
+                    self._take(flying.pop(job), outcome)
                 if time.monotonic() - said > PROGRESS_SECONDS:
                     said = time.monotonic()
                     self.say(self._progress())

@@ -4,15 +4,14 @@ planned and exported for its runtime."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import (DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors, err, interruptible,
-                                    out, progress)
+from zbsolve.app.cli.common import (DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors,
+                                    command_began, err, interruptible, out, progress)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -63,7 +62,7 @@ def configure(
     Example: zbsolve configure problems/models/configs/llama3-70b.json --gpus 64 --global-batch 128 --seq-len 8192
     --dtype fp8 --time-limit 120
     """
-    began = time.monotonic()  # loading counts against the limit
+    began = command_began()  # loading counts against the limit
     from zbsolve.planning.configure import configure as run
 
     memory = None if device_memory is None else parse_bytes(device_memory, "--device-memory")

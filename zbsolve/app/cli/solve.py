@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +14,7 @@ from zbsolve.app.cli.common import (
     RESERVE,
     app,
     cli_errors,
+    command_began,
     err,
     file_units,
     interruptible,
@@ -79,7 +79,7 @@ def solve(
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
-    began = time.monotonic()
+    began = command_began()  # loading counts against the limit
     if output:
         check_output(output, "--output", [problem])
     if chart:
