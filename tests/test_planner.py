@@ -163,6 +163,21 @@ def test_a_plan_that_cannot_fit_names_the_closest_candidate_and_what_would_help(
                                      "(zbsolve estimate --tp, --zero)")
 
 
+def test_a_plan_cut_short_says_what_it_did_not_time_and_claims_nothing_of_the_rest(monkeypatch):
+    """Where the time limit left choices untimed, the refusal names them and what a longer limit does, and claims
+    nothing of what would help: an untimed choice might fit."""
+    from zbsolve.planning.search import Search
+
+    monkeypatch.setattr(Search, "starts", lambda self, until, running=False: not running and not self.timed)
+    with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as error:
+        plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="3.1GiB", reserve=0, time_limit=5,
+             placement="sequential", recompute="auto", executor=pool)
+    line = str(error.value)
+    assert line.startswith("no partition of heavy over 4 devices timed fits device_memory 3.10 GiB"), line
+    assert " placement and recomputation choices (sequential x1 recompute " in line and "what would help" not in line
+    assert line.endswith("not timed within the time limit: a longer one times them"), line
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--device-memory", "80"], "device_memory = '80' is 80 bytes (a size without a unit is in bytes): did you mean "
                                 "80GiB?"),

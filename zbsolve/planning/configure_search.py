@@ -114,7 +114,8 @@ class BranchAndBound:
         """The next job's bound and item; None once nothing is left below ``kth`` (all of it pruned) and no shape is
         left to enumerate. A shape while fewer than ``shapes`` are being enumerated (until ``enumerate_by``), so that
         timing goes on beside the enumeration; else until ``top`` configurations that fit are timed (none can be
-        pruned yet), those likely to fit first; else the best bound, groups and configurations alike (a
+        pruned yet), those likely to fit first, and until one fits, those assessed before another group (a first
+        configuration that fits comes soon however many groups there are); else the best bound, groups and configurations alike (a
         configuration unlikely to fit that may still enter the top waits for no group whose bound is longer); else
         another shape."""
         enumerating = bool(self.shapes) and time.monotonic() < self.enumerate_by
@@ -125,6 +126,8 @@ class BranchAndBound:
         heaps = [h for h in (grouped, unlikely) if h] + ([likely] if likely else [])
         if likely and len(self.fitting) < self.top:
             heaps = [likely]
+        elif unlikely and not self.fitting:  # nothing fits yet: those assessed are timed before any group is assessed
+            heaps = [unlikely]
         heap = min(heaps, key=lambda h: h[0][0], default=None)
         if heap is not None and heap[0][0] < kth:
             bound, _, item = heapq.heappop(heap)

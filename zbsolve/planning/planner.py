@@ -174,9 +174,15 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                and search.accepts(b.counts)
                and row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
-        raise InfeasibleError(f"no partition of {model.name} over {p} devices fits device_memory "
-                              f"{gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement searched"
-                              f"{_closest(search)}")
+        skipped = [f"{name} x{c}" + ("" if rc == "none" else f" recompute {rc}") for name, c, rc in options
+                   if not any(k[:3] == (name, c, rc) for k in search.timed)]
+        left = ([f"{len(skipped)} of {len(options)} placement and recomputation choices "
+                 f"({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"] * bool(skipped)
+                + [f"{late} of {len(rows)} baselines"] * bool(late))
+        cut = f"; {' and '.join(left)} not timed within the time limit: a longer one times them" if left else ""
+        raise InfeasibleError(f"no partition of {model.name} over {p} devices {'timed ' * bool(cut)}fits "
+                              f"device_memory {gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement "
+                              f"searched{_closest(search, not cut)}{cut}")
     top = min(allowed, key=lambda b: b.step_time, default=None)
     if row.order == "own":
         kept = _own_order(search, setting, row)
@@ -210,9 +216,10 @@ def _gpu_memory(model: Model) -> int:
     return memory
 
 
-def _closest(search: Search) -> str:
+def _closest(search: Search, complete: bool) -> str:
     """What the candidate closest to fitting lacks (the device, its static bytes, one microbatch's activations and
-    the reserve over the device memory) and what would help, or nothing when no candidate was timed."""
+    the reserve over the device memory) and, where the search was ``complete`` (every choice and baseline timed),
+    what would help; nothing when no candidate was timed."""
     misses = []
     for pl, c, rc, counts in search.timed:
         r = search.request
@@ -227,13 +234,16 @@ def _closest(search: Search) -> str:
     if not misses:
         return ""
     _, pl, c, rc, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
+    label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
+    closest = f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}"
+    if not complete:
+        return closest
     if costs.over({"static": uses["static"]}) > 0:
         helps = "more devices, or weights and optimizer states sharded further (zbsolve estimate --tp, --zero)"
     else:
         helps = ("more devices, a smaller microbatch or a shorter sequence (every candidate already runs one "
                  "microbatch at a time where it must, and no baseline fits with every block recomputed)")
-    label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
-    return f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}; what would help: {helps}"
+    return f"{closest}; what would help: {helps}"
 
 
 
