@@ -243,13 +243,17 @@ def test_the_chart_draws_every_configuration_timed_and_marks_the_chosen(configur
 
 
 def test_an_interrupt_ranks_what_was_timed(monkeypatch):
-    timed = []
+    """An interrupt once three configurations that fit are timed: the result ranks what was timed, and nothing is
+    planned."""
+    timed, fitting = [], []
 
     def stopping(c: Configuration):
-        if len(timed) == 8:
+        if len(fitting) == 3:
             raise KeyboardInterrupt
         timed.append(c)
-        return predict(c)
+        figures = predict(c)
+        fitting.extend([c] * figures.fits)
+        return figures
 
     monkeypatch.setattr(configure_search, "time_configuration", stopping)
     with cf.ThreadPoolExecutor(1) as pool:
