@@ -128,7 +128,8 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
         return
     if solver == "heuristic":
         return
-    warm = best.unpaired if best.overlap else best.timeline
+    warm = best.warm
+    assert warm is not None  # the warm starts keep a schedule
     order = form.order_of(warm.schedule)
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):

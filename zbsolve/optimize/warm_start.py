@@ -67,6 +67,11 @@ class Best:
         """The objective of the best schedule."""
         return self.timeline.objective(self.objective) if self.timeline is not None else math.inf
 
+    @property
+    def warm(self) -> Timeline | None:
+        """The best schedule the formulation can take as its warm start: without pairs where ``overlap``."""
+        return self.unpaired if self.overlap else self.timeline
+
     def offer(self, name: str, timeline: Timeline, log: Log) -> None:
         """Keep ``timeline`` if it beats the best so far (before saying so: an interrupt then keeps it)."""
         value = timeline.objective(self.objective)
@@ -229,7 +234,7 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
             log.append(f"v-greedy: {exc}")
     build = budget.cost("family") + budget.cost("simulate")  # the pattern's schedule, built and simulated
     if pattern and not best.optimal() and budget.allows("family", log, after + budget.cost("simulate"), "periodic"):
-        warm = best.unpaired if best.overlap else best.timeline
+        warm = best.warm
         seconds = min(PERIODIC_SHARE * (budget.left() - after - build), max(PERIODIC_SECONDS, time.monotonic() - began))
         found = periodic(spec, time.monotonic() + seconds, workers, warm)
         if found is None:

@@ -87,6 +87,15 @@ def group_fits(whole: Whole, c: Configuration) -> str | None:
             f"over pp = {c.pp}")
 
 
+def group_likely(whole: Whole, c: Configuration, num_microbatches: int) -> bool:
+    """A guess, no bound (``likely_fits`` on average): whether the average device of ``c`` over its ``pp`` ranks fits
+    its static bytes and what every layer's F keeps for as many microbatches as there are ranks (at most
+    ``num_microbatches``)."""
+    static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
+    average = Costs(whole.model, (), memory_of(c), c.reserve, (static,))
+    return average.first_over([min(num_microbatches, c.pp) * kept]) is None
+
+
 def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float:
     """Seconds one microbatch's F, B and W of ``stages`` take on one device, less what pairs could save where
     ``paired``."""

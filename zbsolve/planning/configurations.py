@@ -27,7 +27,8 @@ from pathlib import Path
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.core.placement import make_placement
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
-from zbsolve.planning.configuration_bounds import (Whole, group_bound, group_fits, likely_fits, memory_fits,
+from zbsolve.planning.configuration_bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
+                                                   memory_fits,
                                                    memory_of, step_bound)
 from zbsolve.planning.predict import Configuration, configured_model, degrees
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
@@ -119,6 +120,8 @@ class Group:
     """The virtual stages per pipeline rank searched (``vp_choices``)."""
     bound: float
     """Seconds no configuration of the group's steps beats (``group_bound``)."""
+    likely: bool = True
+    """A guess, for the order of timing alone: whether its configurations are likely to fit (``group_likely``)."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,8 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                     continue
                 recompute = parse_recompute(choice)
                 paired = any(RUNTIMES[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
-                out.append(Group(chosen, dp, m, vps, group_bound(whole, m, c.pp, recompute, paired)))
+                out.append(Group(chosen, dp, m, vps, group_bound(whole, m, c.pp, recompute, paired),
+                                 group_likely(whole, chosen, m)))
     return out
 
 

@@ -71,9 +71,9 @@ class BranchAndBound:
         """The shapes still to enumerate."""
         self.enumerating = 0
         """The shapes being enumerated."""
-        self.heaps: tuple[list[tuple[float, int, Group | Assessed]], ...] = ([], [], [])
-        """The configurations likely to fit (``Assessed.likely``), the groups, and the other configurations: each by
-        its bound."""
+        self.heaps: tuple[list[tuple[float, int, Group | Assessed]], ...] = ([], [], [], [])
+        """The configurations likely to fit (``Assessed.likely``), the groups likely to fit (``Group.likely``), the
+        other groups, and the other configurations: each by its bound."""
         self.fitting: list[tuple[float, tuple, Configuration, Prediction]] = []
         """The configurations timed that fit: (step, key, configuration, prediction), fastest first."""
         self.timed: list[Timed] = []
@@ -107,27 +107,28 @@ class BranchAndBound:
         self.first_refusal = self.first_refusal or dropped.why
 
     def _push(self, bound: float, item: Group | Assessed) -> None:
-        heap = self.heaps[1 if isinstance(item, Group) else 0 if item.likely else 2]
+        heap = self.heaps[(1 if item.likely else 2) if isinstance(item, Group) else 0 if item.likely else 3]
         heapq.heappush(heap, (bound, next(self.pushed), item))
 
     def _next(self, shapes: int) -> tuple[float, Item] | None:
         """The next job's bound and item; None once nothing is left below ``kth`` (all of it pruned) and no shape is
         left to enumerate. A shape while fewer than ``shapes`` are being enumerated (until ``enumerate_by``), so that
         timing goes on beside the enumeration; else until ``top`` configurations that fit are timed (none can be
-        pruned yet), those likely to fit first, and until one fits, those assessed before another group (a first
-        configuration that fits comes soon however many groups there are); else the best bound, groups and configurations alike (a
-        configuration unlikely to fit that may still enter the top waits for no group whose bound is longer); else
-        another shape."""
+        pruned yet), those likely to fit first, and until one fits, the other configurations assessed, then the
+        groups likely to fit, then the others (a first configuration that fits comes soon however many groups there
+        are);
+        else the best bound, groups and configurations alike (a configuration unlikely to fit that may still enter
+        the top waits for no group whose bound is longer); else another shape."""
         enumerating = bool(self.shapes) and time.monotonic() < self.enumerate_by
         if enumerating and self.enumerating < shapes:
             self.enumerating += 1
             return 0.0, self.shapes.popleft()
-        kth, (likely, grouped, unlikely) = self.kth(), self.heaps
-        heaps = [h for h in (grouped, unlikely) if h] + ([likely] if likely else [])
+        kth, (likely, likely_groups, grouped, unlikely) = self.kth(), self.heaps
+        heaps = [h for h in self.heaps if h]
         if likely and len(self.fitting) < self.top:
             heaps = [likely]
-        elif unlikely and not self.fitting:  # nothing fits yet: those assessed are timed before any group is assessed
-            heaps = [unlikely]
+        elif heaps and not self.fitting:  # nothing fits yet: the likeliest to fit first
+            heaps = [next(h for h in (unlikely, likely_groups, grouped) if h)]
         heap = min(heaps, key=lambda h: h[0][0], default=None)
         if heap is not None and heap[0][0] < kth:
             bound, _, item = heapq.heappop(heap)
@@ -205,7 +206,7 @@ class BranchAndBound:
                     self._push(group.bound, group)
             self.enumerating -= 1
             if not self.shapes and not self.enumerating:
-                self.say(f"{self.tally['enumerated']} configurations enumerated, {len(self.heaps[1])} groups to "
+                self.say(f"{self.tally['enumerated']} configurations enumerated, {len(self.heaps[1]) + len(self.heaps[2])} groups to "
                          "search")
         elif isinstance(outcome, list):
             assert isinstance(item, Group)
