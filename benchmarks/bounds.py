@@ -84,27 +84,29 @@ def limits_row(folder: Path, command: str, placement: str, p: int, m: int, limit
         problem = folder / f"heavy-head-{2 * p}.yaml"
         heavy_head(2 * p, p).save(problem)
         args = ["plan", problem, "--devices", str(p), "--microbatches", str(m), "--device-memory", "80GiB"]
-    walls, valid, kept, says = [], [], "-", "-"
+    walls, valid, kept, says, failed = [], [], "-", "-", []
     for _ in range(repeats):
         out.unlink(missing_ok=True)
         began = time.monotonic()
         run = subprocess.run([*ZBSOLVE, *args, *placed, "--time-limit", str(limit), *(["-q"] * bool(placed)), "-o",
                               out], capture_output=True, text=True)
         walls.append(time.monotonic() - began)
-        valid.append(out.exists() and subprocess.run([*ZBSOLVE, "check", out, "-q"]).returncode == 0)
+        check = subprocess.run([*ZBSOLVE, "check", out, "-q"], capture_output=True, text=True) if out.exists() else run
+        valid.append(out.exists() and check.returncode == 0)
+        if not valid[-1]:
+            failed.append((check.stderr.strip().splitlines() or [f"exit {check.returncode}"])[-1][:100])
         if out.exists():
             doc = json.loads(out.read_text())
             kept = doc["name"] if command == "solve" else doc["plan"]["source"]
             says = (f"{doc['solver']['status']}, {doc['solver']['value']:g}" if command == "solve"
                     else f"{doc['plan']['placement']} x{doc['plan']['chunks']}, p={doc['num_devices']} "
                          f"m={doc['num_microbatches']}, step {doc['plan']['step_time']:g}")
-        elif run.returncode:
-            says = (run.stderr.strip().splitlines() or ["-"])[-1][:80]
     met = all(valid) and max(walls) <= target
     return {"command": command, "placement": placement, "p": p, "m": m, "limit s": f"{limit:g}",
             "wall s": f"{statistics.median(walls):.1f}", "max s": f"{max(walls):.1f}", "target s": f"{target:g}",
             "valid": f"{sum(valid)}/{repeats}",
-            "kept": kept, "result": says, "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "kept": kept, "result": says, "failed": "; ".join(failed) or "-",
+            "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
             "target met": "met" if met else "MISSED"}
 
 
