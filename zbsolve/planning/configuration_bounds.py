@@ -5,7 +5,6 @@ and ``predict`` says so), and lower bounds on ``predict``'s step (``group_bound`
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 from zbsolve.core.overlap import most_saved
@@ -67,22 +66,13 @@ def group_bound(whole: Whole, num_microbatches: int, pp: int, recompute: Recompu
     and is 0 without any, so together they are at least the tail of one device holding every parameter. Where pairs
     save nothing, microbatch 0 runs the F then the B of every layer one after the other. Blocks a split chooses to
     recompute (uniform:N) are timed as not recomputed (``Whole.profile``), and what pairs save grows by less than
-    recomputation adds. Without pairs, each rank's share also holds its head (``_heads``)."""
+    recomputation adds."""
     profile = whole.profile(recompute)
     saved = _saved(profile, [0]) if paired else 0.0
     chain = 0.0 if saved else profile.time("F", 0) + profile.time("B", 0)
     step = whole.model.step
     tail = 0.0 if step is None else device_tail(whole.params, step).seconds
-    heads = 0.0 if paired else _heads(whole.model, pp)
-    return max((num_microbatches * (_device_work(profile, [0], False) - saved) + tail + heads) / pp, chain)
-
-
-def _heads(model: Model, pp: int) -> float:
-    """The least the heads of ``pp`` ranks add up to, whatever the split and the virtual stages: rank d runs no pass
-    before microbatch 0's F has run the stages before its first one (``step_bound``), at least d layers (every
-    stage has one), so at least the F of the model's d fastest layers."""
-    fastest = sorted(layer.t_f for layer in model.layers)[:pp - 1]
-    return sum(itertools.accumulate(fastest, initial=0.0))
+    return max((num_microbatches * (_device_work(profile, [0], False) - saved) + tail) / pp, chain)
 
 
 def group_fits(whole: Whole, c: Configuration) -> str | None:
