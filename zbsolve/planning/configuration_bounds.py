@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from zbsolve.core.overlap import most_saved
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.planning.predict import Configuration
+from zbsolve.planning.predict import Configuration, memory_of
 from zbsolve.problem.costs import Costs
-from zbsolve.problem.estimate.gpus import get_gpu
 from zbsolve.problem.model import Model
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, parse_recompute
@@ -79,8 +78,7 @@ def group_fits(whole: Whole, c: Configuration) -> str | None:
     """Why no device of ``c`` (of ``whole``'s model) over its ``pp`` ranks can fit, whatever the split and virtual
     stages, or None: the heaviest device holds at least the average static bytes and, after one microbatch's F, the
     average of what every layer's F keeps (``Whole.kept``), by the one test of a fit (``Costs.first_over``)."""
-    static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
-    average = Costs(whole.model, (), memory_of(c), c.reserve, (static,))
+    average, static, kept = _average(whole, c)
     if average.first_over([kept]) is None:
         return None
     return (f"{c.recompute}: {average.shortfall(0, {'static': static, 'one microbatch': kept})} on average "
@@ -91,9 +89,16 @@ def group_likely(whole: Whole, c: Configuration, num_microbatches: int) -> bool:
     """A guess, no bound (``likely_fits`` on average): whether the average device of ``c`` over its ``pp`` ranks fits
     its static bytes and what every layer's F keeps for as many microbatches as there are ranks (at most
     ``num_microbatches``)."""
-    static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
-    average = Costs(whole.model, (), memory_of(c), c.reserve, (static,))
+    average, _, kept = _average(whole, c)
     return average.first_over([min(num_microbatches, c.pp) * kept]) is None
+
+
+def _average(whole: Whole, c: Configuration) -> tuple[Costs, int, float]:
+    """The average device of ``c`` over its ``pp`` ranks: its costs (its static bytes, the device memory and
+    reserve), those static bytes, and what every layer's F keeps there under ``c``'s recomputation
+    (``Whole.kept``)."""
+    static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
+    return Costs(whole.model, (), memory_of(c), c.reserve, (static,)), static, kept
 
 
 def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float:
@@ -108,11 +113,6 @@ def _saved(profile: Profile, stages: Sequence[int]) -> float:
     work = sum(sum(profile.durations(s)) for s in stages)
     comm = sum(profile.comm("F", s) + profile.comm("B", s) for s in stages)
     return most_saved(work - comm, comm, profile.overlap_saving, profile.overlap_slowdown)
-
-
-def memory_of(c: Configuration) -> int:
-    """Bytes per device of ``c``: its own, else its GPU preset's (as ``predict`` takes them)."""
-    return c.device_memory if c.device_memory is not None else get_gpu(c.gpu).memory_bytes
 
 
 def memory_fits(profile: Profile, placement: Placement, costs: Costs) -> bool:

@@ -28,9 +28,8 @@ from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.core.placement import make_placement
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
 from zbsolve.planning.configuration_bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
-                                                   memory_fits,
-                                                   memory_of, step_bound)
-from zbsolve.planning.predict import Configuration, configured_model, degrees
+                                                   memory_fits, step_bound)
+from zbsolve.planning.predict import Configuration, configured_model, degrees, memory_of
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
 from zbsolve.problem.estimate.gpus import get_gpu

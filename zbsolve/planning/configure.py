@@ -30,10 +30,10 @@ from zbsolve.base.parallel import make_executor, start_method
 from zbsolve.base.units import gib
 from zbsolve.core.torch_compat import has_pipelining
 from zbsolve.io.exports import RUNTIMES, check_target
+from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.configurations import Space
 from zbsolve.planning.configure_result import ConfigureResult, Ranked, why_loses
 from zbsolve.planning.configure_search import ENUMERATE_SHARE, BranchAndBound, key, label
-from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.planner import FINISH_SECONDS, plan
 from zbsolve.planning.predict import Configuration, configured_model, run
 from zbsolve.planning.result import OWN_ORDER, PlanResult

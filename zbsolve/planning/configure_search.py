@@ -116,9 +116,8 @@ class BranchAndBound:
         timing goes on beside the enumeration; else until ``top`` configurations that fit are timed (none can be
         pruned yet), those likely to fit first, and until one fits, the other configurations assessed, then the
         groups likely to fit, then the others (a first configuration that fits comes soon however many groups there
-        are);
-        else the best bound, groups and configurations alike (a configuration unlikely to fit that may still enter
-        the top waits for no group whose bound is longer); else another shape."""
+        are); else the best bound, groups and configurations alike (a configuration unlikely to fit that may still
+        enter the top waits for no group whose bound is longer); else another shape."""
         enumerating = bool(self.shapes) and time.monotonic() < self.enumerate_by
         if enumerating and self.enumerating < shapes:
             self.enumerating += 1
@@ -160,8 +159,8 @@ class BranchAndBound:
     def run(self, pool: cf.Executor, most: int, until_fits: bool = False) -> None:
         """Enumerate and time best first (``_next``), ``most`` jobs at a time (each only where the longest job so far
         would end by the deadline), until every shape is enumerated and nothing is left below ``kth``, or the
-        deadline passes (with ``until_fits``, or a configuration timed fits):
-        the jobs running then are left; an ``InputError`` where every configuration is refused."""
+        deadline passes (with ``until_fits``, or a configuration timed fits): the jobs running then are left; an
+        ``InputError`` where every configuration is refused."""
         flying: dict[cf.Future, tuple[float, Item]] = {}
         said = time.monotonic()
         try:

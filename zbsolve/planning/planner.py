@@ -48,7 +48,7 @@ from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import NOT_TIMED, BaselineSetting, builtin_run, taken_baseline, timed_baselines
 from zbsolve.planning.memory_bound import menu
 from zbsolve.planning.placements import search_placements
-from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
+from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult, choice_label
 from zbsolve.planning.search import Search, best_of, bounds, finished, local_search
 from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
@@ -174,8 +174,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
                and search.accepts(b.counts)
                and row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
-        skipped = [f"{name} x{c}" + ("" if rc == "none" else f" recompute {rc}") for name, c, rc in options
-                   if not any(k[:3] == (name, c, rc) for k in search.timed)]
+        skipped = [choice_label(*option) for option in options if not any(k[:3] == option for k in search.timed)]
         left = ([f"{len(skipped)} of {len(options)} placement and recomputation choices "
                  f"({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"] * bool(skipped)
                 + [f"{late} of {len(rows)} baselines"] * bool(late))
@@ -234,8 +233,7 @@ def _closest(search: Search, complete: bool) -> str:
     if not misses:
         return ""
     _, pl, c, rc, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
-    label = f"{pl} x{c}" + ("" if rc == "none" else f" recompute {rc}")
-    closest = f"; the closest, {label} {list(counts)}: {costs.shortfall(d, uses)}"
+    closest = f"; the closest, {choice_label(pl, c, rc)} {list(counts)}: {costs.shortfall(d, uses)}"
     if not complete:
         return closest
     if costs.over({"static": uses["static"]}) > 0:

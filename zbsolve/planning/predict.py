@@ -218,13 +218,13 @@ def run(c: Configuration) -> Run:
     name = c.schedule or megatron_builtin(c.vp)
     if name != COMBINED and name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
         raise InputError(f"schedule = {name!r} runs several stages per rank; give --vp")
-    setting = BaselineSetting(model, c.pp, m, _device_memory(c), c.reserve)
+    setting = BaselineSetting(model, c.pp, m, memory_of(c), c.reserve)
     counts = stage_counts(c, model)
     timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))
     return Run(model, name, tuple(counts), timeline, costs, dp, m)
 
 
-def _device_memory(c: Configuration) -> int:
+def memory_of(c: Configuration) -> int:
     """Bytes per device of ``c``: its own, else its GPU preset's."""
     return c.device_memory if c.device_memory is not None else get_gpu(c.gpu).memory_bytes
 
@@ -239,7 +239,7 @@ def predict(c: Configuration) -> Prediction:
     peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
                       costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
-                      counts, gib(_device_memory(c)), peak)
+                      counts, gib(memory_of(c)), peak)
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

@@ -48,8 +48,14 @@ class Candidate:
         return self.placement, self.chunks, self.recompute, self.counts
 
     def label(self) -> str:
-        """The placement, chunks and recomputation, as the log names them."""
-        return f"{self.placement} x{self.chunks}" + ("" if self.recompute == "none" else f" recompute {self.recompute}")
+        """The placement, chunks and recomputation, as the log names them (``choice_label``)."""
+        return choice_label(self.placement, self.chunks, self.recompute)
+
+
+def choice_label(placement: str, chunks: int, recompute: str) -> str:
+    """A placement with its stages per device and a recomputation, as the log names them: "interleaved x2
+    recompute full"."""
+    return f"{placement} x{chunks}" + ("" if recompute == "none" else f" recompute {recompute}")
 
 
 @dataclass(frozen=True)
