@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,29 @@ def test_no_candidate_starts_that_would_still_run_at_the_search_end(monkeypatch)
     assert len(search.time_all(_jobs(3)[1:], time.monotonic() + 300.0)) == 2
     search.finish = (None, None, None, 260.0)  # finishing takes 260 s: twice that is kept before the deadline
     assert search.time_all(_jobs(4)[3:], time.monotonic() + 300.0) == []
+
+
+def test_the_limit_counts_from_when_it_began(monkeypatch):
+    """``began`` is when the limit started: the plan's seconds count from it, and ``zbsolve plan`` passes the
+    process's start (``zbsolve_cli.STARTED``), so that loading counts against the limit."""
+    from typer.testing import CliRunner
+
+    import zbsolve.app.cli.plan as plan_cli
+    import zbsolve_cli
+    from zbsolve.app.cli import app
+
+    earlier = time.monotonic() - 100.0
+    result = plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve=0,
+                  placement="sequential", time_limit=103, began=earlier)  # 3 s left
+    assert result.plan_time >= 100.0
+    heard = []
+
+    def heard_began(model, **keywords):
+        heard.append(keywords["began"])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(zbsolve_cli, "STARTED", earlier)
+    monkeypatch.setattr(plan_cli, "run_plan", heard_began)
+    model = Path(__file__).resolve().parent.parent / "problems" / "models" / "llama3-8b.yaml"
+    run = CliRunner().invoke(app, ["plan", str(model), "--devices", "8", "--microbatches", "8"])
+    assert heard == [earlier] and run.exit_code == 130, run.output

@@ -78,7 +78,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
          time_limit: float = PLAN_TIME_LIMIT, reserve: int | str = DEFAULT_RESERVE, jobs: int | None = None,
          executor: str | cf.Executor | None = None, progress: Callable[[str], None] | None = None,
          recompute: str = "none", target: str = "zbsolve", baseline_layout: str | None = None,
-         megatron_ends: tuple[int | None, int | None] = (None, None)) -> PlanResult:
+         megatron_ends: tuple[int | None, int | None] = (None, None), began: float | None = None) -> PlanResult:
     """Choose the partition of ``model``'s layers into stages, the placement ("auto": the best of sequential,
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
@@ -99,8 +99,9 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     ("dask://HOST:PORT" or a ``concurrent.futures.Executor``); the final CP-SAT solves run in this process. An
     interrupt (``KeyboardInterrupt``) returns the best plan found so far, with ``interrupted`` set and the log saying
     so; one before the search has timed a partition that fits propagates (nothing is planned yet). ``progress``
-    hears each line of the log, the placements not searched (``NOT_SEARCHED``) first."""
-    began = time.monotonic()
+    hears each line of the log, the placements not searched (``NOT_SEARCHED``) first. ``began``
+    (``time.monotonic()``, default now) is when the time limit started."""
+    began = time.monotonic() if began is None else began
     p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
     if isinstance(model, (str, os.PathLike)):
         model = Model.load(model, "zbsolve.plan")

@@ -10,8 +10,8 @@ from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, WIDE, app, cli_errors, err, interruptible, out, print_result,
-                                    progress, wide)
+from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, WIDE, app, cli_errors, command_began, err, interruptible, out,
+                                    print_result, progress, wide)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -128,10 +128,11 @@ def plan(
         check_output(output, "--output", [model])
     if chart:
         check_chart_path(chart, "--chart", [model])
+    began = command_began()  # loading counts against the limit
     with interruptible("before the search timed a partition that fits", "nothing planned yet, nothing written"):
         loaded = Model.load(model, "zbsolve plan")
         with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
-            result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, quiet),
+            result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, quiet), began=began,
                               **args.keywords())
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
