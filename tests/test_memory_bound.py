@@ -102,3 +102,13 @@ def test_the_menu_is_what_a_plan_may_choose_layer_by_layer():
     auto = menu(model, "auto", "zbsolve", room).options
     assert sorted(o.t_b for o in auto[0]) == [1.0, 1.2, 2.0]  # none, selective, whole
     assert len(menu(model, "selective+uniform:1", "zbsolve", room).options[0]) == 2
+
+
+def test_a_device_s_stages_share_one_budget_before_its_first_b():
+    """V-shape over 2 devices of 2 blocks, each device's budget two holds: device 0's first B (stage 3) waits for
+    microbatch 0's forward through the four stages and two transfers (4.2 s). By then it has run at most two F in
+    all, its two stages sharing one budget (each stage alone admits two), so it idles 2.2 s beside its 24 s of work.
+    On a model of blocks of one kind, the F a device runs before its first B is at most its budget at their rate."""
+    model, layout, m, memory = blocks(4), vshape(2, 2), 4, 4.5
+    bound = split_bound(model, layout, m, memory=menu(model, "none", "zbsolve", int(memory * GIB))).bound
+    assert bound >= m * 2 * 3.0 + 4.2 - 2.0 - 1e-6

@@ -14,7 +14,9 @@ admits at most k holds of stage s never has more than k microbatches of s in fli
   after the step begins (head: the forward of the stages before s, which no overlapped pair can shorten);
 - **warm-up**: until the device's first B can start (at the earliest, the first forward through every stage and
   the B back down to its highest stage), it runs only F, at most min(m, k) of each of its stages: the rest of that
-  time it idles;
+  time it idles. Until then no microbatch is released, so its stages share one budget: the F it runs is at most
+  k' times its longest stage's F, k' the holds of its least stage the budget admits, and at most the budget times
+  the F per byte held of the commonest layers (``RATES``), plus m times each of its layers' F beyond that rate;
 - **cool-down** (a device of one stage): after its last F, that microbatch's B waits a round trip, which only the B
   and W of the k - 1 other microbatches in flight can fill. Warm-up and cool-down are disjoint when k < m (the
   (k+1)-th F waits for a release, so some B runs before the last F); otherwise the larger of the two counts;
@@ -34,6 +36,7 @@ recomputation of the menu.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from collections.abc import Sequence
@@ -56,6 +59,8 @@ RESOLUTION = 10**9
 """The model's largest step is scaled to about this many integer units."""
 BYTES = 1024
 """The unit memory is counted in (bytes floored to it, the budget ceiled)."""
+RATES = 2
+"""The layer kinds (the most common) whose F per byte held bounds the F a device runs before its first B."""
 
 
 class Option(NamedTuple):
@@ -191,16 +196,29 @@ def memory_bound(model: Model, placement: Placement, num_microbatches: int, memo
     fixed = [f[0] if len(f) == 1 else (0, 0, 0) for f in figures]
     short_f = [lo(least(x.t_f, x.comm_f or 0.0)) for x in layers]
     classes = sorted({f for f in figures if len(f) > 1})
+    long_f = [math.ceil(x.t_f * scale) for x in layers]
+    # The rates of the most common layers (F per byte held, their option recomputing least), and each layer's F
+    # beyond its hold at that rate, per option: a device's F before its first B is at most rate x budget + excess.
+    common = collections.Counter(f for f in figures if f[-1][0] > 0).most_common(RATES)
+    rates = [(max(x for x, g in zip(long_f, figures) if g == f), f[-1][0]) for f, _ in common]
+
+    def excess(rate: tuple[int, int], layer_f: Sequence[int], hold: int) -> int:
+        return max(0, -(-(max(layer_f) * rate[1] - rate[0] * hold) // rate[1]))
+
+    beyond = [([excess(r, [x], f[0][0]) if len(f) == 1 else 0 for x, f in zip(long_f, figures)],
+               {c: [excess(r, [x for x, g in zip(long_f, figures) if g == c], o[0]) for o in c] for c in classes})
+              for r in rates]
     tables: dict[object, list[int]] = {
         "forward": prefix([lo(x.t_f) for x in layers]),  # heads and the first forward: no pair shortens them
         "work": prefix([f + lo(least(x.t_w, 0.0)) + b[1] for x, f, b in zip(layers, short_f, fixed)]),
         "trip": prefix([f + b[1] for f, b in zip(short_f, fixed)]),
         "back": prefix([b[1] for b in fixed]),
         "fill": prefix([math.ceil(x.t_w * scale) + b[2] for x, b in zip(layers, fixed)]),
-        "long_f": prefix([math.ceil(x.t_f * scale) for x in layers]),
+        "long_f": prefix(long_f),
         "static": prefix([x.static_bytes // BYTES if x.shares is None else 0 for x in layers]),
         "hold": prefix([b[0] for b in fixed]),
-        **{c: prefix([f == c for f in figures]) for c in classes}}
+        **{c: prefix([f == c for f in figures]) for c in classes},
+        **{("beyond", i): prefix(fixed_excess) for i, (fixed_excess, _) in enumerate(beyond)}}
 
     cp = cp_model.CpModel()
     bounds = boundaries(cp, model, S)
@@ -248,6 +266,19 @@ def memory_bound(model: Model, placement: Placement, num_microbatches: int, memo
         cp.add(objective >= head[stages[0]] + sum(area.values()))
         cp.add(objective >= work + first_b - sum(room_f.values()))
         one = len(stages) == 1
+        if not one:  # before its first B every F started is in flight: their holds share one budget
+            fewest = cp.new_int_var(0, room, "")
+            cp.add_min_equality(fewest, [hold[s] for s in stages])
+            longest = cp.new_int_var(0, tables["long_f"][L], "")
+            cp.add_max_equality(longest, [span("long_f", s) for s in stages])
+            for k in thresholds(m * len(stages) + 1, placement.num_devices):
+                at_most = cp.new_bool_var("")  # the budget admits at most k of the device's least holds
+                cp.add((k + 1) * fewest + device_static <= room).only_enforce_if(~at_most)
+                cp.add(sum(room_f.values()) <= k * longest).only_enforce_if(at_most)
+        for i, (rate, (_, class_excess)) in enumerate(zip(rates, beyond)):  # F started before the first B
+            over = sum(span(("beyond", i), s) + sum(x * e for c, n in zip(classes, taken[s])
+                                                    for x, e in zip(n, class_excess[c])) for s in stages)
+            cp.add(rate[1] * sum(room_f.values()) <= rate[0] * (room - device_static) + rate[1] * m * over)
         if one:
             cp.add(objective >= head[top] + work + trip[top] - (m - 1) * fill[top])
         for s in stages:
