@@ -205,8 +205,8 @@ class BranchAndBound:
                     self._push(group.bound, group)
             self.enumerating -= 1
             if not self.shapes and not self.enumerating:
-                self.say(f"{self.tally['enumerated']} configurations enumerated, {len(self.heaps[1]) + len(self.heaps[2])} groups to "
-                         "search")
+                groups = len(self.heaps[1]) + len(self.heaps[2])
+                self.say(f"{self.tally['enumerated']} configurations enumerated, {groups} groups to search")
         elif isinstance(outcome, list):
             assert isinstance(item, Group)
             self.tally["enumerated"] += len(outcome) - len(item.vps)  # the splits after the first, once assessed

@@ -199,15 +199,15 @@ def memory_bound(model: Model, placement: Placement, num_microbatches: int, memo
     long_f = [math.ceil(x.t_f * scale) for x in layers]
     # The rates of the most common layers (F per byte held, their option recomputing least), and each layer's F
     # beyond its hold at that rate, per option: a device's F before its first B is at most rate x budget + excess.
+    kind_f = {f: max(x for x, g in zip(long_f, figures) if g == f) for f in set(figures)}  # each kind's longest F
     common = collections.Counter(f for f in figures if f[-1][0] > 0).most_common(RATES)
-    rates = [(max(x for x, g in zip(long_f, figures) if g == f), f[-1][0]) for f, _ in common]
+    rates = [(kind_f[f], f[-1][0]) for f, _ in common]
 
-    def excess(rate: tuple[int, int], layer_f: Sequence[int], hold: int) -> int:
-        return max(0, -(-(max(layer_f) * rate[1] - rate[0] * hold) // rate[1]))
+    def excess(rate: tuple[int, int], forward: int, hold: int) -> int:  # F beyond ``hold`` at ``rate``, ceiled
+        return max(0, -(-(forward * rate[1] - rate[0] * hold) // rate[1]))
 
-    beyond = [([excess(r, [x], f[0][0]) if len(f) == 1 else 0 for x, f in zip(long_f, figures)],
-               {c: [excess(r, [x for x, g in zip(long_f, figures) if g == c], o[0]) for o in c] for c in classes})
-              for r in rates]
+    beyond = [([excess(r, x, f[0][0]) if len(f) == 1 else 0 for x, f in zip(long_f, figures)],
+               {c: [excess(r, kind_f[c], o[0]) for o in c] for c in classes}) for r in rates]
     tables: dict[object, list[int]] = {
         "forward": prefix([lo(x.t_f) for x in layers]),  # heads and the first forward: no pair shortens them
         "work": prefix([f + lo(least(x.t_w, 0.0)) + b[1] for x, f, b in zip(layers, short_f, fixed)]),
