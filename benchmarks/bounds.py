@@ -39,8 +39,8 @@ from rich.console import Console
 
 from zbsolve.base.units import GIB
 from zbsolve.planning.planner import plan
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 from zbsolve.present.tables import records_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

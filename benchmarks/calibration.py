@@ -1,5 +1,5 @@
 """The calibration table of issue 30: every published run of ``problems/calibration/`` predicted with
-``zbsolve predict`` (``planning.predict``) and held against its measured tokens/s/GPU, then the targets printed met
+``zbsolve predict`` (``configure.predict``) and held against its measured tokens/s/GPU, then the targets printed met
 or missed.
 
 - One row per run: its parallelism, dtype, measured and predicted tokens/s/GPU, predicted/measured, |ratio - 1| and
@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from zbsolve.base.errors import InputError
-from zbsolve.planning.predict import Configuration, predict
-from zbsolve.problem.model import RECOMPUTE_MODULES
+from zbsolve.configure.predict import Configuration, predict
+from zbsolve.costmodel.model import RECOMPUTE_MODULES
 from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
 
 ROOT = Path(__file__).resolve().parent.parent

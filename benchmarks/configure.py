@@ -1,6 +1,6 @@
 """The configure table of issue 31: for each published recipe, the configuration ``zbsolve configure`` chooses at the
 recipe's GPUs, global batch, sequence length and dtype against the recipe's own, both predicted by ``zbsolve predict``
-(``planning.predict``), and a toy model on which every configuration is planned; the targets printed met or missed.
+(``configure.predict``), and a toy model on which every configuration is planned; the targets printed met or missed.
 
 - One row per recipe: its own configuration (its calibration file in ``problems/calibration/``, mapped as
   ``benchmarks/calibration.py`` maps it) predicted, and ``configure`` at the same GPUs, global batch, sequence length
@@ -39,13 +39,13 @@ from calibration import RUNS, load, mapped  # benchmarks/calibration.py (a scrip
 from zbsolve.base.checks import slack
 from zbsolve.base.errors import ZbsolveError
 from zbsolve.base.units import MIB
-from zbsolve.planning.configurations import Assessed, Group, Space, assess, groups
-from zbsolve.planning.configure import configure
-from zbsolve.planning.configure_result import ConfigureResult, Counts
-from zbsolve.planning.configure_search import label
+from zbsolve.configure.space import Assessed, Group, Space, assess, groups
+from zbsolve.configure.choose import configure
+from zbsolve.configure.result import ConfigureResult, Counts
+from zbsolve.configure.search import label
 from zbsolve.planning.planner import plan
-from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
-from zbsolve.problem.estimate.hf_config import architecture
+from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
+from zbsolve.costmodel.hf_config import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"Llama-3-70B": "llama3-70b-h100-64-fp8-gbs128", "Llama-3.1-405B": "llama3.1-405b-h100-1024-fp8-gbs512",

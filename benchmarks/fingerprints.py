@@ -22,12 +22,12 @@ from zbsolve.io.costs_section import costs_section
 from zbsolve.problem.costs import memory_figures, model_costs
 from zbsolve.base.errors import ZbsolveError
 from zbsolve.base.units import GIB
-from zbsolve.problem.estimate.formula import estimate
+from zbsolve.costmodel.estimate import estimate
 from zbsolve.schedulers.families import FAMILIES, make_schedule
 from zbsolve.optimize.formulation import formulate
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.problem.memory_factor import factor_limit
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.simulator import simulate

@@ -17,7 +17,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from zbsolve.problem.estimate.formula import estimate
+from zbsolve.costmodel.estimate import estimate
 
 H, F, HEADS, KV_HEADS, S, B = 256, 512, 4, 2, 128, 2
 CONFIG = {"model_type": "llama", "hidden_size": H, "intermediate_size": F, "num_attention_heads": HEADS,

@@ -29,7 +29,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import with_limit
 from zbsolve.planning.planner import plan
 from zbsolve.problem.costs import memory_figures
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.core.schedule import pair_count
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from zbsolve.base.errors import InfeasibleError
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
 from zbsolve.present.tables import records_table

@@ -26,8 +26,8 @@ from zbsolve.base.errors import InfeasibleError
 from zbsolve.base.units import GIB
 from zbsolve.planning.baselines import baselines
 from zbsolve.planning.planner import plan
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "problems" / "models" / "configs" / "llama3-70b.json"

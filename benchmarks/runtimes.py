@@ -25,8 +25,8 @@ from rich.console import Console
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import Baseline, PlanResult
 from zbsolve.present.tables import records_table
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUT_70B = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"

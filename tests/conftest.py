@@ -24,7 +24,7 @@ from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import B, BW, F, W, Pass, Schedule, build
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 
 
 @pytest.fixture(autouse=True)

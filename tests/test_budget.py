@@ -49,7 +49,7 @@ WRAPPER = textwrap.dedent('''
 
     solve_module, warm_module, result_module, frontier_module, limits_module = (
         importlib.import_module(f"zbsolve.{name}") for name in ("optimize.solve", "optimize.warm_start", "optimize.result",
-                                                               "planning.frontier", "problem.memory_factor"))
+                                                               "optimize.frontier", "problem.memory_factor"))
 
 
     def announce(name, fn, pause=0.0):

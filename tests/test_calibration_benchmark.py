@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 
-import zbsolve.planning.predict as predict_module
+import zbsolve.configure.predict as predict_module
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.planning.predict import Configuration
+from zbsolve.configure.predict import Configuration
 
 _spec = importlib.util.spec_from_file_location("benchmark_calibration", ROOT / "benchmarks" / "calibration.py")
 calibration = sys.modules["benchmark_calibration"] = importlib.util.module_from_spec(_spec)

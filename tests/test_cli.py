@@ -136,7 +136,7 @@ def test_solve_and_friends_bad_input(args, code, needle, tmp_path):
 def test_frontier_factors_match_the_library_with_limits(tmp_path):
     """The command passes --factors straight through: its rows are the library's at the same limits."""
     from zbsolve import UNIT
-    from zbsolve.planning.frontier import frontier
+    from zbsolve.optimize.frontier import frontier
     from zbsolve.problem.memory_factor import reference_peak
 
     problem = tmp_path / "p.yaml"

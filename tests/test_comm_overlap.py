@@ -10,13 +10,13 @@ import pytest
 
 from conftest import ROOT
 from zbsolve.base.errors import InputError
-from zbsolve.planning.predict import Configuration, configured_model
-from zbsolve.problem.estimate import moe
-from zbsolve.problem.estimate.formula import _collectives, estimate
-from zbsolve.problem.estimate.layer_costs import LayerCosts, hiding
-from zbsolve.problem.estimate.gpus import GPUS
-from zbsolve.problem.estimate.hf_config import architecture
-from zbsolve.problem.estimate.kernels import Matmul
+from zbsolve.configure.predict import Configuration, configured_model
+from zbsolve.costmodel import moe
+from zbsolve.costmodel.estimate import _collectives, estimate
+from zbsolve.costmodel.layer_costs import LayerCosts, hiding
+from zbsolve.costmodel.gpus import GPUS
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.kernels import Matmul
 
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 96, "num_local_experts": 8, "num_experts_per_tok": 2,

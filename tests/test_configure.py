@@ -22,15 +22,15 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
 from zbsolve.core.simulator import simulate
 from zbsolve.io.exports import RUNTIMES
-from zbsolve.planning import configure as configure_module
-from zbsolve.planning import configure_search
-from zbsolve.planning import configurations
-from zbsolve.planning.configuration_bounds import Whole, group_bound, group_fits
-from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, assess, decided_choices, expert_refusal,
+from zbsolve.configure import choose as configure_module
+from zbsolve.configure import search as configure_search
+from zbsolve.configure import space as configurations
+from zbsolve.configure.bounds import Whole, group_bound, group_fits
+from zbsolve.configure.space import (Assessed, Dropped, Group, Space, assess, decided_choices, expert_refusal,
                                              groups, shape_groups, shape_refusal, shape_size, shapes, vp_choices)
-from zbsolve.planning.configure import configure
-from zbsolve.planning.configure_search import BranchAndBound
-from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
+from zbsolve.configure.choose import configure
+from zbsolve.configure.search import BranchAndBound
+from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.planning.result import OWN_ORDER
 from zbsolve.problem.costs import check_fits
 from zbsolve.problem.recompute import parse_recompute

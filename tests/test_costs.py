@@ -14,10 +14,10 @@ from test_model import LAYERS, toy
 from zbsolve.app.cli import app
 from zbsolve.io.costs_section import document_costs
 from zbsolve.problem.costs import check_fits, device_static_bytes
-from zbsolve.problem.estimate.formula import estimate
+from zbsolve.costmodel.estimate import estimate
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.core.profile import Profile

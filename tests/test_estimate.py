@@ -14,15 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from zbsolve.problem.estimate import counting
+from zbsolve.costmodel import counting
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.formula import (FP8_WEIGHT_BYTES, count_parameters, estimate,
+from zbsolve.costmodel.estimate import (FP8_WEIGHT_BYTES, count_parameters, estimate,
                                               reference_flops_per_token, saving_windows)
-from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
-from zbsolve.problem.estimate.kernels import Kernels, Matmul
-from zbsolve.problem.estimate.hf_config import architecture, attended_pairs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.kernels import Kernels, Matmul
+from zbsolve.costmodel.hf_config import architecture, attended_pairs
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition, stage_profile
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

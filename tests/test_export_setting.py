@@ -26,7 +26,7 @@ from zbsolve.io.document import load_document
 from zbsolve.io.exports import OVERRIDE_TARGET, PLAN_NAME, export_document, megatron_args, read_plan, \
     torchtitan_args
 from zbsolve.optimize.solve import solve
-from zbsolve.problem.model import Layer, Model, Setting
+from zbsolve.costmodel.model import Model, Setting
 
 pytest.importorskip("torch.distributed.pipelining",
                     reason="torch.distributed.pipelining is not available (the torch extra)")

@@ -20,7 +20,7 @@ from zbsolve.base.kinds import DOCUMENT, GRID, HF_CONFIG, KINDS, MODEL, PROBLEM,
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.simulator import simulate
 from zbsolve.io.document import FORMAT, to_document
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.problem_file import Problem
 from zbsolve.schedulers.families import make_schedule
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from zbsolve import UNIT, InputError, Profile, simulate
 from zbsolve.app.cli import app
-from zbsolve.planning.frontier import frontier
+from zbsolve.optimize.frontier import frontier
 from zbsolve.problem.memory_factor import reference_peak
 
 SKEWED_3 = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2)
@@ -127,7 +127,7 @@ def test_a_status_whose_schedule_meets_the_bound_reads_so_in_the_table():
     "bound_met" in the JSON); one further off stays "heuristic", and "optimal" is not qualified."""
     from rich.console import Console
 
-    from zbsolve.planning.frontier import Frontier, FrontierRow
+    from zbsolve.optimize.frontier import Frontier, FrontierRow
     from zbsolve.present.tables import frontier_table
 
     rows = (FrontierRow("sequential", 4.0, 1.0, 0.1, 0.2, "heuristic", 7e-7, None),

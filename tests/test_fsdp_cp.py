@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate import context
-from zbsolve.problem.estimate.formula import count_parameters, estimate
-from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
-from zbsolve.problem.estimate.hf_config import architecture, attended_pairs
-from zbsolve.problem.estimate.kernels import Kernels
+from zbsolve.costmodel import context
+from zbsolve.costmodel.estimate import count_parameters, estimate
+from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.hf_config import architecture, attended_pairs
+from zbsolve.costmodel.kernels import Kernels
 from zbsolve.problem.partition import FSDP_LIVE_LAYERS, held_static_bytes
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

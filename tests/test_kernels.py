@@ -1,4 +1,4 @@
-"""The kernel model (zbsolve.problem.estimate.kernels) against the matrix products and flash attention measured on
+"""The kernel model (zbsolve.costmodel.kernels) against the matrix products and flash attention measured on
 a lent H100 (problems/measured/h100/kernels.json), and its rules on their own."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import statistics
 import pytest
 
 from conftest import ROOT
-from zbsolve.problem.estimate.gpus import GPUS
-from zbsolve.problem.estimate import formula
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.estimate.kernels import TILE, Kernels, Matmul, attention_rate, fp8_casts
+from zbsolve.costmodel.gpus import GPUS
+from zbsolve.costmodel import formula
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.kernels import TILE, Kernels, Matmul, attention_rate, fp8_casts
 
 MEASURED = json.loads((ROOT / "problems" / "measured" / "h100" / "kernels.json").read_text())
 H100 = GPUS["h100"]

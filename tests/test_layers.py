@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "zbsolve"
-LAYERS = ("base", "core", "schedulers", "problem", "io", "optimize", "planning", "present", "runtime", "app")
+LAYERS = ("base", "core", "schedulers", "costmodel", "problem", "io", "optimize", "planning", "configure", "present",
+          "runtime", "app")
 """From the bottom up: a module may import from its own package and those before it."""
 MAX_LINES = 400
 

@@ -22,7 +22,8 @@ from zbsolve.core.schedule import BW, F, Op, Pair, Pass, pair_count
 from zbsolve.core.simulator import simulate
 from zbsolve.io.exports import MEGATRON, Plan, megatron_args
 from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
-from zbsolve.planning.baselines import BaselineSetting, baseline_rows, builtin_run
+from zbsolve.planning.baselines import baseline_rows
+from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.planner import plan
 from zbsolve.problem.layout import layout_counts
 from zbsolve.problem.partition import partition

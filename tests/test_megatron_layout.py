@@ -17,7 +17,7 @@ from zbsolve.io.exports import megatron_schedule
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
 from zbsolve.problem.layout import layout_counts, parse_layout
-from zbsolve.problem.model import Layer, Model, ModuleCost
+from zbsolve.costmodel.model import Layer, Model, ModuleCost
 from zbsolve.problem.recompute import FULL, Recompute, parse_recompute
 from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_layout, megatron_uneven_blocks_per_stage
 from zbsolve.schedulers.builtins import builtin_schedule

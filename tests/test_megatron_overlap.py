@@ -11,7 +11,7 @@ from conftest import export_toy
 
 from zbsolve.io.exports.megatron import DISPATCHER_FLAGS
 from zbsolve.io.exports.megatron_overlap import combined_refusal
-from zbsolve.problem.model import Layer, Model, Setting
+from zbsolve.costmodel.model import Layer, Model, Setting
 
 
 def _model(experts: bool = True, ep: int | None = 2, dtype: str = "bf16", mtp: int = 0) -> Model:

@@ -12,7 +12,7 @@ from zbsolve.core.placement import Placement, interleaved, placement_name, seque
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.memory_bound import menu
 from zbsolve.planning.split_bound import split_bound
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 
 
 def blocks(n: int, selective: bool = False) -> Model:

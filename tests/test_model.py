@@ -10,7 +10,7 @@ import yaml
 
 from conftest import ROOT
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Layer, Link, Model
+from zbsolve.costmodel.model import Layer, Link, Model
 from zbsolve.problem.partition import check_ranges, comm_time, held_static_bytes, partition, stage_profile
 from zbsolve.core.profile import MEM_FIELDS, TIME_FIELDS
 

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate import counting
-from zbsolve.problem.estimate.formula import count_parameters, estimate, reference_flops_per_token
-from zbsolve.problem.estimate.gpus import GPUS, P2P_LATENCY
-from zbsolve.problem.estimate.hf_config import architecture
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel import counting
+from zbsolve.costmodel.estimate import count_parameters, estimate, reference_flops_per_token
+from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.model import Layer, Model
 
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2,

@@ -12,7 +12,7 @@ from test_moe_estimate import DEEPSEEK as SMALL_DEEPSEEK
 from zbsolve.core.schedule import Pair, pair_count
 from zbsolve.core.simulator import simulate
 from zbsolve.io.exports import export_document
-from zbsolve.problem.estimate.formula import estimate
+from zbsolve.costmodel.estimate import estimate
 
 DEEPSEEK = {**SMALL_DEEPSEEK, "num_hidden_layers": 5}
 """DeepSeek-V3-shaped (tests/test_moe_estimate.py's): five blocks (the first dense), one MTP layer."""

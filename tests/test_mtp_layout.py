@@ -11,7 +11,7 @@ from conftest import ROOT
 
 from zbsolve.base.errors import InputError
 from zbsolve.problem.layout import layer_symbols, layout_counts
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.splits import megatron_layout, torchtitan_split
 
 DEEPSEEK = Model.load(ROOT / "problems" / "models" / "deepseek-v3.yaml")

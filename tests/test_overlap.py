@@ -145,7 +145,7 @@ MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 4, "
 
 
 def mixtral() -> zbsolve.Model:
-    from zbsolve.problem.estimate.formula import estimate
+    from zbsolve.costmodel.estimate import estimate
     return estimate(MIXTRAL, seq_len=16, microbatch_size=2, ep=4)
 
 

@@ -14,7 +14,8 @@ import pytest
 from test_planner import heavy_head
 from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import GIB
-from zbsolve.planning.baselines import NOT_TIMED, SPLIT_ROWS, BaselineSetting, baseline_rows, timed_baselines
+from zbsolve.planning.baselines import NOT_TIMED, SPLIT_ROWS, baseline_rows, timed_baselines
+from zbsolve.planning.runs import BaselineSetting
 from zbsolve.planning.planner import plan
 from zbsolve.planning import search as search_module
 from zbsolve.planning.split_bound import split_bound

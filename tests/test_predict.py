@@ -1,4 +1,4 @@
-"""The step's tail (``problem.step_tail``) and ``zbsolve predict``: one configuration in, figures that agree with
+"""The step's tail (``costmodel.step_tail``) and ``zbsolve predict``: one configuration in, figures that agree with
 each other and with the simulator, refusals in one line naming the numbers."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import make_placement
-from zbsolve.planning.predict import Configuration, configured_model, degrees, predict
+from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.costs import model_costs
-from zbsolve.problem.model import Link, StepEnd
-from zbsolve.problem.step_tail import OPTIMIZER_STEP_BYTES, device_params, device_tail
+from zbsolve.costmodel.model import Link, StepEnd
+from zbsolve.costmodel.step_tail import OPTIMIZER_STEP_BYTES, device_params, device_tail
 
 CONFIG = "problems/models/configs/llama3-8b.json"
 SMALL = Configuration(CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,

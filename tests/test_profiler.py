@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import make_schedule
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition, stage_profile
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import Profile

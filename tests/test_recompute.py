@@ -20,7 +20,7 @@ from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import to_document
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute import FULL, NONE, PER_STAGE, Recompute, described, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 from zbsolve.schedulers.families import make_schedule

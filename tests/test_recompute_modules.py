@@ -22,9 +22,9 @@ from zbsolve.io.exports.plan import read_plan
 from zbsolve.io.exports.runtime import ZBSOLVE
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.estimate.hf_config import architecture
-from zbsolve.problem.model import RECOMPUTE_MODULES, Layer, ModuleCost
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.model import RECOMPUTE_MODULES, Layer, ModuleCost
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 

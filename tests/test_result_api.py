@@ -19,7 +19,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
 from zbsolve.io.exports import FORMATS
 from zbsolve.planning.baselines import baselines
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -34,7 +34,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import load_document, write_document
 from zbsolve.problem.costs import model_costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.runtime.layer_profiler import profile_layers
 from zbsolve.runtime.memory import SavedBytes
 from zbsolve.runtime.modules import ModelSpec, build_partitioned, load_layers, load_model

@@ -13,10 +13,11 @@ from zbsolve.core.schedule import Pair, pair_count, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import unpaired
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN
-from zbsolve.planning.baselines import BaselineSetting, baseline_rows
+from zbsolve.planning.baselines import baseline_rows
+from zbsolve.planning.runs import BaselineSetting
 from zbsolve.planning.planner import plan
 from zbsolve.problem.costs import model_costs
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.schedulers.builtins import builtin_schedule
 
 P, M = 2, 6

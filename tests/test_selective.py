@@ -21,9 +21,9 @@ from zbsolve.io.exports import export_document
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.estimate.hf_config import architecture
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute import Recompute, described, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 

@@ -19,7 +19,7 @@ from zbsolve.present.figures import Units, shown
 from zbsolve.present.frontier_chart import plot_memory_frontier, recomputes
 from zbsolve.present.plot import plot_timeline
 from zbsolve.present.tables import baselines_table
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.problem_file import Problem
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.core.simulator import simulate

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
 from zbsolve.problem.splits import (
     megatron_blocks_per_stage,

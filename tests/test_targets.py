@@ -22,7 +22,7 @@ from zbsolve.io.exports import RUNTIMES, export_document, megatron_args, read_pl
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
 runner = CliRunner()

@@ -24,7 +24,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.io.document import write_document
 from zbsolve.io.exports import read_plan
 from zbsolve.optimize.solve import solve
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.schedulers.families import make_schedule
 
 pytest.importorskip("torchtitan", reason="torchtitan is not installed (the dev extra pins 0.3.0)")

@@ -11,14 +11,14 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.io.exports import FORMATS, export_document
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
-from zbsolve.planning.configure import configure
-from zbsolve.planning.configure_result import ConfigureResult
-from zbsolve.planning.frontier import frontier
+from zbsolve.configure.choose import configure
+from zbsolve.configure.result import ConfigureResult
+from zbsolve.optimize.frontier import frontier
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 
 __all__ = [
     "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass",

@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from zbsolve.present.tables import text_table
-from zbsolve.problem.estimate.formula import estimate
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 
 CONFIGS = Path(__file__).resolve().parents[2] / "problems" / "models" / "configs"
 MODELS = {"llama3_8b.yaml": ("llama3-8b.json", 1), "llama3_70b_tp4.yaml": ("llama3-70b.json", 4)}

@@ -3,7 +3,7 @@
 With an optimizer barrier ("makespan", the default) a device's share of the step is the end of its last pass; for
 the paper's post-validated runtime ("span") it is that end less the start of its first pass. Either way the share
 takes the device's tail: the seconds after its last pass that still belong to its step (its gradients'
-data-parallel synchronisation left exposed and the optimizer step, ``problem.step_tail``; 0 where none is given).
+data-parallel synchronisation left exposed and the optimizer step, ``costmodel.step_tail``; 0 where none is given).
 The step is the largest share. The simulator, the formulation (and through it the backends and the bounds), the
 heuristic, the pair search and the planner read the step here, so a new term of a device's timeline is added here
 once. The step time without a barrier, the steady-state period of back-to-back steps, is ``core.step_time``'s,

@@ -94,7 +94,7 @@ class Profile(InputModel):
     """Seconds of ``t_b`` that are communication, likewise (W communicates nothing)."""
     t_tail: PerStage = 0.0
     """Seconds the stage adds to its device's step after the device's last pass (its gradients' data-parallel
-    synchronisation left exposed and its share of the optimizer step, ``problem.step_tail``): a device's tail is
+    synchronisation left exposed and its share of the optimizer step, ``costmodel.step_tail``): a device's tail is
     the sum of its stages' (``device_tails``), which ``core.objective`` adds to its share of the step."""
     overlap_saving: float = Field(OVERLAP_SAVING, ge=0.0, lt=1.0, allow_inf_nan=False)
     """Share of an overlapped pair's computation saved by running its two chunks together (``core.overlap``)."""

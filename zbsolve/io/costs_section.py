@@ -10,7 +10,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule
 from zbsolve.problem.costs import Costs, device_static_bytes
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.recompute_costs import COSTS, stage_costs

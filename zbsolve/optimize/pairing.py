@@ -18,7 +18,7 @@ from zbsolve.base.checks import slack
 from zbsolve.base.errors import ScheduleError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import BACKWARD, F, Op, Pair, Pass, Schedule, pair_count
+from zbsolve.core.schedule import BACKWARD, F, Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
 
 

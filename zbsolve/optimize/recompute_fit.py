@@ -22,7 +22,7 @@ from zbsolve.core.memory import peak
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.spec import Spec
 from zbsolve.problem.memory_factor import reference_peak
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, first_blocks, parse_recompute, stage_blocks
 from zbsolve.problem.request import Request, resolve

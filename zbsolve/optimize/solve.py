@@ -46,7 +46,7 @@ from zbsolve.optimize.recompute_fit import fit_recompute
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.warm_start import Best, check_time, first, floor, measure, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve

@@ -1,1 +1,1 @@
-"""Choosing partition, placement and schedule together (plan), its split bound and baselines, and the step-time-against-memory frontier."""
+"""Choosing partition, placement and schedule together (plan), its split bound, memory bound and baselines."""

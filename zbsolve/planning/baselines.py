@@ -9,26 +9,25 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import gib
 from zbsolve.core import torch_compat
-from zbsolve.core.placement import make_placement
-from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.transforms import unpaired, with_limit
+from zbsolve.core.simulator import Timeline
 from zbsolve.planning.result import Baseline
 from zbsolve.planning.targets import recompute_choices
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
+from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.problem.layout import layout_counts
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
 from zbsolve.problem.request import Request
 from zbsolve.io.exports import MEGATRON, megatron_schedule
-from zbsolve.problem.splits import megatron_split, megatron_uneven_split, torchtitan_split
-from zbsolve.schedulers.builtins import BUILTINS, COMBINED, builtin_placement, builtin_schedule
+from zbsolve.planning.runs import BaselineSetting, builtin_run
+from zbsolve.problem.splits import megatron_split, megatron_uneven_split, split_ranges
+from zbsolve.schedulers.builtins import BUILTINS
 
 SPLITS = ("uniform", "torchtitan", "megatron")
 """The splits of the baselines: equal blocks per stage, torchtitan's default, Megatron's with the embedding and
@@ -37,38 +36,6 @@ RECOMPUTED = (("uniform", FULL), ("torchtitan", FULL))
 """The splits also run with recomputation, and how: what a torchtitan user gets by turning it on."""
 MEGATRON_CHUNKS = (1, 2)
 """The virtual stages per device Megatron's split runs with its best ``--recompute-num-layers``: none and two."""
-
-
-def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, int]]:
-    """The layer ranges per stage of a baseline split; an ``InputError`` where the split does not exist."""
-    if split == "uniform":
-        return partition(model, num_stages)
-    if split == "torchtitan":
-        return torchtitan_split(model, num_stages)
-    return megatron_split(model, num_stages)
-
-
-@dataclass(frozen=True)
-class BaselineSetting:
-    """What every baseline row of a plan shares: built once by ``plan`` and passed whole."""
-
-    model: Model
-    """The model whose layers the splits divide, and whose costs the rows are simulated on."""
-    num_devices: int
-    """Pipeline devices p."""
-    num_microbatches: int
-    """Microbatches m."""
-    device_memory: int
-    """Bytes per device."""
-    reserve: int = DEFAULT_RESERVE
-    """Bytes per device kept free of stages and activations."""
-    layout: str | None = None
-    """A Megatron ``--pipeline-model-parallel-layout`` run with Megatron's schedule (None: none)."""
-    megatron_ends: tuple[int | None, int | None] = (None, None)
-    """Megatron's layers of the first and the last pipeline rank; either given adds Megatron's uneven split."""
-    overlap: bool = True
-    """Whether the runtime overlaps an F&B pair's passes (the target's ``Runtime.pairs``); else a built-in's pairs
-    (DualPipeV's) run their passes one after the other (``core.transforms.unpaired``)."""
 
 
 def baselines(model: Model, num_devices: int, num_microbatches: int, device_memory: int,
@@ -206,22 +173,6 @@ def taken_baseline(setting: BaselineSetting, top: Baseline) -> tuple[Timeline, C
     timeline, costs = builtin_run(setting, top.schedule, top.chunks, top.counts, parse_recompute(top.recompute),
                                   limited=True)
     return timeline, costs, (top.placement, top.chunks)
-
-
-def builtin_run(setting: BaselineSetting, name: str, chunks: int, counts: Sequence[int], recompute: Recompute,
-                limited: bool = False) -> tuple[Timeline, Costs]:
-    """torch's built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, on the model's
-    costs with ``recompute``, simulated (under the activation budgets where ``limited``: a schedule taken as the
-    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them (but
-    Megatron's ``COMBINED``, whose pairs Megatron overlaps); its timeline and costs. A ``ZbsolveError`` where it
-    does not run."""
-    p = setting.num_devices
-    placement = make_placement(builtin_placement(name, chunks), p, chunks)
-    profile, costs = model_costs(setting.model, placement, tuple(counts), setting.device_memory, setting.reserve,
-                                 recompute)
-    schedule = builtin_schedule(name, profile, p, setting.num_microbatches, chunks)
-    schedule = schedule if setting.overlap or name == COMBINED else unpaired(schedule)
-    return simulate(with_limit(schedule, costs.limits()) if limited else schedule), costs
 
 
 def own_order_time(model: Model, request: Request, name: str) -> float:

@@ -50,7 +50,7 @@ from zbsolve.base.interrupt import solve_or_interrupt
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved
 from zbsolve.core.placement import Placement
 from zbsolve.io.exports import check_target
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import TIMES
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs

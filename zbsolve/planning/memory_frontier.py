@@ -18,7 +18,7 @@ from zbsolve.core.simulator import simulate
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import FULL, NONE
 from zbsolve.schedulers.families import make_schedule
 

@@ -45,7 +45,8 @@ from zbsolve.core.placement import PlanPlacement, make_placement
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
 from zbsolve.optimize.solve import solve_request
-from zbsolve.planning.baselines import NOT_TIMED, BaselineSetting, builtin_run, taken_baseline, timed_baselines
+from zbsolve.planning.baselines import NOT_TIMED, taken_baseline, timed_baselines
+from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.memory_bound import menu
 from zbsolve.planning.placements import search_placements
 from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult, choice_label
@@ -54,7 +55,7 @@ from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
 from zbsolve.problem.layout import layout_counts
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import untimed
 from zbsolve.problem.recompute import FULL, described, parse_recompute, selective_known
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
@@ -106,7 +107,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     if isinstance(model, (str, os.PathLike)):
         model = Model.load(model, "zbsolve.plan")
     if not isinstance(model, Model):
-        raise InputError(f"model = {model!r} must be a zbsolve.problem.model.Model or the path of a model file")
+        raise InputError(f"model = {model!r} must be a zbsolve.costmodel.model.Model or the path of a model file")
     missing = untimed(model.layers)
     if missing:
         raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")

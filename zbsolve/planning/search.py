@@ -20,12 +20,13 @@ from zbsolve.core.step_time import StepTimes
 from zbsolve.core.transforms import with_limit
 from zbsolve.optimize.solve import solve_request
 from zbsolve.optimize.warm_start import after_search
-from zbsolve.planning.baselines import SPLITS, own_order_time, split_ranges
+from zbsolve.planning.baselines import SPLITS, own_order_time
+from zbsolve.problem.splits import split_ranges
 from zbsolve.planning.result import Candidate
 from zbsolve.planning.memory_bound import Memory
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.costs import Costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import timed
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.request import Request

@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 
 from zbsolve.base.interrupt import solve_or_interrupt
 from zbsolve.planning.memory_bound import RESOLUTION, Memory, boundaries, memory_bound
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import comm_time
 from zbsolve.core.placement import Placement
 from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved

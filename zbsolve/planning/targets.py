@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from zbsolve.base.errors import InputError
 from zbsolve.io.exports import RUNTIMES, check_target
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.splits import megatron_layout
 

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
 from zbsolve.base.units import gib
-from zbsolve.planning.configure_result import ConfigureResult
+from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.plot import Chart
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from zbsolve.planning.configure_result import ConfigureResult
+from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.tables import fmt
 
 COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "tokens/s/GPU", "MFU", "step s",

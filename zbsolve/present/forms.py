@@ -11,7 +11,7 @@ from rich.table import Table
 
 from zbsolve.base.shown import CHARTS, FORMS, Forms
 from zbsolve.optimize.result import SolveResult
-from zbsolve.planning.configure_result import ConfigureResult
+from zbsolve.configure.result import ConfigureResult
 from zbsolve.planning.result import PlanResult
 from zbsolve.present.configure_table import configure_html, configure_rich
 from zbsolve.present.figures import Units, shown

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from zbsolve.base.files import write_with
 from zbsolve.base.units import gib
-from zbsolve.planning.frontier import Frontier
+from zbsolve.optimize.frontier import Frontier
 from zbsolve.planning.memory_frontier import BlockPoint, MemoryPoint
 from zbsolve.present.figures import Units, label
 from zbsolve.present.plot import check_chart_path

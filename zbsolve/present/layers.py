@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zbsolve.base.units import gib, mib
-from zbsolve.problem.model import BLOCK, Layer, Model
+from zbsolve.costmodel.model import BLOCK, Layer, Model
 
 
 LAYER_COLUMNS = ("layer", "F ms", "B ms", "W ms", "mem_f MiB", "mem_b MiB", "mem_w MiB", "static GiB", "out MiB")

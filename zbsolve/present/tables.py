@@ -18,7 +18,7 @@ from zbsolve.optimize.result import status_text
 from zbsolve.present.figures import Units, label
 
 if TYPE_CHECKING:
-    from zbsolve.planning.frontier import Frontier
+    from zbsolve.optimize.frontier import Frontier
 
 FRONTIER_COLUMNS = ("placement", "factor", "mem_limit", "paper_bubble", "bubble_rate", "status", "gap")
 """Columns of the frontier table: a row per (placement, limit), then a row per family point."""

@@ -1,1 +1,1 @@
-"""What a user gives: model descriptions and their partitions, costs per device, problem files, estimates from a Hugging Face config, and the one typed request."""
+"""What a user gives: model descriptions cut into partitions, costs per device, problem files, and the one typed request."""

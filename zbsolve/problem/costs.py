@@ -1,6 +1,6 @@
 """Where a problem's costs come from: a model cut into stages, and the device memory around the activations.
 
-A model (``zbsolve.problem.model``) and a partition give the per-stage profile; each device's activation budget is its
+A model (``zbsolve.costmodel.model``) and a partition give the per-stage profile; each device's activation budget is its
 memory minus the static bytes (weights, gradients, optimizer states) of the stages it holds minus a reserve.
 """
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InfeasibleError, MemoryLimitError
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute import NONE, Recompute
 from zbsolve.problem.partition import held_static_bytes, module_names, partition, stage_profile
-from zbsolve.problem.step_tail import stage_tails
+from zbsolve.costmodel.step_tail import stage_tails
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import Timeline
@@ -173,7 +173,7 @@ def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
 
 def default_device_memory(model: Model) -> int | None:
     """The memory of the GPU preset the model's costs are for, or None when it names none."""
-    from zbsolve.problem.estimate.gpus import GPUS
+    from zbsolve.costmodel.gpus import GPUS
 
     gpu = model.setting.gpu if model.setting is not None else None
     return GPUS[gpu].memory_bytes if gpu in GPUS else None

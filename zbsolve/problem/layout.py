@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 
 SYMBOLS = "EtmL"
 """The layer symbols Megatron knows: embedding, transformer block, MTP layer, loss."""

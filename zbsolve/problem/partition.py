@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
-from zbsolve.problem.model import Layer, Model
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute_costs import COSTS, stage_costs
 
 

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validato
 
 from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.base.inputs import InputModel, load_mapping
 from zbsolve.base.kinds import MODEL, PROBLEM, PROFILE, check_kind, file_kind
 from zbsolve.core.profile import Profile

@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import RECOMPUTE_MODULES, Model
+from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model
 
 
 

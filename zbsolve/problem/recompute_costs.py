@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 
 COSTS = ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "mem_r", "comm_f", "comm_b")
 """A layer's or a stage's pass times, memory deltas, the memory its B holds while it runs, and the communication

@@ -17,7 +17,7 @@ from zbsolve.core.spec import Spec, make_spec
 from zbsolve.core.objective import check_objective
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
 from zbsolve.problem.memory_factor import factor_limit
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]

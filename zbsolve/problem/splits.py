@@ -1,7 +1,7 @@
 """The stage splits two training frameworks make by default, reproduced over a ``Model``, and the
 ``--pipeline-model-parallel-layout`` string Megatron takes for any split (``layout.py`` reads one back).
 
-Every split is half-open ranges of ``model.layers`` per stage (what ``zbsolve.problem.model.partition`` returns); the
+Every split is half-open ranges of ``model.layers`` per stage (what ``zbsolve.costmodel.model.partition`` returns); the
 frameworks deal out only the repeated blocks (``Layer.block``), so the layers before the first block (the
 embedding) go to the first stage, those after the last block (MTP layers, final norm and head) to the last, and a
 non-block layer between blocks stays with the block before it, as in ``partition(model, n, "uniform")``.
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.layout import layer_symbols
-from zbsolve.problem.model import Model
-from zbsolve.problem.partition import check_ranges
+from zbsolve.problem.partition import check_ranges, partition
 
 # -- torchtitan ------------------------------------------------------------------------------------------------
 
@@ -251,3 +251,12 @@ def _ranges(model: Model, counts: Sequence[int], what: str) -> list[tuple[int, i
             side = "before its first block" if s == 0 else "after its last block"
             raise InputError(f"{what} gives stage {s} no blocks, and model {model.name} has no layer {side}")
     return check_ranges(model, list(zip(starts, ends)))
+
+
+def split_ranges(split: str, model: Model, num_stages: int) -> list[tuple[int, int]]:
+    """The layer ranges per stage of a baseline split; an ``InputError`` where the split does not exist."""
+    if split == "uniform":
+        return partition(model, num_stages)
+    if split == "torchtitan":
+        return torchtitan_split(model, num_stages)
+    return megatron_split(model, num_stages)

@@ -1,4 +1,4 @@
-"""Measure a model's per-layer costs, the ``zbsolve.problem.model.Model`` that ``zbsolve profile --per-layer`` writes.
+"""Measure a model's per-layer costs, the ``zbsolve.costmodel.model.Model`` that ``zbsolve profile --per-layer`` writes.
 
 Each layer runs alone on one microbatch, on the previous layer's output as a fresh leaf; the last layer (the head)
 takes the loss. F, B and W are timed and their memory counted as ``profiler.measure_stage`` does for a stage, with
@@ -18,7 +18,7 @@ import statistics
 import torch
 from torch import nn
 
-from zbsolve.problem.model import Layer, Model, Setting
+from zbsolve.costmodel.model import Layer, Model, Setting
 from zbsolve.runtime.modules import LayeredModel, NamedLayer
 from zbsolve.runtime.profiler import ProfileOptions, measure_chain
 

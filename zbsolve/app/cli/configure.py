@@ -16,7 +16,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import parse_bytes
-from zbsolve.planning.configure_result import ConfigureResult
+from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.configure_table import configure_table, lines
 from zbsolve.present.plot import check_chart_path
 
@@ -63,7 +63,7 @@ def configure(
     --dtype fp8 --time-limit 120
     """
     began = command_began()  # loading counts against the limit
-    from zbsolve.planning.configure import configure as run
+    from zbsolve.configure.choose import configure as run
 
     memory = None if device_memory is None else parse_bytes(device_memory, "--device-memory")
     spare = parse_bytes(reserve, "--reserve", zero=True)

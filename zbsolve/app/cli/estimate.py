@@ -65,9 +65,9 @@ def estimate(
 
     Example: zbsolve estimate problems/models/configs/llama3-8b.json --gpu h100 --seq-len 8192 -b 1 -o llama3-8b.yaml
     """
-    from zbsolve.problem.estimate.formula import estimate as estimate_model
-    from zbsolve.problem.estimate.notes import flops_note, method_note
-    from zbsolve.problem.estimate.hf_config import architecture
+    from zbsolve.costmodel.estimate import estimate as estimate_model
+    from zbsolve.costmodel.notes import flops_note, method_note
+    from zbsolve.costmodel.hf_config import architecture
     from zbsolve.present.layers import LAYER_HEADERS, layer_rows
 
     check_output(output, "--output", [config])

@@ -12,7 +12,7 @@ from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, interrupti
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS
-from zbsolve.planning.frontier import DEFAULT_PLACEMENTS
+from zbsolve.optimize.frontier import DEFAULT_PLACEMENTS
 from zbsolve.present.figures import Units
 from zbsolve.present.frontier_chart import check_chart, save_frontier_chart
 from zbsolve.present.tables import fmt, frontier_table
@@ -39,7 +39,7 @@ def frontier(
 
     Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
     """
-    from zbsolve.planning.frontier import frontier as run_frontier  # looked up when run: a test wraps it
+    from zbsolve.optimize.frontier import frontier as run_frontier  # looked up when run: a test wraps it
 
     if output:
         check_output(output, "--output", [problem])

@@ -22,7 +22,7 @@ from zbsolve.planning.planner import plan as run_plan
 from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import baselines_table, records_table
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.request import PLAN_TIME_LIMIT
 
 

@@ -59,7 +59,7 @@ def predict(
     Example: zbsolve predict problems/models/configs/llama3-70b.json --gpu h100 --dtype bf16 --seq-len 8192
     --microbatch-size 1 --global-batch 128 --gpus 64 --tp 4 --pp 8 --vp 5
     """
-    from zbsolve.planning.predict import BREAKDOWN_NOTE, Configuration, predict as run
+    from zbsolve.configure.predict import BREAKDOWN_NOTE, Configuration, predict as run
 
     if layout is not None and partition is not None:
         raise InputError("--layout and --partition: give one")

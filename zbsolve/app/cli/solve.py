@@ -31,7 +31,7 @@ from zbsolve.optimize.solve import solve_request
 from zbsolve.present.figures import Units, published_rows
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.problem_file import Problem, load_input
 from zbsolve.problem.request import SOLVERS, TIME_LIMIT, Request
 

@@ -27,7 +27,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.io.exports.plan import Plan, counted
 from zbsolve.io.exports.runtime import Runtime
-from zbsolve.problem.model import RECOMPUTE_MODULES, Model, Setting
+from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model, Setting
 from zbsolve.problem.recompute import Recompute, leading_counts
 from zbsolve.problem.splits import megatron_layout
 from zbsolve.schedulers.builtins import COMBINED, megatron_builtin

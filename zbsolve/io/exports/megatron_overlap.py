@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 
 COMBINED_FLAGS = ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute")
 """The arguments that make Megatron run combined 1F1B: the overlap and the weight gradients it delays (with the

@@ -12,7 +12,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
 from zbsolve.io.document import Loaded, load_document
 from zbsolve.io.exports.runtime import Runtime, listed, refused
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import stage_blocks
 
 INDEXED = re.compile(r".+\.\d+")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement, placement_name
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import Recompute
 
 
@@ -57,7 +57,7 @@ class Runtime:
     source: str
     """Where the row was read: the runtime's files that state each column."""
     modules: tuple[str, ...] = ()
-    """The Megatron-LM modules it recomputes in every block (``problem.model.RECOMPUTE_MODULES``, the choice
+    """The Megatron-LM modules it recomputes in every block (``costmodel.model.RECOMPUTE_MODULES``, the choice
     ``modules:M,...``), with no block then recomputed whole; none for a runtime without such a choice."""
     paired_orders: tuple[str, ...] = ()
     """Its own orders whose F&B pairs it overlaps though ``pairs`` is False (Megatron's combined 1F1B): a document

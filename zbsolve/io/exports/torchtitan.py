@@ -32,10 +32,10 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.core.placement import Placement
-from zbsolve.io.exports.plan import Plan, counted
+from zbsolve.io.exports.plan import Plan
 from zbsolve.io.exports.runtime import Runtime
 from zbsolve.io.torch_csv import checked_csv
-from zbsolve.problem.model import Setting
+from zbsolve.costmodel.model import Setting
 
 TORCHTITAN_VERSION = "0.3.0"
 """The torchtitan release whose config keys, stage placement and activation checkpointing the torchtitan export

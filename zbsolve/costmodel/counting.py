@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.hf_config import attended_pairs, read_config
+from zbsolve.costmodel.hf_config import attended_pairs, read_config
 
 ATTENTION = "sdpa"
 """The attention implementation the model is built with without flash attention: torch's

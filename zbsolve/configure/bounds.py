@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from zbsolve.core.overlap import most_saved
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.planning.predict import Configuration, memory_of
+from zbsolve.configure.predict import Configuration, memory_of
 from zbsolve.problem.costs import Costs
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs
-from zbsolve.problem.step_tail import device_tail
+from zbsolve.costmodel.step_tail import device_tail
 
 
 class Whole:
@@ -61,7 +61,7 @@ def group_bound(whole: Whole, num_microbatches: int, pp: int, recompute: Recompu
     device's share, at least the average one, its passes and its tail (``core.objective``). Every microbatch's F, B
     and W of every layer over ``pp`` devices, less what overlapped pairs could save (``core.overlap.most_saved``,
     each pass in one pair at most; nothing unless ``paired``), and the devices' tails: each device's
-    (``problem.step_tail``) grows with its parameters, by less for each added one (the last bucket, one latency),
+    (``costmodel.step_tail``) grows with its parameters, by less for each added one (the last bucket, one latency),
     and is 0 without any, so together they are at least the tail of one device holding every parameter. Where pairs
     save nothing, microbatch 0 runs the F then the B of every layer one after the other. Blocks a split chooses to
     recompute (uniform:N) are timed as not recomputed (``Whole.profile``), and what pairs save grows by less than

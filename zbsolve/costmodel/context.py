@@ -12,7 +12,7 @@ attention: only what outlasts it is exposed; B exchanges the keys and values aga
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.hf_config import Architecture
+from zbsolve.costmodel.hf_config import Architecture
 
 
 def check(seq_len: int, cp: int, flash_attention: bool, method: str) -> None:

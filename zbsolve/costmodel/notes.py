@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate import moe
-from zbsolve.problem.estimate.formula import count_parameters, reference_flops_per_token, saving_windows
-from zbsolve.problem.estimate.hf_config import Architecture, architecture
-from zbsolve.problem.model import Model
+from zbsolve.costmodel import moe
+from zbsolve.costmodel.estimate import count_parameters, reference_flops_per_token, saving_windows
+from zbsolve.costmodel.hf_config import Architecture, architecture
+from zbsolve.costmodel.model import Model
 
 
 def method_note(method: str) -> str:

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zbsolve.core.placement import Placement
-from zbsolve.problem.estimate.formula import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
-from zbsolve.problem.model import Model, StepEnd
+from zbsolve.costmodel.estimate import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
+from zbsolve.costmodel.model import Model, StepEnd
 
 OPTIMIZER_STEP_BYTES = 2 * OPTIMIZER_BYTES + GRAD_BYTES + WEIGHT_BYTES
 """HBM bytes Adam moves a parameter of its shard: reads and writes its fp32 master weight, first and second

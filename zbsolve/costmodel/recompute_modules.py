@@ -1,6 +1,6 @@
 """Megatron-LM's ``--recompute-modules`` of a block (``docs/cost-model.md``, "Megatron's recomputed modules"), per
 token on one device before tensor and expert parallelism, from the block's parts (``block``, ``moe``): what each
-module runs again inside B and the bytes F then keeps no more. ``zbsolve.problem.estimate.formula`` turns them into
+module runs again inside B and the bytes F then keeps no more. ``zbsolve.costmodel.estimate`` turns them into
 each block's ``Layer.recompute_modules``.
 
 Checked against megatron-core 0.16.1 with its default Transformer Engine layer specs
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zbsolve.problem.estimate import moe
-from zbsolve.problem.estimate.block import Part, latent_up, mlp, norm
-from zbsolve.problem.estimate.hf_config import Architecture
-from zbsolve.problem.estimate.kernels import Matmul
+from zbsolve.costmodel import moe
+from zbsolve.costmodel.block import Part, latent_up, mlp, norm
+from zbsolve.costmodel.hf_config import Architecture
+from zbsolve.costmodel.kernels import Matmul
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def discarded(part: Part) -> Redo:
 
 
 def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
-    """The modules block ``index`` has (``problem.model.RECOMPUTE_MODULES``), each recomputed alone: the attention
+    """The modules block ``index`` has (``costmodel.model.RECOMPUTE_MODULES``), each recomputed alone: the attention
     core; the norms that are modules of their own (latent attention's input norm, the norm before the experts);
     latent attention's up-projections; the dense MLP with its fused norm, or the MoE layer (router, routed and
     shared experts, its input kept), the experts' activation functions and the shared experts."""

@@ -10,7 +10,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from zbsolve.problem.estimate.gpus import GPUS, Gpu
+from zbsolve.costmodel.gpus import GPUS, Gpu
 
 TILE = (128, 128)
 """Output tile of one thread block of a Hopper matrix product (rows, columns): the tile of CUTLASS 3's default

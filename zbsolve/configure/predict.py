@@ -1,6 +1,6 @@
 """One training configuration in, its figures out (``zbsolve predict``): the model estimated for its GPUs and
 parallelism, cut into the pipeline's stages, run with one built-in order on the simulator, its step ended as the
-runtime ends it (``problem.step_tail``).
+runtime ends it (``costmodel.step_tail``).
 
 The data-parallel degree is what the GPUs leave after tensor, pipeline and context parallelism, the microbatches
 what the global batch leaves after the data-parallel replicas; a configuration that does not divide is refused in
@@ -20,15 +20,16 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB, MIB, gib
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
-from zbsolve.planning.baselines import BaselineSetting, builtin_run, split_ranges
+from zbsolve.planning.runs import BaselineSetting, builtin_run
+from zbsolve.problem.splits import split_ranges
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.problem.estimate.formula import estimate, reference_flops_per_token
-from zbsolve.problem.estimate.gpus import get_gpu
+from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
+from zbsolve.costmodel.gpus import get_gpu
 from zbsolve.problem.layout import layout_counts
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
-from zbsolve.problem.step_tail import device_params, device_tail
+from zbsolve.costmodel.step_tail import device_params, device_tail
 from zbsolve.schedulers.builtins import BUILTINS, COMBINED, megatron_builtin
 
 SPLITS = ("uniform", "torchtitan")

@@ -4,7 +4,7 @@ Throughputs are dense (no 2:4 sparsity): NVIDIA's datasheets print the sparse fi
 dense one is half of it. Memory is what the device reports to NVML (``nvidia-smi``'s ``memory.total``), not the
 datasheet's decimal GB. Link bandwidths are per direction: a datasheet's NVLink figure is the sum of both
 directions, a network figure is one NIC per GPU. The kernel model's fractions of the peaks
-(``zbsolve.problem.estimate.kernels``) were measured on a lent H100 (``problems/measured/h100/kernels.json``) and
+(``zbsolve.costmodel.kernels``) were measured on a lent H100 (``problems/measured/h100/kernels.json``) and
 are taken for the other presets as the same fractions of their datasheet peaks.
 """
 

@@ -1,8 +1,8 @@
 """The closed form's parts of a mixture-of-experts decoder's layers (``docs/cost-model.md``, "Mixture of experts"),
 per token on one device before tensor and expert parallelism: the routed and shared experts with their router, the
 entry of a multi-token prediction layer, and the bytes of an expert-parallel all-to-all; each block of any decoder
-(``block``: attention and the dense MLP from ``zbsolve.problem.estimate.block``, routed experts where the config has
-them); and the settings a mixture-of-experts estimate refuses. ``zbsolve.problem.estimate.formula`` turns a layer's
+(``block``: attention and the dense MLP from ``zbsolve.costmodel.block``, routed experts where the config has
+them); and the settings a mixture-of-experts estimate refuses. ``zbsolve.costmodel.estimate`` turns a layer's
 parts into its costs per device.
 
 Routing is assumed balanced: every device of the expert-parallel group receives as many tokens as it sends, so
@@ -14,10 +14,10 @@ each processes ``top_k`` expert MLPs per token of its own microbatch. Experts ar
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.block import Part, activation, attention, dense_mlp, half
-from zbsolve.problem.estimate.gpus import LINKS
-from zbsolve.problem.estimate.hf_config import Architecture
-from zbsolve.problem.estimate.kernels import Matmul
+from zbsolve.costmodel.block import Part, activation, attention, dense_mlp, half
+from zbsolve.costmodel.gpus import LINKS
+from zbsolve.costmodel.hf_config import Architecture
+from zbsolve.costmodel.kernels import Matmul
 
 FP32_BYTES = 4
 """Bytes of the router's fp32 probabilities and of the top-k weights (every router here takes its softmax or

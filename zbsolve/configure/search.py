@@ -1,4 +1,4 @@
-"""The search of ``zbsolve configure`` (``planning.configure``): every shape of the space enumerated in a job of its
+"""The search of ``zbsolve configure`` (``configure.choose``): every shape of the space enumerated in a job of its
 own, then a branch and bound over the groups and configurations, each timed by ``predict`` in a job, best bound
 first, until no configuration left can enter the ``top``."""
 
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
-from zbsolve.planning.configurations import (Assessed, Dropped, Group, Space, assess, shape_groups, shape_refusal,
+from zbsolve.configure.space import (Assessed, Dropped, Group, Space, assess, shape_groups, shape_refusal,
                                              shape_size, shapes)
-from zbsolve.planning.configure_result import Counts, Ranked, Timed
-from zbsolve.planning.predict import Configuration, Prediction, predict
+from zbsolve.configure.result import Counts, Ranked, Timed
+from zbsolve.configure.predict import Configuration, Prediction, predict
 
 ENUMERATE_SHARE = 0.5
 """Share of the timing's time the enumeration may take (half the jobs at a time, the timing of what it found beside

@@ -12,7 +12,7 @@ experts over ep), the target's export of the setting, and its runtime row's plac
 
 The menus are enumerated a shape (tp, cp, pp, ep) at a time (``shape_groups``, one job of the search), in groups
 of configurations that differ only in virtual stages. Before timing, two things are known of a group and of each of
-its configurations (``planning.configuration_bounds``): whether its devices can hold their static bytes and the
+its configurations (``configure.bounds``): whether its devices can hold their static bytes and the
 activations every order holds, and a lower bound on ``predict``'s step.
 """
 
@@ -27,14 +27,14 @@ from pathlib import Path
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.core.placement import make_placement
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
-from zbsolve.planning.configuration_bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
+from zbsolve.configure.bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
                                                    memory_fits, step_bound)
-from zbsolve.planning.predict import Configuration, configured_model, degrees, memory_of
+from zbsolve.configure.predict import Configuration, configured_model, degrees, memory_of
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
-from zbsolve.problem.estimate.gpus import get_gpu
-from zbsolve.problem.estimate.hf_config import architecture
-from zbsolve.problem.model import Model
+from zbsolve.costmodel.gpus import get_gpu
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_placement, megatron_builtin

@@ -1,14 +1,14 @@
 """Estimated costs: a ``Model`` from a Hugging Face ``config.json`` of a dense decoder (Llama, Mistral, Qwen2,
 GPT-2, GPT-NeoX) or of a mixture-of-experts one (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), whose blocks'
-parts come from ``zbsolve.problem.estimate.block`` and ``zbsolve.problem.estimate.moe`` (the other layers' from
-``zbsolve.problem.estimate.layer_costs``), and the closed-form cost model of ``docs/cost-model.md``: each pass's
-kernels timed by ``zbsolve.problem.estimate.kernels`` (products by shape, flash attention, memory-bound kernels;
+parts come from ``zbsolve.costmodel.block`` and ``zbsolve.costmodel.moe`` (the other layers' from
+``zbsolve.costmodel.layer_costs``), and the closed-form cost model of ``docs/cost-model.md``: each pass's
+kernels timed by ``zbsolve.costmodel.kernels`` (products by shape, flash attention, memory-bound kernels;
 or, with an explicit efficiency, FLOPs over a share of the peak), FP8 products under Transformer Engine's recipe,
 activation bytes after Korthikanti et al. 2022, static bytes of mixed-precision Adam after the ZeRO paper,
 expert-parallel all-to-alls over NVLink or the network. Every figure is per device of the tensor-parallel group. With
 ``method="count"`` the FLOPs and activation bytes are counted by torch on the transformers model instead
-(``zbsolve.problem.estimate.counting``); the rest stays the closed form's. The config is read by
-``zbsolve.problem.estimate.hf_config``.
+(``zbsolve.costmodel.counting``); the rest stays the closed form's. The config is read by
+``zbsolve.costmodel.hf_config``.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import functools
 import math
 from pathlib import Path
 
-from zbsolve.problem.estimate import context, counting, moe, recompute_modules
-from zbsolve.problem.estimate.block import Part, core_flops
+from zbsolve.costmodel import context, counting, moe, recompute_modules
+from zbsolve.costmodel.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
-from zbsolve.problem.estimate.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
-from zbsolve.problem.estimate.hf_config import Architecture, architecture, attended_pairs
-from zbsolve.problem.estimate.kernels import Kernels, Matmul, fp8_casts, fp8_saved
-from zbsolve.problem.estimate.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
+from zbsolve.costmodel.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
+from zbsolve.costmodel.hf_config import Architecture, architecture, attended_pairs
+from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved
+from zbsolve.costmodel.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
                                                   output_costs, probability_bytes, with_counts)
 from zbsolve.core.profile import paper_deltas
-from zbsolve.problem.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
+from zbsolve.costmodel.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
 """Bytes per element of weights and activations, by ``dtype`` (under FP8 both stay BF16 between kernels:
@@ -94,17 +94,17 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
-    ``cp`` splits each sequence (``zbsolve.problem.estimate.context``: ring attention); ``zero=1`` shards the
+    ``cp`` splits each sequence (``zbsolve.costmodel.context``: ring attention); ``zero=1`` shards the
     optimizer states over the ``dp`` x ``cp`` replicas, ``zero=3`` (FSDP) also the weights and gradients, each layer
     gathering its parameters before F and B and reduce-scattering its gradients after W, each transfer overlapped
     with the passes of the layer before it (FSDP2's prefetching): only what outlasts its pass is added to it.
     With ``step`` (None: where there are several replicas or ZeRO) ``Model.step`` says how the step ends
-    (``problem.step_tail``), with Megatron's ``overlap_grad_reduce`` and ``overlap_param_gather``; each layer
+    (``costmodel.step_tail``), with Megatron's ``overlap_grad_reduce`` and ``overlap_param_gather``; each layer
     records its ``params``. ``link`` ("nvlink" or "network") carries the activations between stages. Layers are
     named as torchtitan names them: ``tok_embeddings``, ``layers.0``, ..., ``norm``, ``output``. A block whose
     sliding window is shorter than ``seq_len`` counts the attention scores of ``attended_pairs`` under flash
     attention. ``method`` (``METHODS``): "count" takes each layer's FLOPs and activation bytes from
-    ``zbsolve.problem.estimate.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
+    ``zbsolve.costmodel.counting`` (divided over ``tp``, rounded up) and the rest from the closed form.
 
     A mixture-of-experts config (``moe``) spreads its routed experts over ``ep`` devices, whole (not split by
     ``tp``), and runs two all-to-alls in F and two in B of each block with experts, their seconds in t_f and t_b and
@@ -117,7 +117,7 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     time (``hiding``: Transformer Engine's userbuffers overlap, torch's AsyncTP); off by default, as in both
     runtimes, every collective then adds its time.
 
-    Times come from each pass's kernels (``zbsolve.problem.estimate.kernels``); an ``efficiency`` in (0, 1] times
+    Times come from each pass's kernels (``zbsolve.costmodel.kernels``); an ``efficiency`` in (0, 1] times
     FLOPs and the end layers' HBM bytes at that share of the preset's BF16 peaks instead. ``dtype="fp8"`` runs the
     linear layers' products in FP8 (Transformer Engine), keeps their FP8 weight copies and saves their inputs in
     FP8 for the backward.

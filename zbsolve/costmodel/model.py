@@ -207,7 +207,7 @@ class Setting(InputModel):
     dtype: str = "bf16"
     """Type of weights and activations."""
     gpu: Optional[str] = None
-    """The GPU preset of an estimate (zbsolve.problem.estimate.gpus), or the device measured on."""
+    """The GPU preset of an estimate (zbsolve.costmodel.gpus), or the device measured on."""
     efficiency: Optional[float] = Field(None, gt=0, le=1, allow_inf_nan=False)
     """Fraction of the peak throughput an estimate assumes."""
 
@@ -223,7 +223,7 @@ class Setting(InputModel):
 
 class StepEnd(InputModel):
     """How a step ends after a device's last pass: its gradients synchronised over the data-parallel replicas and
-    the optimizer step (``problem.step_tail`` times it from each device's ``Layer.params``)."""
+    the optimizer step (``costmodel.step_tail`` times it from each device's ``Layer.params``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     what: ClassVar[str] = "step"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.shown import Shown
-from zbsolve.planning.predict import BREAKDOWN, Configuration, Prediction
+from zbsolve.configure.predict import BREAKDOWN, Configuration, Prediction
 from zbsolve.planning.result import PlanResult
 
 EXPORTS = {"megatron": "megatron", "torchtitan": "torchtitan", "zbsolve": None}
@@ -122,7 +122,7 @@ class Counts:
     """How many configurations the search enumerated, and what became of each."""
 
     enumerated: int
-    """Every combination of the degrees' menus (``planning.configurations``)."""
+    """Every combination of the degrees' menus (``configure.space``)."""
     invalid: int
     """Refused: degrees that do not divide, the estimate's rules, the target's runtime row or export."""
     pruned_memory: int

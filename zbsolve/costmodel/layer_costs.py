@@ -1,4 +1,4 @@
-"""One layer's costs before the estimate turns them into times (``zbsolve.problem.estimate.formula``): the record of
+"""One layer's costs before the estimate turns them into times (``zbsolve.costmodel.estimate``): the record of
 a layer's FLOPs, memory-bound traffic, collectives, activation and parameter bytes per pass (``LayerCosts``), the
 microbatch's share on one device (``Shard``), what each tensor-parallel collective can hide behind under overlap
 (``hiding``), and the layers around the blocks: the embedding, the final norm and the head with its loss.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from zbsolve.problem.estimate import counting
-from zbsolve.problem.estimate.hf_config import Architecture
-from zbsolve.problem.estimate.kernels import Kernels, Matmul
+from zbsolve.costmodel import counting
+from zbsolve.costmodel.hf_config import Architecture
+from zbsolve.costmodel.kernels import Kernels, Matmul
 
 ID_BYTES = 8
 """Bytes of a token id (int64), which the embedding keeps for its weight gradient."""

@@ -1,8 +1,8 @@
 """The closed form's parts of a decoder block (``docs/cost-model.md``), per token on one device before tensor and
 expert parallelism, written once for every decoder the estimate takes: attention (grouped-query heads, or
 DeepSeek's latent attention) and the dense MLP, each with the norm before it and the hidden dropout after it.
-``zbsolve.problem.estimate.moe`` adds the routed experts and a multi-token prediction layer's entry;
-``zbsolve.problem.estimate.formula`` turns a layer's parts into its costs per device.
+``zbsolve.costmodel.moe`` adds the routed experts and a multi-token prediction layer's entry;
+``zbsolve.costmodel.estimate`` turns a layer's parts into its costs per device.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from zbsolve.problem.estimate.hf_config import Architecture
-from zbsolve.problem.estimate.kernels import Matmul
+from zbsolve.costmodel.hf_config import Architecture
+from zbsolve.costmodel.kernels import Matmul
 
 
 @dataclass(frozen=True)

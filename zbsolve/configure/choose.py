@@ -1,13 +1,13 @@
 """configure(): from a cluster and a global batch to the whole parallel configuration (``zbsolve configure``,
 docs/configure.md).
 
-1. **Enumerate** every configuration of the degrees' menus (``planning.configurations``), a shape (tp, cp, pp,
+1. **Enumerate** every configuration of the degrees' menus (``configure.space``), a shape (tp, cp, pp,
    ep) a job, in groups that share one estimated model and recomputation; what is refused is counted invalid.
 2. **Prune** a group, then each configuration, that cannot fit (static bytes and one microbatch's activations) and
-   order the rest by a lower bound on ``predict``'s step (``planning.configuration_bounds``): best first.
+   order the rest by a lower bound on ``predict``'s step (``configure.bounds``): best first.
 3. **Time** them with ``predict`` in that order beside the enumeration, in parallel processes or on Dask, and stop
    once every shape is enumerated and the next bound is no shorter than the ``top``-th best step timed that fits
-   (branch and bound, ``planning.configure_search``: nothing pruned beats the top).
+   (branch and bound, ``configure.search``: nothing pruned beats the top).
 4. **Refine** the best ``refine`` with ``plan`` (split, placement, order and per-stage recomputation chosen for the
    target), sharing the time left; the chosen configuration is the fastest, planned or predicted. The best
    configuration's order as ``predict`` simulated it is its plan where no plan of its own is faster (it was not
@@ -31,14 +31,14 @@ from zbsolve.base.units import gib
 from zbsolve.core.torch_compat import has_pipelining
 from zbsolve.io.exports import RUNTIMES, check_target
 from zbsolve.optimize.warm_start import after_search
-from zbsolve.planning.configurations import Space
-from zbsolve.planning.configure_result import ConfigureResult, Ranked, why_loses
-from zbsolve.planning.configure_search import ENUMERATE_SHARE, BranchAndBound, key, label
+from zbsolve.configure.space import Space
+from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
+from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
 from zbsolve.planning.planner import FINISH_SECONDS, plan
-from zbsolve.planning.predict import Configuration, configured_model, run
+from zbsolve.configure.predict import Configuration, configured_model, run
 from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE
-from zbsolve.problem.estimate.gpus import get_gpu
+from zbsolve.costmodel.gpus import get_gpu
 from zbsolve.problem.recompute import described
 from zbsolve.schedulers.builtins import builtin_placement
 
