@@ -201,7 +201,7 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
                                                                                              ended, code, said):
     import zbsolve.app.cli
     import zbsolve_cli as entry
-    from zbsolve.app.cli.common import command_began
+    from zbsolve.base import clock
 
     done = []
 
@@ -213,7 +213,7 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
         raise Ended
 
     def command():
-        assert entry.STARTED is not None and command_began() == entry.STARTED  # the limit counts from the start
+        assert clock.started is not None and clock.command_began() == clock.started  # the limit counts from the start
         print("printed")
         raise SystemExit(ended)
 
@@ -222,5 +222,5 @@ def test_the_entry_point_ends_the_process_with_the_command_s_code_once_its_outpu
     monkeypatch.setattr(entry.os, "_exit", exit_now)
     with pytest.raises(Ended):
         entry.main()
-    assert done == [("handlers", None), ("exit", code)] and entry.STARTED is None
+    assert done == [("handlers", None), ("exit", code)] and clock.started is None
     assert capsys.readouterr() == ("printed\n", said)

@@ -10,23 +10,19 @@ import signal
 import sys
 import time
 
-STARTED: float | None = None
-"""When the running ``zbsolve`` command started (``time.monotonic()``), while one runs: its time limit counts from
-here (``zbsolve.app.cli.common.command_began``)."""
-
 
 def main() -> None:
     """Import and run the command line; an interrupt while importing is one line and exit code 130. Once the command
     has returned, its output flushed and the exit handlers run, the process ends without tearing its modules down
     (torch's alone take most of a second), so that a command's time limit holds from its start to its exit."""
-    global STARTED
     began = time.monotonic()
     try:
         from zbsolve.app.cli import app
+        from zbsolve.base import clock
     except KeyboardInterrupt:
         print("interrupted: zbsolve stopped while starting", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
-    STARTED = began
+    clock.started = began  # the command's time limit counts from the process's start
     try:
         app()
     except SystemExit as ended:
@@ -34,7 +30,7 @@ def main() -> None:
     else:
         code = 0
     finally:
-        STARTED = None
+        clock.started = None
     if code is not None and not isinstance(code, int):  # sys.exit("text"): the text, and exit code 1
         print(code, file=sys.stderr)
         code = 1

@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-import zbsolve_cli
+from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.base.inputs import load_mapping
 from zbsolve.base.interrupt import exit_code, signals_as_interrupt
@@ -104,12 +104,6 @@ def cli_errors(fn: Callable) -> Callable:
                       soft_wrap=True)
             raise typer.Exit(exit_code()) from None
     return wrapper
-
-
-def command_began() -> float:
-    """When this command started (``time.monotonic()``): the ``zbsolve`` process's start where it runs as one
-    (``zbsolve_cli.STARTED``), so that its loading counts against a time limit; else now."""
-    return time.monotonic() if zbsolve_cli.STARTED is None else zbsolve_cli.STARTED
 
 
 def read_profile(path: Optional[Path]) -> Profile:
