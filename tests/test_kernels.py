@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from zbsolve.costmodel.gpus import GPUS
-from zbsolve.costmodel import formula
+from zbsolve.costmodel import estimate as estimate_module
 from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.kernels import TILE, Kernels, Matmul, attention_rate, fp8_casts
 
@@ -85,7 +85,7 @@ def test_fp8_casts_lengthen_an_fp8_block_only(monkeypatch):
     config = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
               "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128, "max_position_embeddings": 64}
     cast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
-    monkeypatch.setattr(formula, "fp8_casts", lambda matmuls, e: (0, 0, 0))
+    monkeypatch.setattr(estimate_module, "fp8_casts", lambda matmuls, e: (0, 0, 0))
     uncast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
     memory = Kernels(H100, "fp8").memory
     tokens, q_kv, f = 128, 256 + 2 * 2 * 64, 512

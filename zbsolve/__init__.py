@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from pathlib import Path
 
+from zbsolve import configure  # the package, callable as configure.choose.configure
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import UNIT, Profile
@@ -11,7 +12,6 @@ from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.io.exports import FORMATS, export_document
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
-from zbsolve.configure.choose import configure
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.optimize.frontier import frontier
 from zbsolve.planning.planner import plan
