@@ -10,7 +10,7 @@ import pytest
 from zbsolve.base.units import GIB
 from zbsolve.core.placement import Placement, interleaved, placement_name, sequential, vshape
 from zbsolve.optimize.solve import solve
-from zbsolve.planning.memory_bound import menu
+from zbsolve.planning.memory_terms import memory_terms
 from zbsolve.planning.split_bound import split_bound
 from zbsolve.costmodel.model import Layer, Model
 
@@ -73,7 +73,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_the_memory_bound_never_exceeds_the_proven_optimum(case):
     model, layout, m, memory, recompute, selective = CASES[case]
-    with_memory = split_bound(model, layout, m, memory=menu(model, recompute, "zbsolve", int(memory * GIB)))
+    with_memory = split_bound(model, layout, m, memory=memory_terms(model, recompute, "zbsolve", int(memory * GIB)))
     best = optimum(model, layout, m, memory, recompute, selective)
     assert with_memory.optimal and with_memory.bound <= best * (1 + 1e-9)
     assert with_memory.bound >= split_bound(model, layout, m).bound
@@ -84,24 +84,24 @@ def test_where_memory_binds_the_bound_rises_above_head_and_work_to_the_optimum()
     first device, m of them back to back. Head + work (m x 3 s on the last device, after its head) says far less."""
     model, layout, m, memory = blocks(2), sequential(2), 4, 2.5
     head_and_work = split_bound(model, layout, m).bound
-    with_memory = split_bound(model, layout, m, memory=menu(model, "none", "zbsolve", int(memory * GIB))).bound
+    with_memory = split_bound(model, layout, m, memory=memory_terms(model, "none", "zbsolve", int(memory * GIB))).bound
     assert head_and_work == pytest.approx(1.1 + m * 3.0)
     trip = 0.1 + 1 + 1 + 0.1  # to the second device, its F and B, and back
     assert with_memory == pytest.approx(m * (1 + trip + 1 + 1), rel=1e-6)  # F, the trip, B and W
     assert with_memory == pytest.approx(optimum(model, layout, m, memory, "none", False), rel=1e-6)
 
 
-def test_the_menu_is_what_a_plan_may_choose_layer_by_layer():
+def test_memory_terms_are_what_a_plan_may_choose_layer_by_layer():
     """A choice asked for gives its layers' options; "auto" every way the runtime's row recomputes a block, less
     those another beats in hold and in B alike."""
     model = blocks(2, selective=True)
-    room = 8 * GIB
-    assert [len(o) for o in menu(model, "none", "zbsolve", room).options] == [1, 1]
-    full = menu(model, "full", "zbsolve", room).options
+    usable = 8 * GIB
+    assert [len(o) for o in memory_terms(model, "none", "zbsolve", usable).options] == [1, 1]
+    full = memory_terms(model, "full", "zbsolve", usable).options
     assert full[1][0].hold == 2**20 and full[1][0].t_b == 2.0  # keeps its input, runs its forward again
-    auto = menu(model, "auto", "zbsolve", room).options
+    auto = memory_terms(model, "auto", "zbsolve", usable).options
     assert sorted(o.t_b for o in auto[0]) == [1.0, 1.2, 2.0]  # none, selective, whole
-    assert len(menu(model, "selective+uniform:1", "zbsolve", room).options[0]) == 2
+    assert len(memory_terms(model, "selective+uniform:1", "zbsolve", usable).options[0]) == 2
 
 
 def test_a_device_s_stages_share_one_budget_before_its_first_b():
@@ -110,5 +110,5 @@ def test_a_device_s_stages_share_one_budget_before_its_first_b():
     all, its two stages sharing one budget (each stage alone admits two), so it idles 2.2 s beside its 24 s of work.
     On a model of blocks of one kind, the F a device runs before its first B is at most its budget at their rate."""
     model, layout, m, memory = blocks(4), vshape(2, 2), 4, 4.5
-    bound = split_bound(model, layout, m, memory=menu(model, "none", "zbsolve", int(memory * GIB))).bound
+    bound = split_bound(model, layout, m, memory=memory_terms(model, "none", "zbsolve", int(memory * GIB))).bound
     assert bound >= m * 2 * 3.0 + 4.2 - 2.0 - 1e-6

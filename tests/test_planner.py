@@ -168,7 +168,7 @@ def test_a_plan_cut_short_says_what_it_did_not_time_and_claims_nothing_of_the_re
     nothing of what would help: an untimed choice might fit."""
     from zbsolve.planning.search import Search
 
-    monkeypatch.setattr(Search, "starts", lambda self, until, running=False: not running and not self.timed)
+    monkeypatch.setattr(Search, "starts", lambda self, stop_at, running=False: not running and not self.timed)
     with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as error:
         plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="3.1GiB", reserve=0, time_limit=5,
              placement="sequential", recompute="auto", executor=pool)
@@ -272,7 +272,7 @@ def test_a_plan_keeps_to_the_placement_asked_for(planned):
 
 
 def test_chunks_auto_searches_two_to_eight_stages_per_device_that_the_layers_allow():
-    from zbsolve.planning.placements import search_placements
+    from zbsolve.planning.placement_choices import search_placements
 
     assert search_placements("interleaved", "auto", 2, 20, 8) == [("interleaved", c) for c in range(2, 9)]
     assert search_placements("vshape", "auto", 2, 20, 8) == [("vshape", c) for c in (2, 4, 6, 8)]
@@ -304,7 +304,7 @@ def test_placements_dropped_from_the_search_are_named_with_why():
     """``--chunks 100`` over 8 devices of 83 layers leaves the sequential placement alone, and says so; an odd count
     drops the V-shape alone (``auto`` takes it for the interleaved placement too); counts of ``--chunks auto`` over
     the layers or the size limit are named together."""
-    from zbsolve.planning.placements import search_placements
+    from zbsolve.planning.placement_choices import search_placements
 
     def searched(*args):
         notes: list[str] = []
@@ -329,7 +329,7 @@ def test_placements_dropped_from_the_search_are_named_with_why():
 
 
 def test_chunks_asked_for_with_a_placement_that_cannot_take_them_is_refused_naming_chunks(tmp_path):
-    from zbsolve.planning.placements import search_placements
+    from zbsolve.planning.placement_choices import search_placements
 
     with pytest.raises(InputError, match=r"^chunks = 100: interleaved over 8 devices with 100 stages per device is "
                                          r"800 stages, and the model has 83 layers \(at most 10 stages per device\)$"):
@@ -378,7 +378,7 @@ def test_every_option_is_timed_once_before_any_is_timed_twice():
     with cf.ThreadPoolExecutor(1) as pool:
         search = Search(act_heavy(), request, time.monotonic() + 60, pool, 1, [], None)
         asked: list[list[tuple]] = []
-        search.time_all = lambda jobs, until: asked.append(jobs) or []
+        search.time_all = lambda jobs, stop_at: asked.append(jobs) or []
         bounds(search, options, 2.0, time.monotonic() + 60)
     early, jobs = asked
     assert len(early) == 1 and early[0][:3] == options[0]  # timed while the bound models run

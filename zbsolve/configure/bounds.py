@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zbsolve.core.overlap import most_saved
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.configure.predict import Configuration, memory_of
@@ -17,6 +16,7 @@ from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs
 from zbsolve.costmodel.step_tail import device_tail
+from zbsolve.optimize.bound_terms import pair_saving, route_stages
 
 
 class Whole:
@@ -109,10 +109,10 @@ def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float
 
 def _saved(profile: Profile, stages: Sequence[int]) -> float:
     """The most overlapped F&B pairs could save of one microbatch's passes of ``stages`` on one device, each pass in
-    one pair at most (``core.overlap.most_saved``, which grows with the computation and the communication)."""
+    one pair at most (``optimize.bound_terms.pair_saving``, which grows with the computation and the communication)."""
     work = sum(sum(profile.durations(s)) for s in stages)
     comm = sum(profile.comm("F", s) + profile.comm("B", s) for s in stages)
-    return most_saved(work - comm, comm, profile.overlap_saving, profile.overlap_slowdown)
+    return pair_saving(work - comm, comm, profile.overlap_saving, profile.overlap_slowdown)
 
 
 def memory_fits(profile: Profile, placement: Placement, costs: Costs) -> bool:
@@ -135,10 +135,8 @@ def least_activations(profile: Profile, placement: Placement) -> list[float]:
     and what the B holds (``Profile.held_in``: a recomputed forward). A microbatch never holds less than nothing
     (its B leaves what its W reads, its W the rest), so the others only add. Not one microbatch run alone
     (``min_feasible_limits``): a recomputing B allocates what W reads, which a fused BW never holds."""
-    route = placement.routes[0]
     needs = []
-    for d in range(placement.num_devices):
-        stages = [s for s, e in enumerate(route) if e == d]
+    for stages in route_stages(placement.routes[0], placement.num_devices):
         forward = sum(profile.delta("F", s) for s in stages)
         needs.append(max(forward, max(profile.delta("F", s) + profile.held_in("B", s) for s in stages)))
     return needs
@@ -149,10 +147,9 @@ def step_bound(profile: Profile, placement: Placement, num_microbatches: int, pa
     one route): each device's share is at least the F of the stages before its first one (no pass of it can start
     before microbatch 0 reaches it; dropped where F&B pairs run, ``paired``), all of its passes one after the other
     (less what pairs could save) and its tail (``Profile.device_tails``)."""
-    route, tails = placement.routes[0], profile.device_tails(placement)
+    tails = profile.device_tails(placement)
     shares = []
-    for d in range(placement.num_devices):
-        stages = [s for s, e in enumerate(route) if e == d]
+    for d, stages in enumerate(route_stages(placement.routes[0], placement.num_devices)):
         head = 0.0 if paired else sum(profile.time("F", s) for s in range(stages[0]))
         shares.append(head + num_microbatches * _device_work(profile, stages, paired) + tails[d])
     return max(shares)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from zbsolve.optimize.bound_terms import route_stages
 from zbsolve.optimize.formulation import Formulation
 from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.schedule import B, F, W
@@ -68,7 +69,7 @@ def _multi_stage_idle(form: Formulation, d: int, lags: dict[tuple[int, int], int
     earliest start of any pass other than an F of s1 it can only run the F of s1 that fit in memory, and
     before its first B only F of its stages that fit in memory, none longer than its longest F (head);
     between the end of B(m-1, s2) and the start of B(m-1, s1) only pending B of s1 and pending W (tail)."""
-    m, stages = form.num_microbatches, [s for s, e in enumerate(form.placement.routes[0]) if e == d]
+    m, stages = form.num_microbatches, route_stages(form.placement.routes[0], form.num_devices)[d]
     s1, s2 = stages[0], stages[1]
     tf = form.duration[form.index_of(F, 0, s1)]
     begin = form.earliest[form.first[d]]

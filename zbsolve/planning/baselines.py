@@ -112,17 +112,17 @@ def _megatron_rows(setting: BaselineSetting) -> list[Baseline]:
     return rows + [best_recompute(setting, split, chunks, counts) for split, chunks, counts in megatron]
 
 
-def timed_baselines(setting: BaselineSetting, until: float) -> list[Baseline]:
-    """``baseline_rows`` until ``time.monotonic()`` reaches ``until`` (``base.interrupt.deadline``: the part being
+def timed_baselines(setting: BaselineSetting, stop_at: float) -> list[Baseline]:
+    """``baseline_rows`` until ``time.monotonic()`` reaches ``stop_at`` (``base.interrupt.deadline``: the part being
     timed then is stopped where this is the main thread, else finished): the rows of each of ``PARTS`` not timed
     by then say ``NOT_TIMED``."""
     parts: dict[str, list[Baseline]] = {}
-    if time.monotonic() < until:
+    if time.monotonic() < stop_at:
         torch_compat.has_pipelining()  # imported whole first: a module stopped halfway through its import stays broken
     try:
-        with deadline(until):
+        with deadline(stop_at):
             for part in PARTS:
-                if time.monotonic() >= until:
+                if time.monotonic() >= stop_at:
                     break
                 parts[part] = baseline_part(setting, part)
     except Deadline:

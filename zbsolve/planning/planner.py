@@ -35,31 +35,31 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor
-from zbsolve.base.units import gib
-from zbsolve.core.placement import PlanPlacement, make_placement
+from zbsolve.core.placement import PlanPlacement
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import NOT_TIMED, taken_baseline, timed_baselines
 from zbsolve.planning.runs import BaselineSetting, builtin_run
-from zbsolve.planning.memory_bound import menu
-from zbsolve.planning.placements import search_placements
-from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult, choice_label
+from zbsolve.planning.memory_terms import memory_terms
+from zbsolve.planning.placement_choices import search_placements
+from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
+from zbsolve.planning.infeasible import nothing_fits
 from zbsolve.planning.search import Search, best_of, bounds, finished, local_search
 from zbsolve.io.exports import Runtime, check_target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs
+from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory
 from zbsolve.problem.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import untimed
-from zbsolve.problem.recompute import FULL, described, parse_recompute, selective_known
+from zbsolve.problem.recompute import described, parse_recompute, selective_known
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
-from zbsolve.schedulers.one_at_a_time import min_feasible_limits
 
 BOUND_SHARE, SEARCH_SHARE = 0.15, 0.5
 """Shares of the time limit for the split bounds and for the search of partitions (the rest is the baselines' and
@@ -84,7 +84,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     interleaved and V-shape) and the schedule that make a training step with an optimizer barrier shortest, with
     every device's static bytes, peak activations and ``reserve`` within ``device_memory`` (default: the model's
     GPU's). ``model`` is a ``Model`` or the path of a model file. ``chunks`` is the stages per device of the
-    interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``placements.MAX_CHUNKS``.
+    interleaved and V-shape placements (default 2), or "auto": every count from 2 to ``placement_choices.MAX_CHUNKS``.
     ``recompute`` is which blocks run their forward again inside their B (none, full, uniform:N, per-stage:N,N,...),
     "per-stage": the blocks of each stage chosen for each candidate (``optimize.recompute_fit``), selective forms
     (``problem.recompute.RECOMPUTE_FORMS``: norms and MLP activation function), or "auto": each
@@ -104,13 +104,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     (``time.monotonic()``, default now) is when the time limit started."""
     began = time.monotonic() if began is None else began
     p, m = check_count("num_devices", num_devices), check_count("num_microbatches", num_microbatches)
-    if isinstance(model, (str, os.PathLike)):
-        model = Model.load(model, "zbsolve.plan")
-    if not isinstance(model, Model):
-        raise InputError(f"model = {model!r} must be a zbsolve.costmodel.model.Model or the path of a model file")
-    missing = untimed(model.layers)
-    if missing:
-        raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
+    model = _loaded(model)
     row = check_target(target)
     request = Request(num_microbatches=m, num_devices=p, placement=placement, time_limit=time_limit,
                       pairs=row.pairs,
@@ -128,7 +122,6 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     asked = chunks if chunks in (None, "auto") else request.chunks  # None: the default, which no one asked for
     placements = runnable(target, model, search_placements(placement, asked, p, len(model.layers), m, notes.append),
                           placement, p, m, notes.append)
-    options = [(name, c, rc) for name, c in placements for rc in choices]
     memory, spare = request.device_memory, request.reserve
     assert memory is not None  # given, or the model's GPU's
     log: list[str] = []
@@ -136,76 +129,132 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     pool, release = make_executor(executor, parallel)
     search = Search(model, request, began + time_limit, pool, parallel, log, progress,
                     lambda counts: partition_refusal(target, model, counts, p) is None, row.schedule_of,
-                    menu(model, recompute, target, memory - spare))
-    # a runtime of its own order gets no final solves: the search has their time, less the baselines' share
-    searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if row.order == "planned"
-                        else time_limit * (1 - BASELINE_SHARE) - FINISH_SECONDS)
+                    memory_terms(model, recompute, target, memory - spare))
+    options = [(name, c, rc) for name, c in placements for rc in choices]
     setting = BaselineSetting(model, p, m, memory, spare, baseline_layout, megatron_ends, row.pairs)
-    interrupted, finished = False, False
+    run = _Run(search, row, target, recompute, placements, options, setting, began, time_limit)
+    _search_partitions(run, notes, release)
+    first = _search_schedule(search)
+    rows = _time_baselines(run, first)
+    best_baseline = _best_baseline(run, rows)
+    if row.order == "own":
+        kept = _own_order(search, run.setting, row)
+    else:
+        kept, run.interrupted = _final_solves(search, first, run.interrupted, best_baseline)
+    kept = _faster_baseline(run, best_baseline, kept)
+    counts = [b - a for a, b in kept.costs.ranges]
+    search.log_line(f"kept: {kept.source} on {kept.chosen[0]} x{kept.chosen[1]} {counts}: "
+                    f"{kept.timeline.makespan:.6g}s")
+    lower = min(search.bound, kept.timeline.makespan) if math.isfinite(search.bound) else None  # none: unknown
+    return PlanResult(kept.chosen[0], kept.chosen[1], kept.costs, kept.timeline, kept.source, lower, tuple(rows),
+                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), run.interrupted,
+                      described(model, kept.costs.ranges, kept.costs.recomputed, kept.costs.selective,
+                                kept.costs.modules), target, kept.times)
+
+
+@dataclass
+class _Run:
+    """A plan under way: its search, what was asked of it, and whether an interrupt came."""
+
+    search: Search
+    row: Runtime
+    """The target's row of the runtime table."""
+    target: str
+    recompute: str
+    """The recomputation asked for."""
+    placements: list[tuple[str, int]]
+    """(placement, stages per device) searched."""
+    options: list[tuple[str, int, str]]
+    """(placement, stages per device, recomputation) searched."""
+    setting: BaselineSetting
+    began: float
+    time_limit: float
+    interrupted: bool = False
+
+
+def _loaded(model: Model | str | os.PathLike) -> Model:
+    """``model``, read from its file where it is a path; an ``InputError`` where it is neither a model nor a path,
+    or where some pass time is 0 on every layer."""
+    if isinstance(model, (str, os.PathLike)):
+        model = Model.load(model, "zbsolve.plan")
+    if not isinstance(model, Model):
+        raise InputError(f"model = {model!r} must be a zbsolve.costmodel.model.Model or the path of a model file")
+    missing = untimed(model.layers)
+    if missing:
+        raise InputError(f"{model.name}: {missing} = 0 on every layer: a model needs positive F, B and W times")
+    return model
+
+
+def _search_partitions(run: _Run, notes: list[str], release: Callable[[bool], None]) -> None:
+    """Phases 1 and 2: the split bounds, then the search of partitions, until their share of the time is spent (a
+    runtime of its own order gets no final solves: the search has their time, less the baselines' share). An
+    interrupt ends them; before any partition that fits was timed, it propagates."""
+    search, began, time_limit = run.search, run.began, run.time_limit
+    searched = began + (time_limit * (BOUND_SHARE + SEARCH_SHARE) if run.row.order == "planned"
+                        else time_limit * (1 - BASELINE_SHARE) - FINISH_SECONDS)
+    finished = False
     try:
         for line in notes:
-            search.say(line)
-        bounds(search, options, time_limit * BOUND_SHARE, searched)
-        local_search(search, options, searched)
+            search.log_line(line)
+        bounds(search, run.options, time_limit * BOUND_SHARE, searched)
+        local_search(search, run.options, searched)
         finished = True
     except KeyboardInterrupt:
-        interrupted = True
+        run.interrupted = True
         if best_of(search, lambda x: True) is None:  # nothing to plan with: an interrupt, not "does not fit"
             raise
-        search.say("interrupted: planning with the best partition found so far")
+        search.log_line("interrupted: planning with the best partition found so far")
     finally:
         release(finished)
-    first = _first(search)
-    until = began + time_limit - _finish(first)
-    if first is not None and until - time.monotonic() < first[1]:
-        until = time.monotonic()  # less time than the schedule's simulation and document took: no row would fit
+
+
+def _time_baselines(run: _Run, first: tuple[PhaseSchedule, float] | None) -> list[Baseline]:
+    """Phase 3: the baselines, until the time left is what finishing takes; an interrupt leaves none."""
+    search = run.search
+    stop_at = run.began + run.time_limit - _finish_seconds(first)
+    if first is not None and stop_at - time.monotonic() < first[1]:
+        stop_at = time.monotonic()  # less time than the schedule's simulation and document took: no row would fit
     try:
-        rows = timed_baselines(setting, until)
+        rows = timed_baselines(run.setting, stop_at)
     except KeyboardInterrupt:
         if best_of(search, lambda x: True) is None:
             raise
-        interrupted, rows = True, []
-        search.say("interrupted while timing the baselines: planning with the best partition found, beside none")
-    late = sum(b.note == NOT_TIMED for b in rows)
-    if late:
-        search.say(f"baselines: {late} of {len(rows)} rows not timed within the time limit")
-    # A baseline can be the plan when it fits, and its placement, recomputation and partition are ones searched
-    # (and its order the runtime's, for a runtime that runs its own).
-    allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in placements
-               and may_take(target, recompute, b.recompute, model) and b.counts is not None
+        run.interrupted, rows = True, []
+        search.log_line("interrupted while timing the baselines: planning with the best partition found, beside "
+                        "none")
+    untimed_rows = sum(b.note == NOT_TIMED for b in rows)
+    if untimed_rows:
+        search.log_line(f"baselines: {untimed_rows} of {len(rows)} rows not timed within the time limit")
+    return rows
+
+
+def _best_baseline(run: _Run, rows: list[Baseline]) -> Baseline | None:
+    """The fastest baseline that may be the plan: it fits, and its placement, recomputation and partition are ones
+    searched (and its order the runtime's, for a runtime that runs its own). Where neither it nor any candidate
+    exists, an ``InfeasibleError`` saying what was not timed and what the closest candidate lacks."""
+    search, model, p = run.search, run.search.model, run.setting.num_devices
+    allowed = [b for b in rows if b.fits and b.step_time is not None and (b.placement, b.chunks) in run.placements
+               and may_take(run.target, run.recompute, b.recompute, model) and b.counts is not None
                and search.accepts(b.counts)
-               and row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
+               and run.row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
-        skipped = [choice_label(*option) for option in options if not any(k[:3] == option for k in search.timed)]
-        left = ([f"{len(skipped)} of {len(options)} placement and recomputation choices "
-                 f"({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''})"] * bool(skipped)
-                + [f"{late} of {len(rows)} baselines"] * bool(late))
-        cut = f"; {' and '.join(left)} not timed within the time limit: a longer one times them" if left else ""
-        raise InfeasibleError(f"no partition of {model.name} over {p} devices {'timed ' * bool(cut)}fits "
-                              f"device_memory {gib(memory):.2f} GiB (reserve {gib(spare):.2f} GiB) with any placement "
-                              f"searched{_closest(search, not cut)}{cut}")
-    top = min(allowed, key=lambda b: b.step_time, default=None)
-    if row.order == "own":
-        kept = _own_order(search, setting, row)
-    else:
-        kept, interrupted = _schedule(search, first, interrupted, top)
-    if top is not None and (kept is None or top.step_time < kept.timeline.makespan):
-        timeline, costs, (name, c) = taken_baseline(setting, top)
-        recomputed = "" if top.recompute == "none" else f" recompute {top.recompute}"
+        raise nothing_fits(search, run.options, rows, run.setting)
+    return min(allowed, key=lambda b: b.step_time, default=None)
+
+
+def _faster_baseline(run: _Run, baseline: Baseline | None, kept: PhaseSchedule | None) -> PhaseSchedule:
+    """``kept``, or ``baseline``'s schedule where it is faster (the log says so)."""
+    if baseline is not None and (kept is None or baseline.step_time < kept.timeline.makespan):
+        timeline, costs, (name, c) = taken_baseline(run.setting, baseline)
+        recomputed = "" if baseline.recompute == "none" else f" recompute {baseline.recompute}"
         if kept is None or timeline.makespan < kept.timeline.makespan:
-            kept = Kept(timeline, f"baseline {top.split} {top.schedule}{recomputed}", costs,
-                        (name, c, top.recompute))
-            own = "" if row.order == "planned" else f" ({row.label}{OWN_ORDER})"
-            search.say(f"the baseline {top.schedule}{own} on the {top.split} split{recomputed} is the best schedule "
-                       "found: taking it")
+            kept = PhaseSchedule(timeline, f"baseline {baseline.split} {baseline.schedule}{recomputed}", costs,
+                                 (name, c, baseline.recompute))
+            own = "" if run.row.order == "planned" else f" ({run.row.label}{OWN_ORDER})"
+            run.search.log_line(f"the baseline {baseline.schedule}{own} on the {baseline.split} split{recomputed} is "
+                                "the best schedule found: taking it")
     assert kept is not None  # a candidate that fits, or a baseline allowed
-    counts = [b - a for a, b in kept.costs.ranges]
-    search.say(f"kept: {kept.source} on {kept.chosen[0]} x{kept.chosen[1]} {counts}: {kept.timeline.makespan:.6g}s")
-    lower = min(search.bound, kept.timeline.makespan) if math.isfinite(search.bound) else None  # none: unknown
-    return PlanResult(kept.chosen[0], kept.chosen[1], kept.costs, kept.timeline, kept.source, lower, tuple(rows),
-                      tuple(search.timed.values()), time.monotonic() - began, "\n".join(log), interrupted,
-                      described(model, kept.costs.ranges, kept.costs.recomputed, kept.costs.selective,
-                                kept.costs.modules), target, kept.times)
+    return kept
 
 
 def _gpu_memory(model: Model) -> int:
@@ -217,37 +266,7 @@ def _gpu_memory(model: Model) -> int:
     return memory
 
 
-def _closest(search: Search, complete: bool) -> str:
-    """What the candidate closest to fitting lacks (the device, its static bytes, one microbatch's activations and
-    the reserve over the device memory) and, where the search was ``complete`` (every choice and baseline timed),
-    what would help; nothing when no candidate was timed."""
-    misses = []
-    for pl, c, rc, counts in search.timed:
-        r = search.request
-        layout = make_placement(pl, r.num_devices, c)
-        choice = parse_recompute(rc)  # per-stage counts not chosen yet: its least memory is every block's
-        profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve,
-                                     FULL if choice.undecided else choice)
-        uses = [{"static": static, "one microbatch's activations": need}
-                for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
-        d = max(range(search.request.num_devices), key=lambda d: costs.over(uses[d]))
-        misses.append((costs.over(uses[d]), pl, c, rc, counts, costs, d, uses[d]))
-    if not misses:
-        return ""
-    _, pl, c, rc, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])
-    closest = f"; the closest, {choice_label(pl, c, rc)} {list(counts)}: {costs.shortfall(d, uses)}"
-    if not complete:
-        return closest
-    if costs.over({"static": uses["static"]}) > 0:
-        helps = "more devices, or weights and optimizer states sharded further (zbsolve estimate --tp, --zero)"
-    else:
-        helps = ("more devices, a smaller microbatch or a shorter sequence (every candidate already runs one "
-                 "microbatch at a time where it must, and no baseline fits with every block recomputed)")
-    return f"{closest}; what would help: {helps}"
-
-
-
-class Kept(NamedTuple):
+class PhaseSchedule(NamedTuple):
     """A schedule a phase of the plan produced, as the simulator times it, and what it was made on."""
 
     timeline: Timeline
@@ -260,7 +279,7 @@ class Kept(NamedTuple):
     """Its step times, where the plan made them."""
 
 
-def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept | None:
+def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> PhaseSchedule | None:
     """The plan of a runtime that runs its own order (``Runtime.schedule_of``): that order on the best candidate, as
     the search timed it, under the activation budgets; no solver runs, as the runtime would not run its order."""
     best = best_of(search, lambda x: True)
@@ -270,11 +289,11 @@ def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> Kept |
     name = row.schedule_of(search.model, setting.num_devices, best.chunks, recompute)
     assert name is not None  # a row of its own order
     timeline, costs = builtin_run(setting, name, best.chunks, best.counts, recompute, limited=True)
-    search.say(f"{name}, {row.label}{OWN_ORDER}, on {best.label()} {list(best.counts)}: {timeline.makespan:.6g}s")
-    return Kept(timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute))
+    search.log_line(f"{name}, {row.label}{OWN_ORDER}, on {best.label()} {list(best.counts)}: {timeline.makespan:.6g}s")
+    return PhaseSchedule(timeline, f"{row.label}{OWN_ORDER}", costs, (best.placement, best.chunks, best.recompute))
 
 
-def _first(search: Search) -> tuple[Kept, float] | None:
+def _search_schedule(search: Search) -> tuple[PhaseSchedule, float] | None:
     """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets, with its
     step times, and the seconds these and its document's text took (``search.finished``: the search's own
     measurement where that candidate is the one it measured); None where the search timed no schedule."""
@@ -285,34 +304,35 @@ def _first(search: Search) -> tuple[Kept, float] | None:
     if measured is None or measured[0] is not candidate:
         measured = finished(candidate, schedule, costs)
     _, timeline, times, seconds = measured
-    return Kept(timeline, "heuristic", costs, (candidate.placement, candidate.chunks, candidate.recompute), times), \
-        seconds
+    chosen = (candidate.placement, candidate.chunks, candidate.recompute)
+    return PhaseSchedule(timeline, "heuristic", costs, chosen, times), seconds
 
 
-def _finish(first: tuple[Kept, float] | None) -> float:
+def _finish_seconds(first: tuple[PhaseSchedule, float] | None) -> float:
     """Seconds kept after the baselines and the final solves: ``FINISH_SECONDS``, and what a simulation, step times
-    and a document of the size of the search's schedule took (``_first``): a schedule that replaces it is simulated
-    again, and the plan's step times made and its document written."""
+    and a document of the size of the search's schedule took (``_search_schedule``): a schedule that replaces it is
+    simulated again, and the plan's step times made and its document written."""
     return FINISH_SECONDS + (0.0 if first is None else first[1])
 
 
-def _schedule(search: Search, first: tuple[Kept, float] | None, interrupted: bool,
-              baseline: Baseline | None) -> tuple[Kept | None, bool]:
+def _final_solves(search: Search, first: tuple[PhaseSchedule, float] | None, interrupted: bool,
+                  baseline: Baseline | None) -> tuple[PhaseSchedule | None, bool]:
     """The fastest candidate's schedule as the search timed it, re-simulated under its activation budgets
-    (``first``); then, unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives each less than
-    ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the ``baseline``'s split,
-    placement and recomputation where it beats every candidate (``_from_baseline``: its solve's warm starts hold the
-    handcrafted families, the baseline's schedule among them, for the formulation to improve; where none of the
-    solve's schedules fits, it is passed over); the best schedule of them all, and whether an interrupt came (an
-    interrupt during the CP-SAT solves keeps what they found and solves no more)."""
+    (``first``); then, unless an interrupt came, the ``FINALISTS`` best candidates (fewer where the time left gives
+    each less than ``SOLVE_SECONDS``) solved by CP-SAT in turn, sharing the time left, the first of them the
+    ``baseline``'s split, placement and recomputation where it beats every candidate (``_from_baseline``: its solve's
+    warm starts hold the handcrafted families, the baseline's schedule among them, for the formulation to improve;
+    where none of the solve's schedules fits, it is passed over); the best schedule of them all, and whether an
+    interrupt came (an interrupt during the CP-SAT solves keeps what they found and solves no more)."""
     if first is None:
         return None, interrupted
     best = first[0]
     ranked = sorted((x for x in search.timed.values() if math.isfinite(x.step_time)), key=lambda x: x.step_time)
     ranked = _from_baseline(baseline, ranked)
-    finalists = [] if interrupted else ranked[:int((search.left() - _finish(first)) / SOLVE_SECONDS)][:FINALISTS]
+    affordable = int((search.left() - _finish_seconds(first)) / SOLVE_SECONDS)
+    finalists = [] if interrupted else ranked[:affordable][:FINALISTS]
     for k, candidate in enumerate(finalists):
-        left = (search.left() - _finish(first)) / (len(finalists) - k)
+        left = (search.left() - _finish_seconds(first)) / (len(finalists) - k)
         if left < SOLVE_SECONDS:
             break
         request = search.request.model_copy(update={
@@ -321,20 +341,21 @@ def _schedule(search: Search, first: tuple[Kept, float] | None, interrupted: boo
         try:
             result = solve_request(search.model, request, search.progress, document=False)
         except KeyboardInterrupt:  # before this solve had a schedule: the best one so far
-            search.say(f"interrupted: cpsat on {candidate.label()} {list(candidate.counts)} stopped before it had a "
-                       "schedule")
+            search.log_line(f"interrupted: cpsat on {candidate.label()} {list(candidate.counts)} stopped before it "
+                            "had a schedule")
             return best, True
         except InfeasibleError as exc:  # the best baseline's split: the solve's own schedules may not fit it
-            search.say(f"cpsat on {candidate.label()} {list(candidate.counts)} ({candidate.origin}): {exc}")
+            search.log_line(f"cpsat on {candidate.label()} {list(candidate.counts)} ({candidate.origin}): {exc}")
             continue
-        search.say(f"cpsat on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s ({result.status})")
+        search.log_line(f"cpsat on {candidate.label()} {list(candidate.counts)}: {result.step_time:.6g}s "
+                        f"({result.status})")
         if result.step_time < best.timeline.makespan:
             assert result.costs is not None  # a solve of a model has its costs
             source = "cpsat" if candidate.origin != BASELINE else f"cpsat from the {candidate.origin}"
-            best = Kept(result.timeline, source, result.costs,
+            best = PhaseSchedule(result.timeline, source, result.costs,
                         (candidate.placement, candidate.chunks, candidate.recompute))
         if result.interrupted:
-            search.say("interrupted: the final solves stop here, with the best schedule found so far")
+            search.log_line("interrupted: the final solves stop here, with the best schedule found so far")
             return best, True
     return best, interrupted
 

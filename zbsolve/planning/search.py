@@ -23,7 +23,7 @@ from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.baselines import SPLITS, own_order_time
 from zbsolve.problem.splits import split_ranges
 from zbsolve.planning.result import Candidate
-from zbsolve.planning.memory_bound import Memory
+from zbsolve.planning.memory_terms import MemoryTerms
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.model import Model
@@ -76,9 +76,9 @@ class Search:
     """The built-in schedule the plan's runtime runs for the model over so many devices with so many stages per
     device and a recomputation whatever the plan's order (``Runtime.schedule_of``), every candidate timed with it;
     None: each timed with the heuristic's order."""
-    memory: Memory | None = None
+    memory: MemoryTerms | None = None
     """What the split bounds' memory terms read: the device memory less the reserve and the recomputation the plan
-    may choose (``memory_bound.menu``); None leaves them out."""
+    may choose (``planning.memory_terms``); None leaves them out."""
     timed: dict[tuple[str, int, str, tuple[int, ...]], Candidate] = field(default_factory=dict)
     """Every candidate timed, by (placement, chunks, recompute, counts)."""
     bound: float = math.inf
@@ -92,7 +92,8 @@ class Search:
     """The fastest candidate timed with a schedule, that schedule and its costs: the plan unless a later phase
     beats it, so that no plan is slower than a schedule its search timed."""
 
-    def say(self, line: str) -> None:
+    def log_line(self, line: str) -> None:
+        """Add ``line`` to the log and tell ``progress``."""
         self.log.append(line)
         if self.progress is not None:
             self.progress(line)
@@ -100,36 +101,36 @@ class Search:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def starts(self, until: float, running: bool = False) -> bool:
+    def starts(self, stop_at: float, running: bool = False) -> bool:
         """Whether a job may start now (beside others where ``running``): the search's first job, alone, whatever
-        the time (a plan needs one); later ones where the longest a job has taken still ends by ``until``, and by the
+        the time (a plan needs one); later ones where the longest a job has taken still ends by ``stop_at``, and by the
         deadline less twice what finishing takes (``finish``: the plan's schedule made again, its document written)."""
         if self.job_seconds is None:
             return not running and not self.timed
-        end = until if self.finish is None else min(until, self.deadline - 2 * self.finish[-1])
+        end = stop_at if self.finish is None else min(stop_at, self.deadline - 2 * self.finish[-1])
         return time.monotonic() + self.job_seconds <= end
 
-    def time_all(self, jobs: Sequence[tuple[str, int, str, tuple[int, ...], str]], until: float) -> list[Candidate]:
+    def time_all(self, jobs: Sequence[tuple[str, int, str, tuple[int, ...], str]], stop_at: float) -> list[Candidate]:
         """Time every (placement, chunks, recompute, counts, origin) not timed before, ``parallel`` at a time, each
-        started only where ``starts`` says so, so that none is left running at ``until``; the timed ones, in
+        started only where ``starts`` says so, so that none is left running at ``stop_at``; the timed ones, in
         order."""
         new: dict[tuple[str, int, str, tuple[int, ...]], str] = {}
         for pl, c, rc, counts, origin in jobs:
             if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
                 new.setdefault((pl, c, rc, counts), origin)
-        end = time.time() + until - time.monotonic()  # the wall clock a worker reads as it starts
+        end = time.time() + stop_at - time.monotonic()  # the wall clock a worker reads as it starts
         p = self.request.num_devices
         assert p is not None  # a plan's request has its devices
         waiting, running = list(new.items()), {}
         while waiting or running:
-            while waiting and len(running) < self.parallel and self.starts(until, bool(running)):
+            while waiting and len(running) < self.parallel and self.starts(stop_at, bool(running)):
                 (pl, c, rc, counts), origin = waiting.pop(0)
                 first = self.job_seconds is None  # its schedule measures finishing: it leaves time for that
                 future = self.executor.submit(time_candidate, self.model, self.request.model_copy(update={
                     "placement": pl, "chunks": c, "recompute": rc, "partition": counts, "solver": "heuristic",
                     "time_limit": CANDIDATE_SECONDS, "workers": 1, "periodic": False}),
                     self.own_schedule(self.model, p, c, parse_recompute(rc)),
-                    time.time() + FIRST_SHARE * (until - time.monotonic()) if first else end)
+                    time.time() + FIRST_SHARE * (stop_at - time.monotonic()) if first else end)
                 running[future] = (pl, c, rc, counts, origin)
             if not running:
                 break
@@ -189,16 +190,17 @@ def moves(model: Model, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
-def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, until: float) -> None:
+def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, stop_at: float) -> None:
     """Solve the split model of every placement (bound and balance, in parallel, ``seconds`` in all, at least
     ``BOUND_SECONDS`` each), keep the least split bound (``Search.bound``: an interrupt after this keeps it; unknown
-    where some placement's is not back by ``until``), then time their partitions and the baselines' splits, round
+    where some placement's is not back by ``stop_at``), then time their partitions and the baselines' splits, round
     robin over the (placement, recomputation) options."""
     layouts = []
     for name, c in dict.fromkeys((name, c) for name, c, _ in options):
         layout = make_placement(name, search.request.num_devices, c)
         if layout.num_stages > len(search.model.layers):
-            search.say(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: skipped")
+            search.log_line(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: "
+                            "skipped")
         else:
             layouts.append((name, c, layout))
     n = max(1, len(layouts))
@@ -215,20 +217,20 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                for name, c, layout in layouts for heads in (True, False)}
     # The first option's first baseline split is timed while the bound models run: the plan's first candidate (and
     # the measure of a job and of finishing, ``Search.starts``) does not wait for them.
-    first = [(name, c, rc, counts, split) for name, c, layout in layouts[:1] for counts, split in _splits(search, layout)
-             for n, k, rc in options[:1] if (n, k) == (name, c)]
-    search.time_all(first[:1], until)
+    first = [(name, c, rc, counts, split) for name, c, layout in layouts[:1]
+             for counts, split in _splits(search, layout) for n, k, rc in options[:1] if (n, k) == (name, c)]
+    search.time_all(first[:1], stop_at)
     bound, queues, late = math.inf, [], False
     for name, c, layout in layouts:
         try:
-            tight, even = (futures[name, c, heads].result(timeout=max(0.0, until - time.monotonic()))
+            tight, even = (futures[name, c, heads].result(timeout=max(0.0, stop_at - time.monotonic()))
                            for heads in (True, False))
         except cf.TimeoutError:  # the search's time is up: this placement's bound unknown, and so the plan's
             late, found = True, []
-            search.say(f"{name} x{c}: split bound unknown: not solved within the search's time")
+            search.log_line(f"{name} x{c}: split bound unknown: not solved within the search's time")
         else:
             bound = min(bound, tight.bound)
-            search.say(f"{name} x{c}: split bound " + (
+            search.log_line(f"{name} x{c}: split bound " + (
                 f"{tight.bound:.6g}s ({'proven' if tight.optimal else 'not proven'})" if math.isfinite(tight.bound)
                 else "infinite: no partition gives every stage F, B and W time and fits the device memory"))
             found = [(x.counts, origin) for x, origin in ((tight, "split bound"), (even, "balance"))
@@ -242,8 +244,8 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
     # Round robin: every option's first partition is timed before any option's second, so that a deadline leaves
     # no placement untimed.
     jobs = [job for rank in itertools.zip_longest(*queues) for job in rank if job is not None]
-    for candidate in search.time_all(jobs, until):
-        search.say(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
+    for candidate in search.time_all(jobs, stop_at):
+        search.log_line(f"{candidate.label()} {candidate.origin} {list(candidate.counts)}: {candidate.step_time:.6g}s")
 
 
 def _splits(search: Search, layout: Placement) -> list[tuple[tuple[int, ...], str]]:
@@ -259,18 +261,18 @@ def _splits(search: Search, layout: Placement) -> list[tuple[tuple[int, ...], st
     return found
 
 
-def local_search(search: Search, options: list[tuple[str, int, str]], until: float) -> None:
-    """Local search until ``until``: from each placement's best partition, then from the best partitions not yet
+def local_search(search: Search, options: list[tuple[str, int, str]], stop_at: float) -> None:
+    """Local search until ``stop_at``: from each placement's best partition, then from the best partitions not yet
     searched from, move stage boundaries by one layer while a move improves the step."""
     visited: set[tuple[str, int, str, tuple[int, ...]]] = set()
     firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks, x.recompute) == o) for o in options]
     for start in [x for x in firsts if x is not None]:
-        descend(search, start, until, visited)
-    while search.starts(until):
+        descend(search, start, stop_at, visited)
+    while search.starts(stop_at):
         start = best_of(search, lambda x: x.key() not in visited)
         if start is None:
             return
-        descend(search, start, until, visited)
+        descend(search, start, stop_at, visited)
 
 
 def best_of(search: Search, keep: Callable[[Candidate], bool]) -> Candidate | None:
@@ -279,24 +281,24 @@ def best_of(search: Search, keep: Callable[[Candidate], bool]) -> Candidate | No
     return min(found, key=lambda x: x.step_time, default=None)
 
 
-def descend(search: Search, current: Candidate, until: float, visited: set) -> None:
+def descend(search: Search, current: Candidate, stop_at: float, visited: set) -> None:
     """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
     leave the least (head + work) first, the others when none of those improves."""
     name, c, rc = current.placement, current.chunks, current.recompute
     layout = make_placement(name, search.request.num_devices, c)
     figures = Figures.of(search.model, layout, search.request.num_microbatches)
     visited.add(current.key())
-    while search.starts(until):
+    while search.starts(stop_at):
         ranked = sorted(moves(search.model, current.counts), key=figures.largest_of)
         better = None
         for batch in (ranked[:MOVES_PER_ROUND], ranked[MOVES_PER_ROUND:]):
-            found = search.time_all([(name, c, rc, counts, "move") for counts in batch], until)
+            found = search.time_all([(name, c, rc, counts, "move") for counts in batch], stop_at)
             better = min((x for x in found if x.step_time < current.step_time), key=lambda x: x.step_time,
                          default=None)
-            if better is not None or not search.starts(until):
+            if better is not None or not search.starts(stop_at):
                 break
         if better is None:
             return
         current = better
         visited.add(current.key())
-        search.say(f"{current.label()} move {list(current.counts)}: {current.step_time:.6g}s")
+        search.log_line(f"{current.label()} move {list(current.counts)}: {current.step_time:.6g}s")

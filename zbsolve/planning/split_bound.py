@@ -4,8 +4,8 @@ no schedule can beat, and a partition that reaches it.
 A device cannot start before the forward of microbatch 0 has crossed the stages before its first one (its
 head), and then runs all of its passes one at a time, so a step lasts at least head + work on every device (where a
 device holds two stages and passes communicate, its work less all the communication an overlapped pair could hide,
-``core.overlap``). The
-integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the largest head + work; its
+``core.overlap``). The integer program below (OR-Tools CP-SAT) chooses the stage boundaries that minimise the
+largest head + work; its
 optimum (or its proven bound, when the time runs out, and never less than the devices' work shared evenly) is a
 lower bound on the step time of any schedule on any partition of this placement, and its partition is where the
 planner's search starts. Given the device memory and the recomputation a plan may choose, a second model adds what
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from zbsolve.base.interrupt import solve_or_interrupt
-from zbsolve.planning.memory_bound import RESOLUTION, Memory, boundaries, memory_bound
-from zbsolve.costmodel.model import Model
-from zbsolve.problem.partition import comm_time
 from zbsolve.core.placement import Placement
-from zbsolve.core.overlap import OVERLAP_SAVING, OVERLAP_SLOWDOWN, most_saved
+from zbsolve.costmodel.model import Model
+from zbsolve.optimize.bound_terms import RESOLUTION, device_stages, least_hop, pair_saving, stage_boundaries
+from zbsolve.planning.memory_bound import memory_bound
+from zbsolve.planning.memory_terms import MemoryTerms
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class SplitBound:
 
 
 def split_bound(model: Model, placement: Placement, num_microbatches: int, *, time_limit: float = 10.0,
-                heads: bool = True, workers: int = 1, memory: Memory | None = None) -> SplitBound:
+                heads: bool = True, workers: int = 1, memory: MemoryTerms | None = None) -> SplitBound:
     """Minimise over partitions of ``model`` into ``placement``'s stages the largest (head + work) over devices;
     ``heads=False`` balances the work alone (a partition to try, whose value is no bound on the step). With
     ``memory`` (a placement of one route), the first model has two thirds of the time, and the memory model
@@ -58,8 +58,8 @@ def split_bound(model: Model, placement: Placement, num_microbatches: int, *, ti
                            time_limit if memory is None else time_limit * 2 / 3, workers)
     if memory is None or not heads or len(placement.routes) > 1 or not math.isfinite(found.bound):
         return found
-    more = memory_bound(model, placement, num_microbatches, memory, _least_hop(model), floor=found.bound,
-                        hint=found.counts, time_limit=time_limit - (time.monotonic() - began), workers=workers)
+    more = memory_bound(model, placement, num_microbatches, memory, floor=found.bound, hint=found.counts,
+                        time_limit=time_limit - (time.monotonic() - began), workers=workers)
     if more.counts is None:
         return SplitBound(more.bound, found.counts if math.isfinite(more.bound) else None, found.value, False)
     return SplitBound(more.bound, more.counts, more.value, more.optimal)
@@ -72,33 +72,32 @@ def _head_and_work(model: Model, placement: Placement, num_microbatches: int, he
     m, S, L = num_microbatches, placement.num_stages, len(model.layers)
     figures = Figures.of(model, placement, m, heads)
     work, forward, hop, held = figures.work, figures.forward, figures.hop, figures.held
-    top = m * work[-1] + (forward[-1] + S * hop if heads else 0.0)
-    scale = RESOLUTION / top if top > 0 else 1.0
+    longest = m * work[-1] + (forward[-1] + S * hop if heads else 0.0)  # the step's figure at its largest
+    scale = RESOLUTION / longest if longest > 0 else 1.0
     W = [math.floor(m * x * scale) for x in work]
     Fh = [math.floor(x * scale) for x in forward]
     H = math.floor(hop * scale)
 
     # -- variables ---------------------------------------------------------------------------------------
-    model_ = cp_model.CpModel()
-    bounds = boundaries(model_, model, S)
-    at_work = [model_.new_int_var(0, W[-1], f"w{s}") for s in range(S + 1)]
-    at_forward = [model_.new_int_var(0, max(Fh), f"f{s}") for s in range(S + 1)]
-    objective = model_.new_int_var(0, W[-1] + max(Fh) + S * H, "objective")
+    cp = cp_model.CpModel()
+    bounds = stage_boundaries(cp, model, S)
+    at_work = [cp.new_int_var(0, W[-1], f"w{s}") for s in range(S + 1)]
+    at_forward = [cp.new_int_var(0, max(Fh), f"f{s}") for s in range(S + 1)]
+    objective = cp.new_int_var(0, W[-1] + max(Fh) + S * H, "objective")
 
     # -- constraints ---------------------------------------------------------------------------------------
     for s in range(S + 1):
-        model_.add_element(bounds[s], W, at_work[s])
-        model_.add_element(bounds[s], Fh, at_forward[s])
-    for dev, stages in enumerate(held):
+        cp.add_element(bounds[s], W, at_work[s])
+        cp.add_element(bounds[s], Fh, at_forward[s])
+    for stages in held:
         first = stages[0]
-        model_.add(objective >= at_forward[first] + first * H
-                   + sum(at_work[s + 1] - at_work[s] for s in stages))
+        cp.add(objective >= at_forward[first] + first * H + sum(at_work[s + 1] - at_work[s] for s in stages))
 
     # -- objective, a hint (even blocks of layers), and solve ----------------------------------------------------
-    model_.minimize(objective)
+    cp.minimize(objective)
     for s in range(1, S):
-        model_.add_hint(bounds[s], round(s * L / S))
-    solver, status = solve_or_interrupt(model_, time_limit, workers)
+        cp.add_hint(bounds[s], round(s * L / S))
+    solver, status = solve_or_interrupt(cp, time_limit, workers)
     # A device's figure reads its stages' prefixes, each floored: the scaled figure can be off by a unit per prefix.
     slack = 2 * max(len(stages) for stages in held) + 2
     proven = max((solver.best_objective_bound - slack) / scale, figures.even_share()) if heads else 0.0
@@ -109,13 +108,6 @@ def _head_and_work(model: Model, placement: Placement, num_microbatches: int, he
     ends = [solver.value(b) for b in bounds]
     counts = tuple(b - a for a, b in zip(ends, ends[1:]))
     return SplitBound(proven, counts, figures.largest(ends), status == cp_model.OPTIMAL)
-
-
-def _least_hop(model: Model) -> float:
-    """Seconds of the cheapest move of an activation between stages, whatever the partition."""
-    if model.t_comm is not None or model.link is None:
-        return comm_time(model, [(0, len(model.layers))])
-    return min(model.link.time(layer.out_bytes) for layer in model.layers[:-1]) if len(model.layers) > 1 else 0.0
 
 
 @dataclass(frozen=True)
@@ -137,18 +129,16 @@ class Figures:
     @classmethod
     def of(cls, model: Model, placement: Placement, num_microbatches: int, heads: bool = True) -> "Figures":
         """The figures of ``model`` on ``placement``; ``heads=False`` leaves the heads out. Where a device holds two
-        stages, a layer's work is less the most a pair can save of it (``core.overlap.most_saved``, with the defaults a
-        model's stage profiles carry)."""
-        held = [sorted({s for route in placement.routes for s, d in enumerate(route) if d == dev})
-                for dev in range(placement.num_devices)]
+        stages, a layer's work is less the most a pair can save of it (``optimize.bound_terms.pair_saving``)."""
+        held = device_stages(placement)
         paired = any(len(stages) > 1 for stages in held)
         work, forward = [0.0], [0.0]
         for layer in model.layers:
             comm = (layer.comm_f or 0.0) + (layer.comm_b or 0.0)
-            saved = most_saved(layer.t_f + layer.t_b - comm, comm, OVERLAP_SAVING, OVERLAP_SLOWDOWN) if paired else 0.0
+            saved = pair_saving(layer.t_f + layer.t_b - comm, comm) if paired else 0.0
             work.append(work[-1] + layer.t_f + layer.t_b + layer.t_w - saved)
             forward.append(forward[-1] + (layer.t_f if heads else 0.0))
-        return cls(work, forward, _least_hop(model) if heads else 0.0, held, num_microbatches)
+        return cls(work, forward, least_hop(model) if heads else 0.0, held, num_microbatches)
 
     def even_share(self) -> float:
         """The devices' work shared evenly (m x every layer's work / devices): no partition leaves its busiest device

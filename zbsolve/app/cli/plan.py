@@ -17,7 +17,7 @@ from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import gib, parse_bytes
 from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
-from zbsolve.planning.placements import NOT_SEARCHED
+from zbsolve.planning.placement_choices import NOT_SEARCHED
 from zbsolve.planning.planner import plan as run_plan
 from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart

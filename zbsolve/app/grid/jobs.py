@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, Val
 
 from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
-from zbsolve.planning.placements import search_placements
+from zbsolve.planning.placement_choices import search_placements
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.problem_file import Problem
 from zbsolve.base.inputs import load_mapping, pydantic_message
