@@ -13,27 +13,23 @@ fill gaps greedily) are tried and the best schedule kept, until an optional dead
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from typing import NamedTuple
 
 from zbsolve.base.checks import check_count, check_limit, check_size, device_limits, room
 from zbsolve.base.errors import BudgetError
-from zbsolve.core.dependencies import dependencies, lag
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
 from zbsolve.core.objective import device_share, step
+from zbsolve.schedulers.heuristic_problem import EPS, INF, HeuristicProblem, warmup_counts
 from zbsolve.schedulers.one_at_a_time import check_feasible, check_one_route, one_at_a_time
 
-_EPS, _INF = 1e-9, math.inf
-"""Slack of comparisons of times; no limit."""
 _CLOCK_EVERY = 4096
 """Events between two looks at the clock when a run has a deadline."""
 
@@ -56,107 +52,28 @@ VARIANTS = tuple(Variant(a, b, c) for a in (True, False) for b in (True, False) 
 
 
 @dataclass
-class _Problem:
-    """Per-stage costs, the point-to-point lags before each F and B (``lag_f``, ``lag_b``), per-device layout."""
+class _Look:
+    """What a device's decision reads of its next passes' arrivals."""
 
-    placement: Placement
-    m: int
-    profile: Profile
-    limit: list[float]
-    """Per device, the memory it may reach (``room`` of its limit)."""
-
-    def __post_init__(self) -> None:
-        pl, pr = self.placement, self.profile
-        self.S = pl.num_stages
-        self.p, self.tails = pl.num_devices, pr.device_tails(pl)
-        self.dev = list(pl.routes[0])
-        self.stages = [[s for s in range(self.S) if self.dev[s] == d] for d in range(self.p)]
-        self.stages_back = [st[::-1] for st in self.stages]
-        self.t_f, self.t_b, self.t_w = ([pr.stage_value(n, s) for s in range(self.S)] for n in ("t_f", "t_b", "t_w"))
-        self.mem_f, self.mem_b, self.mem_w = ([pr.stage_value(n, s) for s in range(self.S)]
-                                              for n in ("mem_f", "mem_b", "mem_w"))
-        self.need_b = [need(self.mem_b[s], pr.held_in(B, s)) for s in range(self.S)]
-        """What a B needs above the memory before it: its delta, or what it holds while it recomputes."""
-        c = pr.t_comm
-        # deps[kind][s]: what pass (kind, mb, s) waits for, as (kind, stage, device, lag, duration) of mb's pass
-        self.deps = {kind: [tuple((dep.kind, dep.stage, self.dev[dep.stage], lag(c, self.dev[dep.stage], self.dev[s]),
-                                   pr.time(dep.kind, dep.stage)) for dep in dependencies(Pass(kind, 0, s), self.S))
-                            for s in range(self.S)] for kind in (F, B)}
-        self.lag_f = [lag(c, self.dev[s - 1], self.dev[s]) if s > 0 else 0.0 for s in range(self.S)]
-        self.lag_b = [lag(c, self.dev[s + 1], self.dev[s]) if s + 1 < self.S else 0.0 for s in range(self.S)]
-        self.first = [st[0] if st else -1 for st in self.stages]
-        self.footprint = [0.0] * self.p
-        self.after_first = [0.0] * self.p
-        self.reserve: list[list[tuple[int, int, int, float]]] = [[] for _ in range(self.p)]
-        self.f_need = list(self.mem_f)
-        for d, st in enumerate(self.stages):
-            if st:
-                self._reserve_table(d, st)
-
-    def _reserve_table(self, d: int, st: list[int]) -> None:
-        """Memory one microbatch still needs on device ``d``, per state, if run alone (W right after B)."""
-        deltas = [(self.mem_f[s], 0.0) for s in st]
-        for s in reversed(st):
-            deltas += [(self.mem_b[s], self.need_b[s]), (self.mem_w[s], 0.0)]
-
-        def peak_after(i: int) -> float:
-            run, top = 0.0, 0.0
-            for x, inside in deltas[i:]:
-                top = max(top, run + inside)
-                run += x
-                top = max(top, run)
-            return top
-
-        self.footprint[d] = peak_after(0)
-        self.after_first[d] = peak_after(1)
-        k = len(st)
-        states = [(0, s, st[i + 1] if i + 1 < k else -1, peak_after(i + 1)) for i, s in enumerate(st)]
-        states += [(1, st[i], st[i - 1] if i > 0 else -1, peak_after(k + 2 * (k - i))) for i in range(k)]
-        self.reserve[d] = [state for state in states if state[3] > 0]
-        self.f_need[st[0]] = max(self.footprint[d], self.mem_f[st[0]] + self.after_first[d])
-
-
-def _in_flight(limit: float, footprint: float, held: float, m: int) -> int:
-    """Microbatches a device holds in flight: k - 1 holding their forwards' memory (``held``; = ``footprint`` where
-    B and W only free memory) while one reaches its footprint."""
-    if footprint <= 0 or limit == _INF or held <= 0 <= limit - footprint:
-        return m
-    return max(1, int(limit / footprint + _EPS) if not 0 < held < footprint else
-               1 + int((limit - footprint) / held + _EPS))
-
-
-def _warmup_counts(prob: _Problem, bubble_before_first_b: bool, monotone: bool) -> list[int]:
-    """Per stage, how many F run before its first B: those that fit before the B arrives and in
-    memory; with ``monotone`` each stage keeps at least one more than the next."""
-    S, m, dev, t_f = prob.S, prob.m, prob.dev, prob.t_f
-    end_f = [0.0] * S
-    for s in range(S):
-        end_f[s] = (end_f[s - 1] + prob.lag_f[s] if s else 0.0) + t_f[s]
-    counts = [1] * S
-    arrival = end_f[S - 1]
-    for s in range(S - 1, -1, -1):
-        fp, held = prob.footprint[dev[s]], sum(prob.mem_f[x] for x in prob.stages[dev[s]])
-        limit = prob.limit[dev[s]]
-        by_memory = _in_flight(limit, fp, held, m)
-        k, busy = 1, end_f[s]
-        if s < S - 1:
-            while k < min(m, by_memory):
-                if (busy + t_f[s] > arrival + _EPS) if bubble_before_first_b else (busy >= arrival - _EPS):
-                    break
-                busy += t_f[s]
-                k += 1
-        counts[s] = k
-        arrival = max(busy, arrival) + prob.t_b[s] + (prob.lag_b[s - 1] if s else 0.0)
-    if monotone:
-        for s in range(1, S):
-            counts[s] = max(1, min(counts[s], counts[s - 1] - 1))
-    return counts
+    known: float = INF
+    """The earliest future arrival of a committed dependency."""
+    unknown: float = INF
+    """The earliest lower bound of a dependency not yet committed on another device (which tells this device when
+    it commits it)."""
+    ready_b: tuple[int, int, float] | None = None
+    """(stage, microbatch, arrival) of the B to run: arrived, the lowest microbatch."""
+    b_arrivals: list[float] = field(default_factory=list)
+    """When each stage's next B arrives, where known."""
+    need_w: bool = False
+    """Whether memory needs a W to run first."""
+    blocked_at: float = INF
+    """The earliest arrival of an F that memory holds back."""
 
 
 class _Run:
     """One event-driven greedy run; ``ops`` per device once ``run`` succeeds."""
 
-    def __init__(self, prob: _Problem, caps: list[int], variant: Variant) -> None:
+    def __init__(self, prob: HeuristicProblem, caps: list[int], variant: Variant) -> None:
         self.prob, self.caps, self.v = prob, caps, variant
         S, m, p = prob.S, prob.m, prob.p
         self.f, self.b = [0] * S, [0] * S
@@ -184,7 +101,7 @@ class _Run:
         countdown = _CLOCK_EVERY
         while events:
             now, d = heapq.heappop(events)
-            if free[d] <= now + _EPS:
+            if free[d] <= now + EPS:
                 decide(d, now)
             countdown -= 1
             if not countdown:
@@ -220,31 +137,49 @@ class _Run:
         return self.mem[d] + need <= prob.limit[d]
 
     def _decide(self, d: int, now: float) -> None:
-        """Commit device ``d``'s next pass at time ``now``, or wait for the next arrival."""
+        """Commit device ``d``'s next pass at time ``now``, or wait for the next arrival: an F where one may start
+        (``_start_f``), else the first B arrived where it fits, else a W (``_fill_w``)."""
+        look = self._look_b(d, now)
+        if self._start_f(d, now, look):
+            return
+        if look.ready_b is not None:
+            s, mb, arr = look.ready_b
+            if self.mem[d] + self.prob.need_b[s] <= self.prob.limit[d]:
+                self._commit_b(d, s, mb, max(self.free[d], arr), now)
+                return
+            look.need_w = True
+        if self.waits[d] and self._fill_w(d, now, look):
+            return
+        wake = min(look.blocked_at, look.known)
+        if wake < INF:
+            heapq.heappush(self.events, (wake, d))
+
+    def _look_b(self, d: int, now: float) -> _Look:
+        """The arrivals of device ``d``'s next B per stage: the first arrived (lowest microbatch) and the others."""
         prob, f, b = self.prob, self.f, self.b
-        free = self.free
-        t0 = free[d]
-        waits = self.waits[d]
-        ready = now + _EPS
-        # known: earliest future arrival of a committed dependency; unknown: earliest lower bound
-        # of one not yet committed on another device (which tells this device when it commits it).
-        known = unknown = _INF
-        ready_b = None
-        b_arrivals: list[float] = []
+        look = _Look()
+        ready = now + EPS
         for s in prob.stages[d]:
             mb = b[s]
             if mb < f[s]:
                 arr, lb = self._arrival(B, s, mb, d, now)
                 if arr is None:
-                    unknown = min(unknown, lb)
+                    look.unknown = min(look.unknown, lb)
                     continue
-                b_arrivals.append(arr)
+                look.b_arrivals.append(arr)
                 if arr <= ready:
-                    if ready_b is None or mb < ready_b[1]:
-                        ready_b = (s, mb, arr)
-                elif arr < known:
-                    known = arr
-        need_w, blocked_at = False, _INF
+                    if look.ready_b is None or mb < look.ready_b[1]:
+                        look.ready_b = (s, mb, arr)
+                elif arr < look.known:
+                    look.known = arr
+        return look
+
+    def _start_f(self, d: int, now: float, look: _Look) -> bool:
+        """Commit the next F of device ``d``'s highest stage whose input has arrived, that its warm-up count and
+        memory allow and that no B is held for (``_hold_f``); whether one was. Notes in ``look`` the F arriving
+        later and those memory blocks."""
+        prob, f, b = self.prob, self.f, self.b
+        ready, t0 = now + EPS, self.free[d]
         m, caps = prob.m, self.caps
         for s in prob.stages_back[d]:
             mb = f[s]
@@ -252,41 +187,39 @@ class _Run:
                 continue
             arr, lb = self._arrival(F, s, mb, d, now)
             if arr is None:
-                unknown = min(unknown, lb)
+                look.unknown = min(look.unknown, lb)
                 continue
             if not self._f_fits(d, s):
                 if arr <= ready:
-                    need_w = True
-                elif arr < blocked_at:
-                    blocked_at = arr
+                    look.need_w = True
+                elif arr < look.blocked_at:
+                    look.blocked_at = arr
             elif arr > ready:
-                known = min(known, arr)
+                look.known = min(look.known, arr)
             else:
                 begin = max(t0, arr)
-                if not (b_arrivals and self._hold_f(s, begin + prob.t_f[s], b_arrivals)):
+                if not (look.b_arrivals and self._hold_f(s, begin + prob.t_f[s], look.b_arrivals)):
                     self._commit_f(d, s, mb, begin, now)
-                    return
-        if ready_b is not None:
-            s, mb, arr = ready_b
-            if self.mem[d] + prob.need_b[s] <= prob.limit[d]:
-                self._commit_b(d, s, mb, max(t0, arr), now)
-                return
-            need_w = True
-        if waits:
-            if need_w or t0 + prob.t_w[waits[0][0]] <= min(known, unknown) + _EPS:
+                    return True
+        return False
+
+    def _fill_w(self, d: int, now: float, look: _Look) -> bool:
+        """Commit device ``d``'s oldest pending W where memory needs it, it fits before the next arrival, or an idle
+        gap it overruns is to be filled (``greedy_fill``, or leaving it would make the device's bubble the largest);
+        whether it was."""
+        t0 = self.free[d]
+        if look.need_w or t0 + self.prob.t_w[self.waits[d][0][0]] <= min(look.known, look.unknown) + EPS:
+            self._commit_w(d, now)
+            return True
+        if look.unknown >= look.known and look.known < INF:
+            if look.known - t0 > self.max_bubble - self.bubble[d] + EPS:
                 self._commit_w(d, now)
-                return
-            if unknown >= known and known < _INF:
-                if known - t0 > self.max_bubble - self.bubble[d] + _EPS:
-                    self._commit_w(d, now)
-                    return
-                self.mattered.add("greedy_fill")
-                if self.v.greedy_fill:
-                    self._commit_w(d, now)
-                    return
-        wake = min(blocked_at, known)
-        if wake < _INF:
-            heapq.heappush(self.events, (wake, d))
+                return True
+            self.mattered.add("greedy_fill")
+            if self.v.greedy_fill:
+                self._commit_w(d, now)
+                return True
+        return False
 
     def _arrival(self, kind: str, s: int, mb: int, d: int, now: float) -> tuple[float | None, float]:
         """When the inputs of pass (``kind``, ``mb``, ``s``) on device ``d`` arrive, and that time again; while
@@ -297,7 +230,7 @@ class _Run:
             end = self.ends[dep_kind][dep_stage][mb]
             if end < 0:
                 if producer == d:
-                    return None, _INF
+                    return None, INF
                 return None, max(self.free[producer], now) + duration + gap
             arrival = max(arrival, end + gap)
         return arrival, arrival
@@ -305,7 +238,7 @@ class _Run:
     def _hold_f(self, s: int, f_end: float, b_arrivals: list[float]) -> bool:
         """Whether an F ending at ``f_end`` waits for a B that arrives before then (prioritize_b)."""
         if (not self.v.prioritize_b and "prioritize_b" in self.mattered) or s + 1 >= self.prob.S \
-                or self.f[s] < self.f[s + 1] + 2 or min(b_arrivals) >= f_end - _EPS:
+                or self.f[s] < self.f[s + 1] + 2 or min(b_arrivals) >= f_end - EPS:
             return False
         self.mattered.add("prioritize_b")
         return self.v.prioritize_b
@@ -334,7 +267,7 @@ class _Run:
 
     def _notify(self, consumer: int, d: int, now: float) -> None:
         """Wake an idle ``consumer``: the arrival it waits for is now known."""
-        if consumer != d and self.free[consumer] <= now + _EPS:
+        if consumer != d and self.free[consumer] <= now + EPS:
             heapq.heappush(self.events, (now, consumer))
 
     def _place(self, d: int, op: Pass, begin: float, duration: float, delta: float, now: float) -> float:
@@ -375,11 +308,11 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
     profile = profile.expand(placement.num_stages)
     limits = device_limits(mem_limit, placement.num_devices)
     check_feasible(profile, placement, limits)
-    prob = _Problem(placement, m, profile, [room(lim) for lim in limits])
+    prob = HeuristicProblem(placement, m, profile, [room(lim) for lim in limits])
     best: _Run | None = None
     done: list[tuple[list[int], Variant, set[str]]] = []
     for monotone, variant in product((True,) if prob.S == prob.p else (True, False), VARIANTS):
-        caps = _warmup_counts(prob, variant.bubble_before_first_b, monotone)
+        caps = warmup_counts(prob, variant.bubble_before_first_b, monotone)
         if any(c == caps and _same_run(v, mattered, variant) for c, v, mattered in done):
             continue
         try:
