@@ -99,25 +99,41 @@ def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, 
 
 
 def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str]) -> None:
-    """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``; the warm starts
-    leave time for the formulation, the bound, a search and its re-simulation when these take at most half of what
-    is left."""
-    solver, objective = request.solver, request.objective
-    workers, seed = request.workers or os.cpu_count() or 1, request.seed
+    """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``: the warm starts, the
+    formulation and its lower bounds, the solver's search."""
+    workers = request.workers or os.cpu_count() or 1
+    if not _warm_starts(spec, request, budget, log, best, tried, workers):
+        return
+    bounded = _bounds(spec, request, budget, log, best, workers)
+    if bounded is None or not budget.allows("search", log, budget.cost("re-simulate")):
+        return
+    form, lower = bounded
+    _solver_search(form, lower, request, budget, log, best, workers)
+
+
+def _warm_starts(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str],
+                 workers: int) -> bool:
+    """The families and the warm starts, leaving time for the formulation, the bound, a search and its
+    re-simulation when these take at most half of what is left; whether the later phases may run."""
     families = floor(spec, budget, log, best, tried)
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
     warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best, workers,
                request.periodic)
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
-        return
-    if spec.profile.backward_allocates() and solver == "cbc":
+        return False
+    if spec.profile.backward_allocates() and request.solver == "cbc":
         log.append("B raises the memory here (recomputation), which CBC's form does not model: the best warm start "
                    "is the result")
-        return
-    if not budget.allows("formulate", log, budget.cost("lower bound")):
-        return
-    form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, objective)
+        return False
+    return budget.allows("formulate", log, budget.cost("lower bound"))
+
+
+def _bounds(spec: Spec, request: Request, budget: Budget, log: Log, best: Best,
+            workers: int) -> tuple[Formulation, int] | None:
+    """The formulation and its lower bounds (earliest starts, work and memory; with one stage per device, the
+    warm-up relaxation where time allows); None where the warm start meets them or the solver is the heuristic."""
+    form = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, request.objective)
     if not form.exact_time:
         log.append(f"times scaled by {form.time_scale} and rounded to integers for the solver")
     lower = lower_bound(form)
@@ -125,12 +141,9 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
     best.proven(form.to_time(lower), form.exact_time)
     if best.optimal():
         log.append("the warm start meets the lower bound: optimal")
-        return
-    if solver == "heuristic":
-        return
-    warm = best.warm
-    assert warm is not None  # the warm starts keep a schedule
-    order = form.order_of(warm.schedule)
+        return None
+    if request.solver == "heuristic":
+        return None
     share = min(BOUND_SHARE * budget.left(), BOUND_SECONDS)
     if spec.chunks == 1 and budget.allows("warm-up bound", log, share + budget.cost("search")):
         lower = warmup_bound(form, share, workers)
@@ -138,12 +151,20 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
         best.proven(form.to_time(lower), form.exact_time)
         if best.optimal():
             log.append("the warm start meets the warm-up relaxation bound: optimal")
-            return
-    if not budget.allows("search", log, budget.cost("re-simulate")):
-        return
+            return None
+    return form, lower
+
+
+def _solver_search(form: Formulation, lower: int, request: Request, budget: Budget, log: Log, best: Best,
+                   workers: int) -> None:
+    """The solver's search from the best warm start's order, its schedule taken where faster, its bound kept."""
+    solver, objective = request.solver, request.objective
+    warm = best.warm
+    assert warm is not None  # the warm starts keep a schedule
+    order = form.order_of(warm.schedule)
     try:
-        result = _run_backend(solver, form, order, budget.left() - budget.cost("re-simulate"), workers, seed, lower,
-                              log.report)
+        result = _run_backend(solver, form, order, budget.left() - budget.cost("re-simulate"), workers, request.seed,
+                              lower, log.report)
     except KeyboardInterrupt:
         result = BackendResult(None, False, None, "interrupted before the solver returned", True)
     log.extend([result.log])  # already reported line by line
