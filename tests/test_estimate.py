@@ -19,7 +19,8 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.estimate import (FP8_WEIGHT_BYTES, count_parameters, estimate,
                                               reference_flops_per_token, saving_windows)
-from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.kernels import Kernels, Matmul
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
 from zbsolve.costmodel.model import Model

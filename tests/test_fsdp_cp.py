@@ -9,7 +9,8 @@ import pytest
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel import context
 from zbsolve.costmodel.estimate import count_parameters, estimate
-from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
 from zbsolve.costmodel.kernels import Kernels
 from zbsolve.problem.partition import FSDP_LIVE_LAYERS, held_static_bytes

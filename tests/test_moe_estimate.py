@@ -17,7 +17,8 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel import counting
 from zbsolve.costmodel.estimate import count_parameters, estimate, reference_flops_per_token
-from zbsolve.costmodel.gpus import GPUS, P2P_LATENCY
+from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Layer, Model
 

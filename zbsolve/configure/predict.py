@@ -24,7 +24,7 @@ from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.splits import split_ranges
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
-from zbsolve.costmodel.gpus import get_gpu
+from zbsolve.costmodel.gpus import device_memory, get_gpu
 from zbsolve.problem.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
@@ -227,7 +227,7 @@ def run(c: Configuration) -> Run:
 
 def memory_of(c: Configuration) -> int:
     """Bytes per device of ``c``: its own, else its GPU preset's."""
-    return c.device_memory if c.device_memory is not None else get_gpu(c.gpu).memory_bytes
+    return device_memory(c.gpu, c.device_memory)
 
 
 def predict(c: Configuration) -> Prediction:

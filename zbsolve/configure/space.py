@@ -32,7 +32,7 @@ from zbsolve.configure.bounds import (Whole, group_bound, group_fits, group_like
 from zbsolve.configure.predict import Configuration, configured_model, degrees, memory_of
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
-from zbsolve.costmodel.gpus import get_gpu
+from zbsolve.costmodel.gpus import device_memory, get_gpu
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
@@ -98,7 +98,7 @@ class Space:
 
     def memory(self) -> int:
         """Bytes per device: the space's, else its GPU preset's (as ``predict`` takes them)."""
-        return self.device_memory if self.device_memory is not None else get_gpu(self.gpu).memory_bytes
+        return device_memory(self.gpu, self.device_memory)
 
     def blocks(self) -> int:
         """The model's transformer blocks."""

@@ -22,7 +22,9 @@ from zbsolve.costmodel import context, counting, moe, recompute_modules
 from zbsolve.costmodel.block import Part, core_flops
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel.gpus import LINKS, P2P_LATENCY, Gpu, get_gpu
+from zbsolve.costmodel.constants import (BUCKET_PARAMS, DTYPE_BYTES, FP8_WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES,
+                                         P2P_LATENCY, WEIGHT_BYTES)
+from zbsolve.costmodel.gpus import LINKS, Gpu, get_gpu
 from zbsolve.costmodel.hf_config import Architecture, architecture, attended_pairs
 from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved
 from zbsolve.costmodel.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
@@ -30,19 +32,6 @@ from zbsolve.costmodel.layer_costs import (LayerCosts, Shard, embedding_costs, h
 from zbsolve.core.profile import paper_deltas
 from zbsolve.costmodel.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}
-"""Bytes per element of weights and activations, by ``dtype`` (under FP8 both stay BF16 between kernels:
-Transformer Engine casts a linear layer's input and weight to FP8 inside it)."""
-FP8_WEIGHT_BYTES = 2
-"""Bytes a parameter of an FP8 product adds under ``dtype="fp8"``: Transformer Engine's cached FP8 copy of the
-weight and its transpose (Hopper's FP8 products take only one operand layout). Its scaling state (a scale and an
-amax, or an amax history, per tensor) is a few bytes per layer and left out."""
-WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12
-"""Mixed-precision Adam per parameter (ZeRO, Rajbhandari et al. 2020, section 3.1): 16-bit weight and gradient,
-fp32 master weight, momentum and variance."""
-BUCKET_PARAMS = (40_000_000, 1_000_000)
-"""Parameters of a bucket of the gradients' reduction: the larger of the first and the second times the replicas
-(megatron-core 0.16.1, ``distributed_data_parallel.py``: ``max(40000000, 1000000 * dp_group.size())``)."""
 METHODS = ("formula", "count")
 """Where FLOPs and activation bytes come from: the closed form (the default), or counted by torch on the
 transformers model."""

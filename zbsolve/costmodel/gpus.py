@@ -3,20 +3,21 @@
 Throughputs are dense (no 2:4 sparsity): NVIDIA's datasheets print the sparse figure with an asterisk, and the
 dense one is half of it. Memory is what the device reports to NVML (``nvidia-smi``'s ``memory.total``), not the
 datasheet's decimal GB. Link bandwidths are per direction: a datasheet's NVLink figure is the sum of both
-directions, a network figure is one NIC per GPU. The kernel model's fractions of the peaks
-(``zbsolve.costmodel.kernels``) were measured on a lent H100 (``problems/measured/h100/kernels.json``) and
-are taken for the other presets as the same fractions of their datasheet peaks.
+directions, a network figure is one NIC per GPU. The kernel model's shares of the peaks
+(``zbsolve.costmodel.kernels``) come from the measured table of the preset (``Gpu.measured``,
+``zbsolve.costmodel.measured``): the H100's and the H200's own, the H100's for the others. The memory per device
+is decided here alone (``device_memory``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from zbsolve.base.errors import InputError
-
-P2P_LATENCY = 10e-6
-"""Seconds added to every point-to-point transfer and collective: an assumption (NCCL's latency for a message
-between two GPUs is a few to tens of microseconds), not a datasheet figure."""
+from zbsolve.base.units import MIB
+from zbsolve.costmodel.constants import FP8_GEMM_FRACTION, GEMM_FRACTION, GPUS_PER_NODE
+from zbsolve.costmodel.measured import kernel_table
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,28 @@ class Gpu:
     """Streaming multiprocessors: the tiles of one wave of a matrix product."""
     fp8_flops: float | None
     """Peak dense FP8 tensor-core throughput, FLOP/s (None: no FP8 tensor cores)."""
-    gpus_per_node: int = 8
+    measured: str = "h100"
+    """The preset whose measured kernel table (``zbsolve.costmodel.measured``) gives this one's flash-attention
+    rates (scaled by the BF16 peaks) and memory-bound share: its own where it was measured, else the H100's."""
+    gpus_per_node: int = GPUS_PER_NODE
     """GPUs an NVLink domain joins (a DGX/HGX node's 8)."""
-    gemm_fraction: float = 0.753
+    gemm_fraction: float = GEMM_FRACTION
     """Share of ``flops`` a BF16 matrix product reaches with full waves and a deep inner size (H100 measured)."""
-    fp8_gemm_fraction: float = 0.685
+    fp8_gemm_fraction: float = FP8_GEMM_FRACTION
     """Share of ``fp8_flops`` an FP8 matrix product reaches so (H100 measured)."""
-    memory_fraction: float = 0.80
-    """Share of ``hbm_bytes_per_s`` a fused memory-bound kernel streams (H100 measured: 2.69 of 3.35 TB/s)."""
+
+    @property
+    def memory_fraction(self) -> float:
+        """Share of ``hbm_bytes_per_s`` a fused memory-bound kernel streams: the measured ``STREAMING_KERNEL``'s
+        rate over the measured preset's datasheet bandwidth, to 2 decimals (H100: 2.69 of 3.35 TB/s, 0.80; H200:
+        3.58 of 4.8, 0.75)."""
+        return round(kernel_table(self.measured).streamed_bytes_per_s / GPUS[self.measured].hbm_bytes_per_s, 2)
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        """HBM bytes/s of the memory-bound kernels: the one rule the kernel model streams bytes at
+        (``hbm_bytes_per_s`` · ``memory_fraction``)."""
+        return self.hbm_bytes_per_s * self.memory_fraction
 
     def link(self, kind: str) -> float:
         """Bandwidth per direction of ``kind`` ("nvlink" or "network"), bytes/s."""
@@ -63,9 +78,6 @@ class Gpu:
         return "nvlink" if devices <= self.gpus_per_node else "network"
 
 
-MIB = 2**20
-"""Bytes of a MiB, the unit NVML reports memory in."""
-
 LINKS = ("nvlink", "network")
 """Links between pipeline stages: NVLink within a node, the network (one NIC per GPU) across nodes."""
 
@@ -77,6 +89,7 @@ GPUS: dict[str, Gpu] = {
                        "81,559 MiB and 132 SMs as reported on a lent H100 (problems/measured/h100/nvidia-smi.csv)"),
     "h200": Gpu("NVIDIA H200 SXM 141GB", flops=1979e12 / 2, memory_bytes=143771 * MIB, hbm_bytes_per_s=4.8e12,
                 nvlink_bytes_per_s=900e9 / 2, network_bytes_per_s=400e9 / 8, sms=132, fp8_flops=3958e12 / 2,
+                measured="h200",
                 source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 and FP8 3,958 TFLOPS with sparsity, "
                        "HBM3e at 4.8 TB/s, NVLink 900 GB/s; DGX H200: ConnectX-7 400 Gb/s per GPU; 143,771 MiB and "
                        "132 SMs as nvidia-smi and torch report on a lent H200"),
@@ -102,3 +115,17 @@ def get_gpu(name: str) -> Gpu:
     if gpu is None:
         raise InputError(f"gpu = {name!r}: should be one of {', '.join(GPUS)}")
     return gpu
+
+
+@overload
+def device_memory(gpu: str, given: int | None = None) -> int: ...
+@overload
+def device_memory(gpu: None, given: int | None = None) -> int | None: ...
+
+
+def device_memory(gpu: str | None, given: int | None = None) -> int | None:
+    """Bytes of memory per device, decided here alone: ``given`` where set, else the memory of the preset ``gpu``
+    names (``get_gpu``: an ``InputError`` for another name), else None (no preset named)."""
+    if given is not None:
+        return given
+    return None if gpu is None else get_gpu(gpu).memory_bytes

@@ -1,7 +1,9 @@
 """Kernel-level times of a pass (``docs/cost-model.md``, "Times"): each weight matrix's products by shape, the
 attention core at flash attention's throughput by head size and sequence, memory-bound kernels at a fused kernel's
-share of HBM bandwidth. The constants were measured on a lent H100 (``problems/measured/h100/kernels.json``) and
-are taken for the other presets as the same shares of their datasheet peaks.
+share of HBM bandwidth (``Gpu.memory_bytes_per_s``). The constants (``zbsolve.costmodel.constants``) were fitted
+to a lent H100's grid; flash attention's rates and the memory-bound share come from the preset's measured table
+(``zbsolve.costmodel.measured``), the H100's scaled by the BF16 peaks for a preset without one. A ``Calibration``
+scales each kernel kind's seconds (1 unless told).
 """
 
 from __future__ import annotations
@@ -10,26 +12,11 @@ import bisect
 import math
 from dataclasses import dataclass
 
+from zbsolve.costmodel.calibration import Calibration
+from zbsolve.costmodel.constants import (ATTENTION_B_FLOPS, ATTENTION_REFERENCE, K_HALF_BYTES, SPLIT_K_DEPTH,
+                                         TILE)
 from zbsolve.costmodel.gpus import GPUS, Gpu
-
-TILE = (128, 128)
-"""Output tile of one thread block of a Hopper matrix product (rows, columns): the tile of CUTLASS 3's default
-SM90 warp-specialized BF16/FP8 kernels, and the tile that fits the H100 grid best among 128x128 and 128x256."""
-SPLIT_K_DEPTH = 2048
-"""Inner size a split of a split-K product takes at least: where the output tiles leave SMs idle, cuBLAS splits
-the inner dimension over them (fitted to the H100 grid among 1024, 2048 and none)."""
-K_HALF_BYTES = 256
-"""Bytes of inner size at which a product reaches half its full-depth rate (its prologue and epilogue against the
-main loop: 128 BF16 or 256 FP8 elements; fitted to the H100 grid)."""
-ATTENTION_H100 = {64: {4096: (323e12, 306e12)},
-                  128: {2048: (317e12, 263e12), 4096: (363e12, 323e12), 8192: (395e12, 370e12)},
-                  192: {4096: (311e12, 278e12)}}
-"""Causal flash attention on the lent H100 (torch 2.11 ``scaled_dot_product_attention``, BF16), F and B FLOP/s by
-head size and sequence, counting the causal half of the 2·s²·(d + d_v) products of a head in F and 2.5 times that
-in B (``problems/measured/h100/kernels.json``, "attention"; d = 192 has value heads of 128)."""
-ATTENTION_REFERENCE = 128
-"""Head size whose sequences the table spans; other head sizes scale its rate by their ratio at 4096."""
-
+from zbsolve.costmodel.measured import kernel_table
 
 @dataclass(frozen=True)
 class Matmul:
@@ -65,6 +52,8 @@ class Kernels:
     """The preset."""
     dtype: str
     """"bf16", "fp16" or "fp8"."""
+    calibration: Calibration = Calibration()
+    """Multipliers on the seconds of its products, attention core and memory-bound kernels."""
 
     def gemm(self, m: int, n: int, k: int, fp8: bool = False) -> float:
         """Seconds of a product of (m x k)·(k x n): the achievable rate times wave quantization of the
@@ -82,7 +71,7 @@ class Kernels:
         wave = units / (math.ceil(units / self.gpu.sms) * self.gpu.sms)
         depth = k / (k + K_HALF_BYTES / element)
         compute = 2 * m * n * k / (peak * wave * depth)
-        return max(compute, self.memory((m * k + k * n) * element + m * n * 2))
+        return max(compute * self.calibration.scale("gemm"), self.memory((m * k + k * n) * element + m * n * 2))
 
     def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1) -> tuple[float, float, float]:
         """Seconds of F (x·W), B (the input gradient) and W (the weight gradient, the tokens as inner size) of
@@ -108,31 +97,33 @@ class Kernels:
         pairs counted twice less the diagonal, as the estimate counts them): under flash attention the causal half
         at the measured rate of the head size and sequence (scaled by the preset's BF16 peak); without it every
         score at the BF16 product rate."""
+        times = self.calibration.scale("attention")
         if not flash:
             rate = self.gpu.flops * self.gpu.gemm_fraction
-            return flops_f / rate, 2 * flops_f / rate
-        f, b = attention_rate(head_dim, seq)
-        scale = self.gpu.flops / GPUS["h100"].flops
-        return flops_f / 2 / (f * scale), 2.5 * flops_f / 2 / (b * scale)
+            return flops_f / rate * times, 2 * flops_f / rate * times
+        f, b = attention_rate(head_dim, seq, self.gpu.measured)
+        scale = self.gpu.flops / GPUS[self.gpu.measured].flops
+        return flops_f / 2 / (f * scale) * times, ATTENTION_B_FLOPS * flops_f / 2 / (b * scale) * times
 
     def memory(self, traffic: float) -> float:
         """Seconds of memory-bound kernels moving ``traffic`` bytes over HBM at a fused kernel's rate."""
-        return traffic / (self.gpu.hbm_bytes_per_s * self.gpu.memory_fraction)
+        return traffic / self.gpu.memory_bytes_per_s * self.calibration.scale("memory_bound")
 
 
-def attention_rate(head_dim: int, seq: int) -> tuple[float, float]:
-    """The H100's F and B flash-attention FLOP/s for heads of ``head_dim`` at sequence ``seq``: the reference
-    head size's, linear in log2 of the sequence between the measured ones (the nearest outside them), times the
-    ratio of the nearest measured head size's rate to the reference's at 4096."""
-    reference = ATTENTION_H100[ATTENTION_REFERENCE]
+def attention_rate(head_dim: int, seq: int, measured: str = "h100") -> tuple[float, float]:
+    """The F and B flash-attention FLOP/s of the ``measured`` preset's table for heads of ``head_dim`` at sequence
+    ``seq``: the reference head size's, linear in log2 of the sequence between the measured ones (the nearest
+    outside them), times the ratio of the nearest measured head size's rate to the reference's at 4096."""
+    table = kernel_table(measured).attention
+    reference = table[ATTENTION_REFERENCE]
     seqs = sorted(reference)
     x = min(max(math.log2(max(seq, 1)), math.log2(seqs[0])), math.log2(seqs[-1]))
     i = min(bisect.bisect_right([math.log2(s) for s in seqs], x), len(seqs) - 1)
     lo, hi = seqs[i - 1], seqs[i]
     share = (x - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
     f, b = (reference[lo][j] + share * (reference[hi][j] - reference[lo][j]) for j in (0, 1))
-    nearest = min(ATTENTION_H100, key=lambda d: (abs(d - head_dim), d))
-    at = ATTENTION_H100[nearest][4096]
+    nearest = min(table, key=lambda d: (abs(d - head_dim), d))
+    at = table[nearest][4096]
     return f * at[0] / reference[4096][0], b * at[1] / reference[4096][1]
 
 

@@ -10,17 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from zbsolve.costmodel import counting
+from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Kernels, Matmul
-
-ID_BYTES = 8
-"""Bytes of a token id (int64), which the embedding keeps for its weight gradient."""
-FP32_BYTES = 4
-"""Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
-
-
-FP32_BYTES = 4
-"""Bytes of an fp32 element: gradient accumulators, the loss's log-probabilities, the loss itself."""
 
 
 @dataclass(frozen=True)

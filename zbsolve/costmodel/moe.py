@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.block import Part, activation, attention, dense_mlp, half
+from zbsolve.costmodel.constants import FP32_BYTES
 from zbsolve.costmodel.gpus import LINKS
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Matmul
 
-FP32_BYTES = 4
-"""Bytes of the router's fp32 probabilities and of the top-k weights (every router here takes its softmax or
-sigmoid in fp32)."""
 DISPATCHERS = ("alltoall", "flex")
 """How a dispatch reaches the experts: "alltoall" (Megatron-LM's alltoall dispatcher: one copy of a token per routed
 expert, in NCCL's all-to-all) or "flex" (DeepEP or HybridEP: a token crosses the network once per node it is routed

@@ -23,13 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zbsolve.core.placement import Placement
-from zbsolve.costmodel.estimate import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES
+from zbsolve.costmodel.constants import GRAD_BYTES, OPTIMIZER_STEP_BYTES, WEIGHT_BYTES
 from zbsolve.costmodel.model import Model, StepEnd
-
-OPTIMIZER_STEP_BYTES = 2 * OPTIMIZER_BYTES + GRAD_BYTES + WEIGHT_BYTES
-"""HBM bytes Adam moves a parameter of its shard: reads and writes its fp32 master weight, first and second
-moments (12 bytes each way, apex's and Transformer Engine's fused multi-tensor Adam: one pass over each), reads its
-gradient and writes the model's weight."""
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,9 @@ from zbsolve.costmodel.step_tail import stage_tails
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import Timeline
-from zbsolve.base.units import GIB, gib
-
-DEFAULT_RESERVE = 4 * GIB
-"""Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
-and the allocator's fragmentation."""
+from zbsolve.base.units import gib
+from zbsolve.costmodel.constants import DEFAULT_RESERVE
+from zbsolve.costmodel.gpus import GPUS, device_memory
 
 
 @dataclass(frozen=True)
@@ -172,8 +170,6 @@ def memory_figures(costs: Costs, timeline: Timeline) -> dict[str, object]:
 
 
 def default_device_memory(model: Model) -> int | None:
-    """The memory of the GPU preset the model's costs are for, or None when it names none."""
-    from zbsolve.costmodel.gpus import GPUS
-
+    """The memory of the GPU preset the model's costs are for (``device_memory``), or None when it names none."""
     gpu = model.setting.gpu if model.setting is not None else None
-    return GPUS[gpu].memory_bytes if gpu in GPUS else None
+    return device_memory(gpu if gpu in GPUS else None)

@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
+from zbsolve.costmodel.constants import FSDP_LIVE_LAYERS
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute_costs import COSTS, stage_costs
 
@@ -204,12 +205,6 @@ def timed(model: Model, counts: Sequence[int]) -> bool:
     """Whether every stage of the partition into ``counts`` layers has some F, B and W time."""
     ends = [0, *itertools.accumulate(counts)]
     return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
-
-
-FSDP_LIVE_LAYERS = 2
-"""Layers whose gathered parameters (``Layer.gathered_bytes``) a device holds at once under FSDP: the one computing
-and the next, whose all-gather FSDP2 issues during it (torch FSDP2's implicit prefetching; Megatron FSDP's
-prefetch of the next bucket)."""
 
 
 def held_static_bytes(layers: Sequence[Layer]) -> int:

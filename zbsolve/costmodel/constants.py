@@ -1,0 +1,138 @@
+"""The cost model's constants, each defined once as a record (``Constant``: value, unit, source, description) in
+``CONSTANTS`` and bound to a module-level name that the cost model reads (``WEIGHT_BYTES``, ``P2P_LATENCY``, ...).
+
+A source is a datasheet, a paper, a runtime's source file with its version, or a measurement file under
+``problems/measured/``; an assumption says so. Per-GPU figures (peaks, bandwidths, memory, SMs) stay in the presets
+of ``zbsolve.costmodel.gpus``, and the measured kernel tables are read by ``zbsolve.costmodel.measured``.
+``docs/cost-model.md`` holds ``table()``, the table of these records (``tests/test_constants.py`` checks both
+ways).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from zbsolve.base.units import GIB
+from zbsolve.core.overlap import OVERLAP_SAVING as _OVERLAP_SAVING
+from zbsolve.core.overlap import OVERLAP_SLOWDOWN as _OVERLAP_SLOWDOWN
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Constant:
+    """One constant of the cost model."""
+
+    name: str
+    """The module-level name it is bound to."""
+    value: Any
+    """Its value, in ``unit``."""
+    unit: str
+    """What the value counts."""
+    source: str
+    """Where it comes from."""
+    description: str
+    """What the cost model uses it for."""
+
+
+CONSTANTS: dict[str, Constant] = {}
+"""Every constant of the cost model by name, in the order defined."""
+H100_GRID = "problems/measured/h100/kernels.json (605 BF16 and 605 FP8 shapes)"
+"""The measurement the kernel model's fitted constants come from."""
+
+
+def _define(name: str, value: T, unit: str, source: str, description: str) -> T:
+    """Record the constant ``name`` in ``CONSTANTS`` and return its value."""
+    CONSTANTS[name] = Constant(name, value, unit, source, description)
+    return value
+
+
+FP32_BYTES = _define("FP32_BYTES", 4, "bytes/element", "IEEE 754 binary32",
+                     "an fp32 element: gradient accumulators, the loss's log-probabilities and the loss, a router's "
+                     "probabilities and top-k weights")
+ID_BYTES = _define("ID_BYTES", 8, "bytes/token", "torch int64 token ids",
+                   "a token id, which the embedding keeps for its weight gradient")
+DTYPE_BYTES = _define("DTYPE_BYTES", {"bf16": 2, "fp16": 2, "fp8": 2}, "bytes/element",
+                      "Transformer Engine casts a linear layer's input and weight to FP8 inside it",
+                      "weights and activations by dtype (under FP8 both stay BF16 between kernels)")
+FP8_WEIGHT_BYTES = _define("FP8_WEIGHT_BYTES", 2, "bytes/parameter",
+                           "Transformer Engine's cached FP8 weight and its transpose (Hopper's FP8 products take one "
+                           "operand layout)",
+                           "what a parameter of an FP8 product adds under dtype fp8 (its scaling state left out)")
+WEIGHT_BYTES = _define("WEIGHT_BYTES", 2, "bytes/parameter", "ZeRO (Rajbhandari et al. 2020), section 3.1",
+                       "mixed-precision Adam: the 16-bit weight")
+GRAD_BYTES = _define("GRAD_BYTES", 2, "bytes/parameter", "ZeRO (Rajbhandari et al. 2020), section 3.1",
+                     "mixed-precision Adam: the 16-bit gradient")
+OPTIMIZER_BYTES = _define("OPTIMIZER_BYTES", 12, "bytes/parameter", "ZeRO (Rajbhandari et al. 2020), section 3.1",
+                          "mixed-precision Adam: fp32 master weight, momentum and variance")
+OPTIMIZER_STEP_BYTES = _define("OPTIMIZER_STEP_BYTES", 2 * OPTIMIZER_BYTES + GRAD_BYTES + WEIGHT_BYTES,
+                               "bytes/parameter", "apex's and Transformer Engine's fused multi-tensor Adam",
+                               "HBM bytes the optimizer step moves a parameter of its shard: reads and writes its "
+                               "fp32 states, reads its gradient, writes its weight")
+BUCKET_PARAMS = _define("BUCKET_PARAMS", (40_000_000, 1_000_000), "parameters",
+                        "megatron-core 0.16.1, distributed_data_parallel.py: max(40000000, 1000000 * dp)",
+                        "a gradient-reduction bucket: the larger of the first and the second times the replicas")
+FSDP_LIVE_LAYERS = _define("FSDP_LIVE_LAYERS", 2, "layers",
+                           "torch FSDP2's implicit prefetching; Megatron FSDP's prefetch of the next bucket",
+                           "layers whose gathered parameters a device holds at once under FSDP: the one computing "
+                           "and the next")
+DEFAULT_RESERVE = _define("DEFAULT_RESERVE", 4 * GIB, "bytes", "an assumption",
+                          "kept free on every device: the CUDA context, communication buffers, the allocator's "
+                          "fragmentation")
+P2P_LATENCY = _define("P2P_LATENCY", 10e-6, "s",
+                      "an assumption (NCCL's latency between two GPUs is a few to tens of microseconds)",
+                      "added to every point-to-point transfer and collective")
+GPUS_PER_NODE = _define("GPUS_PER_NODE", 8, "GPUs", "NVIDIA DGX/HGX nodes",
+                        "GPUs an NVLink domain joins, unless a preset says otherwise")
+GEMM_FRACTION = _define("GEMM_FRACTION", 0.753, "share of the BF16 peak", H100_GRID,
+                        "what a BF16 product reaches with full waves and a deep inner size: the rate whose model "
+                        "gives the measured median of the shapes of at least 4096 each way")
+FP8_GEMM_FRACTION = _define("FP8_GEMM_FRACTION", 0.685, "share of the FP8 peak", H100_GRID,
+                            "what an FP8 product reaches so (torch._scaled_mm, tensor-wise scales)")
+TILE = _define("TILE", (128, 128), "rows, columns",
+               "CUTLASS 3's SM90 warp-specialized BF16/FP8 kernels; " + H100_GRID,
+               "the output tile of one thread block of a matrix product (fits the grid better than 128 x 256)")
+SPLIT_K_DEPTH = _define("SPLIT_K_DEPTH", 2048, "elements", "fitted to " + H100_GRID + " among 1024, 2048 and none",
+                        "the least inner size of a split of a split-K product (cuBLAS splits k where tiles leave "
+                        "SMs idle)")
+K_HALF_BYTES = _define("K_HALF_BYTES", 256, "bytes", "fitted to " + H100_GRID + " among 64-384 elements",
+                       "the inner size at which a product reaches half its full-depth rate")
+ATTENTION_REFERENCE = _define("ATTENTION_REFERENCE", 128, "head size",
+                              "problems/measured/<gpu>/kernels.json, attention",
+                              "the head size whose sequences the attention table spans; others scale its rate by "
+                              "their ratio at 4096")
+ATTENTION_B_FLOPS = _define("ATTENTION_B_FLOPS", 2.5, "times F's FLOPs",
+                            "FlashAttention-2 (Dao 2023): the backward recomputes the scores, 5 products against F's 2",
+                            "what flash attention's B counts at its measured rate")
+STREAMING_KERNEL = _define("STREAMING_KERNEL", "residual_add", "kernel",
+                           "problems/measured/<gpu>/kernels.json, memory_bound",
+                           "the measured kernel whose share of the datasheet HBM bandwidth (2 decimals) every "
+                           "memory-bound kernel streams at: fused kernels taken at an eager residual add's rate")
+OVERLAP_SLOWDOWN = _define("OVERLAP_SLOWDOWN", _OVERLAP_SLOWDOWN, "s/s",
+                           "DeepSeek-V3 technical report: 20 of an H800's 132 SMs run communication",
+                           "computation lost per second of communication beside it in an overlapped F&B pair "
+                           "(defined in zbsolve.core.overlap, below the cost model)")
+OVERLAP_SAVING = _define("OVERLAP_SAVING", _OVERLAP_SAVING, "share", "an assumption",
+                         "share of an overlapped pair's computation saved by running its two chunks together "
+                         "(defined in zbsolve.core.overlap)")
+
+
+def shown(value: object) -> str:
+    """A constant's value as the docs' table writes it."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    if isinstance(value, tuple):
+        return " x ".join(map(str, value)) if all(isinstance(v, int) and v < 10_000 for v in value) else \
+            ", ".join(f"{v:_}" for v in value)
+    if isinstance(value, int):
+        return f"{value:_}"
+    return str(value)
+
+
+def table() -> str:
+    """The markdown table of ``CONSTANTS`` that ``docs/cost-model.md`` holds."""
+    rows = ["| constant | value | unit | source | description |", "| --- | --- | --- | --- | --- |"]
+    rows += [f"| `{c.name}` | {shown(c.value)} | {c.unit} | {c.source} | {c.description} |"
+             for c in CONSTANTS.values()]
+    return "\n".join(rows) + "\n"
