@@ -124,9 +124,9 @@ def shown(value: object) -> str:
         return ", ".join(f"{k} {v}" for k, v in value.items())
     if isinstance(value, tuple):
         return " x ".join(map(str, value)) if all(isinstance(v, int) and v < 10_000 for v in value) else \
-            ", ".join(f"{v:_}" for v in value)
+            ", ".join(f"{v:,}" for v in value)
     if isinstance(value, int):
-        return f"{value:_}"
+        return f"{value:,}"
     return str(value)
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel.hf_config import attended_pairs, read_config
+from zbsolve.costmodel.config_values import read_config
+from zbsolve.costmodel.hf_config import attended_pairs
 
 ATTENTION = "sdpa"
 """The attention implementation the model is built with without flash attention: torch's

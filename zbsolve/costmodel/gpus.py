@@ -4,8 +4,8 @@ Throughputs are dense (no 2:4 sparsity): NVIDIA's datasheets print the sparse fi
 dense one is half of it. Memory is what the device reports to NVML (``nvidia-smi``'s ``memory.total``), not the
 datasheet's decimal GB. Link bandwidths are per direction: a datasheet's NVLink figure is the sum of both
 directions, a network figure is one NIC per GPU. The kernel model's shares of the peaks
-(``zbsolve.costmodel.kernels``) come from the measured table of the preset (``Gpu.measured``,
-``zbsolve.costmodel.measured``): the H100's and the H200's own, the H100's for the others. The memory per device
+(``zbsolve.costmodel.kernels``) come from a measured table (``Gpu.measured``, ``zbsolve.costmodel.measured``):
+the H100's, taken for the other presets as the same shares of their datasheet peaks. The memory per device
 is decided here alone (``device_memory``).
 """
 
@@ -44,7 +44,9 @@ class Gpu:
     """Peak dense FP8 tensor-core throughput, FLOP/s (None: no FP8 tensor cores)."""
     measured: str = "h100"
     """The preset whose measured kernel table (``zbsolve.costmodel.measured``) gives this one's flash-attention
-    rates (scaled by the BF16 peaks) and memory-bound share: its own where it was measured, else the H100's."""
+    rates (scaled by the BF16 peaks) and memory-bound share. Every preset takes the H100's: the H200's own table
+    (``problems/measured/h200/``) would change the figures of ``problems/models/qwen2-7b.yaml``, an H200 estimate
+    (``docs/measurements.md``)."""
     gpus_per_node: int = GPUS_PER_NODE
     """GPUs an NVLink domain joins (a DGX/HGX node's 8)."""
     gemm_fraction: float = GEMM_FRACTION
@@ -55,8 +57,8 @@ class Gpu:
     @property
     def memory_fraction(self) -> float:
         """Share of ``hbm_bytes_per_s`` a fused memory-bound kernel streams: the measured ``STREAMING_KERNEL``'s
-        rate over the measured preset's datasheet bandwidth, to 2 decimals (H100: 2.69 of 3.35 TB/s, 0.80; H200:
-        3.58 of 4.8, 0.75)."""
+        rate over the measured preset's datasheet bandwidth, to 2 decimals (H100: 2.69 of 3.35 TB/s, 0.80; the
+        H200's table: 3.58 of 4.8, 0.75)."""
         return round(kernel_table(self.measured).streamed_bytes_per_s / GPUS[self.measured].hbm_bytes_per_s, 2)
 
     @property
@@ -89,7 +91,6 @@ GPUS: dict[str, Gpu] = {
                        "81,559 MiB and 132 SMs as reported on a lent H100 (problems/measured/h100/nvidia-smi.csv)"),
     "h200": Gpu("NVIDIA H200 SXM 141GB", flops=1979e12 / 2, memory_bytes=143771 * MIB, hbm_bytes_per_s=4.8e12,
                 nvlink_bytes_per_s=900e9 / 2, network_bytes_per_s=400e9 / 8, sms=132, fp8_flops=3958e12 / 2,
-                measured="h200",
                 source="NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 and FP8 3,958 TFLOPS with sparsity, "
                        "HBM3e at 4.8 TB/s, NVLink 900 GB/s; DGX H200: ConnectX-7 400 Gb/s per GPU; 143,771 MiB and "
                        "132 SMs as nvidia-smi and torch report on a lent H200"),

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.base.inputs import load_mapping
-from zbsolve.base.kinds import HF_CONFIG, check_kind
+from zbsolve.costmodel.config_values import MISSING, boolean, integer, probability, read_config
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """The dense decoders' ``model_type`` values of config.json that ``estimate`` takes."""
@@ -188,30 +187,31 @@ def _architecture(config: dict | str | Path) -> Architecture:
                          f"decoders) or {', '.join(MOE_TYPES)} (mixture of experts)")
     _check_layers(data, kind, where)
     if kind == "gpt2":
-        h = _int(data, "n_embd", where)
-        heads = _int(data, "n_head", where)
+        h = integer(data, "n_embd", where)
+        heads = integer(data, "n_head", where)
         inner = data.get("n_inner")
-        ffn = 4 * h if inner is None else _int(data, "n_inner", where)
-        arch = dict(hidden=h, layers=_int(data, "n_layer", where), heads=heads, kv_heads=heads,
-                    head_dim=_head_dim(data, h, heads, where), ffn=ffn, tied=_bool(data, "tie_word_embeddings", True,
+        ffn = 4 * h if inner is None else integer(data, "n_inner", where)
+        arch = dict(hidden=h, layers=integer(data, "n_layer", where), heads=heads, kv_heads=heads,
+                    head_dim=_head_dim(data, h, heads, where), ffn=ffn, tied=boolean(data, "tie_word_embeddings", True,
                                                                                    where),
                     gated=False, norm_params=2 * h, qkv_bias=True, biases=True,
-                    positions=_int(data, "n_positions", where),
-                    attention_dropout=_probability(data, "attn_pdrop", 0.1, where) > 0,
-                    hidden_dropout=_probability(data, "resid_pdrop", 0.1, where) > 0)
+                    positions=integer(data, "n_positions", where),
+                    attention_dropout=probability(data, "attn_pdrop", 0.1, where) > 0,
+                    hidden_dropout=probability(data, "resid_pdrop", 0.1, where) > 0)
     else:
-        h = _int(data, "hidden_size", where)
-        heads = _int(data, "num_attention_heads", where)
+        h = integer(data, "hidden_size", where)
+        heads = integer(data, "num_attention_heads", where)
         neox = kind == "gpt_neox"
-        arch = dict(hidden=h, layers=_int(data, "num_hidden_layers", where), heads=heads,
-                    kv_heads=_int(data, "num_key_value_heads", where, heads), head_dim=_head_dim(data, h, heads, where),
-                    ffn=_int(data, "intermediate_size", where), tied=_bool(data, "tie_word_embeddings", False, where),
+        arch = dict(hidden=h, layers=integer(data, "num_hidden_layers", where), heads=heads,
+                    kv_heads=integer(data, "num_key_value_heads", where, heads),
+                    head_dim=_head_dim(data, h, heads, where), ffn=integer(data, "intermediate_size", where),
+                    tied=boolean(data, "tie_word_embeddings", False, where),
                     gated=not neox, norm_params=2 * h if neox else h,
-                    qkv_bias=kind == "qwen2" or _bool(data, "attention_bias", neox, where),
+                    qkv_bias=kind == "qwen2" or boolean(data, "attention_bias", neox, where),
                     biases=neox, positions=0,
-                    attention_dropout=_probability(data, "attention_dropout", 0.0, where) > 0,
-                    hidden_dropout=neox and _probability(data, "hidden_dropout", 0.0, where) > 0)
-    arch["vocab"] = _int(data, "vocab_size", where)
+                    attention_dropout=probability(data, "attention_dropout", 0.0, where) > 0,
+                    hidden_dropout=neox and probability(data, "hidden_dropout", 0.0, where) > 0)
+    arch["vocab"] = integer(data, "vocab_size", where)
     arch["windows"] = _windows(data, kind, arch["layers"], where)
     if heads % arch["kv_heads"]:
         raise InputError(f"{where}: num_key_value_heads = {arch['kv_heads']} must divide the {heads} attention heads")
@@ -225,30 +225,31 @@ def _mixture(data: dict, kind: str, arch: dict[str, Any], where: str) -> dict[st
     DeepSeek's latent attention and multi-token prediction layers, Qwen2-MoE's q/k/v biases, Qwen3-MoE's q/k
     norms."""
     for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
-        if _bool(data, key, False, where):
+        if boolean(data, key, False, where):
             raise InputError(f"{where}: {key} = True: not estimated for {kind} (biases, sliding windows)")
-    top_k, layers = _int(data, "num_experts_per_tok", where), arch["layers"]
+    top_k, layers = integer(data, "num_experts_per_tok", where), arch["layers"]
     shared, gate, extra = 0, False, {}
     if kind == "mixtral":
-        key, ffn, moe = "num_local_experts", _int(data, "intermediate_size", where), [True] * layers
+        key, ffn, moe = "num_local_experts", integer(data, "intermediate_size", where), [True] * layers
     elif kind.startswith("qwen"):
         key = "num_experts" if kind == "qwen2_moe" or "num_local_experts" not in data else "num_local_experts"
-        ffn = _int(data, "moe_intermediate_size", where)
+        ffn = integer(data, "moe_intermediate_size", where)
         if kind == "qwen2_moe":
-            shared, gate = _int(data, "shared_expert_intermediate_size", where, minimum=0), True
-        step, only = _int(data, "decoder_sparse_step", where, 1), data.get("mlp_only_layers") or []
+            shared, gate = integer(data, "shared_expert_intermediate_size", where, minimum=0), True
+        step, only = integer(data, "decoder_sparse_step", where, 1), data.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
             raise InputError(f"{where}: mlp_only_layers = {only!r}: should be a list of block indices")
         moe = [i not in only and (i + 1) % step == 0 for i in range(layers)]
-        extra = {"qkv_bias": kind == "qwen2_moe" and _bool(data, "qkv_bias", True, where),
+        extra = {"qkv_bias": kind == "qwen2_moe" and boolean(data, "qkv_bias", True, where),
                  "qk_norm": kind == "qwen3_moe"}
     else:
-        key, ffn = "n_routed_experts", _int(data, "moe_intermediate_size", where)
+        key, ffn = "n_routed_experts", integer(data, "moe_intermediate_size", where)
         extra = {**_deepseek(data, kind, where), "kv_heads": arch["heads"]}
-        shared = ffn * _int(data, "n_shared_experts", where, DEEPSEEK_DEFAULTS[kind]["n_shared_experts"], minimum=0)
-        first = _int(data, "first_k_dense_replace", where, DEEPSEEK_DEFAULTS[kind]["first_k_dense_replace"], minimum=0)
+        defaults = DEEPSEEK_DEFAULTS[kind]
+        shared = ffn * integer(data, "n_shared_experts", where, defaults["n_shared_experts"], minimum=0)
+        first = integer(data, "first_k_dense_replace", where, defaults["first_k_dense_replace"], minimum=0)
         moe = [i >= first for i in range(layers)]
-    routed = _int(data, key, where)
+    routed = integer(data, key, where)
     if top_k > routed:
         raise InputError(f"{where}: num_experts_per_tok = {top_k}: should be at most {key} = {routed}")
     groups, limit = _groups(data, kind, routed, where)
@@ -263,8 +264,8 @@ def _groups(data: dict, kind: str, routed: int, where: str) -> tuple[int, int]:
     if not (kind == "deepseek_v3" or kind == "deepseek_v2" and data.get("topk_method") == "group_limited_greedy"):
         return 1, 1
     defaults = GROUP_DEFAULTS.get(kind, {})
-    groups = _int(data, "n_group", where, defaults.get("n_group", _MISSING))
-    limit = _int(data, "topk_group", where, defaults.get("topk_group", _MISSING))
+    groups = integer(data, "n_group", where, defaults.get("n_group", MISSING))
+    limit = integer(data, "topk_group", where, defaults.get("topk_group", MISSING))
     if routed % groups or limit > groups:
         raise InputError(f"{where}: n_group = {groups}, topk_group = {limit}: n_group should divide the {routed} "
                          "experts and topk_group be at most n_group")
@@ -281,60 +282,19 @@ def _deepseek(data: dict, kind: str, where: str) -> dict[str, Any]:
     if data.get("moe_layer_freq", 1) != 1:
         raise InputError(f"{where}: moe_layer_freq = {data['moe_layer_freq']!r}: only 1 is estimated (experts in "
                          "every block from first_k_dense_replace on, as transformers builds it)")
-    sizes = {key: _int(data, key, where, default) for key, default in LATENT_DEFAULTS.items()}
+    sizes = {key: integer(data, key, where, default) for key, default in LATENT_DEFAULTS.items()}
     if "q_lora_rank" in data and data["q_lora_rank"] is None:
         sizes["q_lora_rank"] = 0
     latent = Latent(*sizes.values())
     return {"latent": latent, "head_dim": latent.nope + latent.rope,
-            "mtp": _int(data, "num_nextn_predict_layers", where,
+            "mtp": integer(data, "num_nextn_predict_layers", where,
                         DEEPSEEK_DEFAULTS[kind]["num_nextn_predict_layers"], minimum=0)}
-
-
-def read_config(config: dict | str | Path) -> tuple[dict, str]:
-    """The config's mapping and the name its errors start with; a file of another kind (``base.kinds``) is an
-    ``InputError`` saying that ``zbsolve estimate`` takes a Hugging Face config.json."""
-    if isinstance(config, dict):
-        return config, "config"
-    if isinstance(config, (str, Path)):
-        data = load_mapping(config)
-        check_kind(data, str(config), [HF_CONFIG], "zbsolve estimate")
-        return data, str(config)
-    raise InputError(f"config = {config!r}: should be a mapping or the path of a config.json")
-
-
-_MISSING: Any = object()
-
-
-def _int(data: dict, key: str, where: str, default: int = _MISSING, minimum: int = 1) -> int:
-    """``data[key]`` as an integer >= ``minimum`` (``default`` when absent or null, if given)."""
-    value = data.get(key)
-    if value is None:
-        if default is _MISSING:
-            raise InputError(f"{where}: {key} is missing")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{where}: {key} = {value!r}: should be an integer >= {minimum}")
-    return value
-
-
-def _bool(data: dict, key: str, default: bool, where: str) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise InputError(f"{where}: {key} = {value!r}: should be true or false")
-    return value
-
-
-def _probability(data: dict, key: str, default: float, where: str) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InputError(f"{where}: {key} = {value!r}: should be a probability in [0, 1]")
-    return float(value)
 
 
 def _head_dim(data: dict, hidden: int, heads: int, where: str) -> int:
     """config.json's head_dim, else hidden / heads (which must divide)."""
     if data.get("head_dim") is not None:
-        return _int(data, "head_dim", where)
+        return integer(data, "head_dim", where)
     if hidden % heads:
         raise InputError(f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads (and no "
                          "head_dim is given)")
@@ -375,15 +335,15 @@ def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None
     """Each block's sliding window as transformers builds the model (None: full attention): Mistral's and
     Mixtral's ``sliding_window`` on every block; Qwen2's only with ``use_sliding_window``, on the blocks
     ``layer_types`` names (by default those from ``max_window_layers`` on); the other model types have none."""
-    if (kind not in WINDOW or kind == "qwen2" and not _bool(data, "use_sliding_window", False, where)
+    if (kind not in WINDOW or kind == "qwen2" and not boolean(data, "use_sliding_window", False, where)
             or data.get("sliding_window", WINDOW[kind]) is None):
         return (None,) * layers
-    window = _int(data, "sliding_window", where, WINDOW[kind])
+    window = integer(data, "sliding_window", where, WINDOW[kind])
     if kind in ("mistral", "mixtral"):
         return (window,) * layers
     types = data.get("layer_types")
     if types is None:
-        first = _int(data, "max_window_layers", where, QWEN2_MAX_WINDOW_LAYERS, minimum=0)
+        first = integer(data, "max_window_layers", where, QWEN2_MAX_WINDOW_LAYERS, minimum=0)
         types = [LAYER_TYPES[i >= first] for i in range(layers)]
     if len(types) != layers:
         raise InputError(f"{where}: layer_types = {types!r}: should have {layers} entries, one a layer")

@@ -1,7 +1,7 @@
 """The kernel tables measured on lent GPUs (``problems/measured/<gpu>/kernels.json``, written by
 ``benchmarks/gpu/``): flash attention's rates by head size and sequence, and the rate of the memory-bound kernel
-``STREAMING_KERNEL``. A preset with a table takes its figures from it; the others take the H100's, scaled
-(``zbsolve.costmodel.gpus.Gpu.measured``).
+``STREAMING_KERNEL``. A preset takes the figures of the table its ``Gpu.measured`` names, attention scaled by
+the BF16 peaks.
 """
 
 from __future__ import annotations
