@@ -1,7 +1,7 @@
 """The kernel tables measured on lent GPUs (``problems/measured/<gpu>/kernels.json``, written by
-``benchmarks/gpu/``): flash attention's rates by head size and sequence, and the rate of the memory-bound kernel
-``STREAMING_KERNEL``. A preset takes the figures of the table its ``Gpu.measured`` names, attention scaled by
-the BF16 peaks.
+``benchmarks/gpu/``): flash attention's rates by head size and sequence, the rate of the memory-bound kernel
+``STREAMING_KERNEL``, and the memory and SMs the device reported. A preset takes the figures of the table its
+``Gpu.measured`` names, attention scaled by the BF16 peaks.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbsolve.base.errors import InputError
+from zbsolve.base.units import MIB
 from zbsolve.costmodel.constants import STREAMING_KERNEL
 
 MEASURED = Path(__file__).resolve().parents[2] / "problems" / "measured"
@@ -30,6 +31,10 @@ class KernelTable:
     ``ATTENTION_B_FLOPS`` times that)."""
     streamed_bytes_per_s: float
     """HBM bytes/s of ``STREAMING_KERNEL``."""
+    memory_bytes: int
+    """Memory as the device reports it to NVML (``nvidia-smi.csv``'s ``memory.total``, MiB)."""
+    sms: int
+    """Streaming multiprocessors as torch reports them."""
 
 
 @functools.cache
@@ -43,4 +48,6 @@ def kernel_table(gpu: str) -> KernelTable:
     for row in data["attention"]:
         attention.setdefault(row["head_dim"], {})[row["seq"]] = (round(row["f_tflops"]) * 1e12,
                                                                  round(row["b_tflops"]) * 1e12)
-    return KernelTable(attention, data["memory_bound"][STREAMING_KERNEL]["bytes_per_s"])
+    smi = dict(zip(*(line.split(", ") for line in (MEASURED / gpu / "nvidia-smi.csv").read_text().splitlines()[:2])))
+    return KernelTable(attention, data["memory_bound"][STREAMING_KERNEL]["bytes_per_s"],
+                       int(smi["memory.total [MiB]"].removesuffix(" MiB")) * MIB, data["multiprocessors"])
