@@ -15,22 +15,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from pathlib import Path
+from typing import Any
 
+from zbsolve.base.errors import InputError
 from zbsolve.costmodel import context, counting, moe, recompute_modules
 from zbsolve.costmodel.block import Part, core_flops
-from zbsolve.base.checks import check_count
-from zbsolve.base.errors import InputError
+from zbsolve.costmodel.communication import expert_exchange, group_link, link_of, ring_step, tp_collective
 from zbsolve.costmodel.constants import (BUCKET_PARAMS, DTYPE_BYTES, FP8_WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES,
-                                         P2P_LATENCY, WEIGHT_BYTES)
-from zbsolve.costmodel.gpus import LINKS, Gpu, get_gpu
+                                         WEIGHT_BYTES)
 from zbsolve.costmodel.hf_config import Architecture, architecture, attended_pairs
 from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved
-from zbsolve.costmodel.layer_costs import (LayerCosts, Shard, embedding_costs, hiding, norm_costs,
-                                                  output_costs, probability_bytes, with_counts)
-from zbsolve.core.profile import paper_deltas
-from zbsolve.costmodel.model import Layer, Link, Model, ModuleCost, Setting, StepEnd
+from zbsolve.costmodel.layer_costs import (
+    LayerCosts,
+    Shard,
+    embedding_costs,
+    hiding,
+    norm_costs,
+    output_costs,
+    probability_bytes,
+    with_counts,
+)
+from zbsolve.costmodel.memory import Memory
+from zbsolve.costmodel.model import Layer, Model, ModuleCost, StepEnd
+from zbsolve.costmodel.setup import Setup
+from zbsolve.costmodel.time import Timing
 
 METHODS = ("formula", "count")
 """Where FLOPs and activation bytes come from: the closed form (the default), or counted by torch on the
@@ -73,14 +82,11 @@ def reference_flops_per_token(config: Architecture | dict | str | Path, seq_len:
     return 6 * (count_parameters(arch, active=True) + head) + 3 * core_flops(arch) * pairs / seq_len
 
 
-def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int, microbatch_size: int, tp: int = 1,
-             dp: int = 1, zero: int = 0, dtype: str = "bf16", efficiency: float | None = None,
-             flash_attention: bool = True, link: str = "nvlink", name: str | None = None,
-             source: str | None = None, method: str = "formula", ep: int = 1,
-             a2a_link: str | None = None, cp: int = 1, overlap_grad_reduce: bool = False,
-             overlap_param_gather: bool = False, step: bool | None = None, dispatcher: str = "alltoall",
-             tp_comm_overlap: bool = False) -> Model:
-    """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``.
+def estimate(config: dict | str | Path, setup: Setup | None = None, *, name: str | None = None,
+             source: str | None = None, step: bool | None = None, **knobs: Any) -> Model:
+    """The model description of a Hugging Face config under the cost model of ``docs/cost-model.md``, for the
+    training ``setup`` (or a ``Setup`` of the ``knobs`` given instead: ``gpu``, ``seq_len``, ``microbatch_size``,
+    ``tp``, ...).
 
     ``tp`` divides compute, weights and activations (Megatron-LM's tensor parallelism with sequence parallelism);
     ``cp`` splits each sequence (``zbsolve.costmodel.context``: ring attention); ``zero=1`` shards the
@@ -109,154 +115,116 @@ def estimate(config: dict | str | Path, *, gpu: str | Gpu = "h100", seq_len: int
     Times come from each pass's kernels (``zbsolve.costmodel.kernels``); an ``efficiency`` in (0, 1] times
     FLOPs and the end layers' HBM bytes at that share of the preset's BF16 peaks instead. ``dtype="fp8"`` runs the
     linear layers' products in FP8 (Transformer Engine), keeps their FP8 weight copies and saves their inputs in
-    FP8 for the backward.
+    FP8 for the backward. ``source`` (default: the call, from the setup) says how the costs were obtained.
     """
-    if method not in METHODS:
-        raise InputError(f"method = {method!r}: should be one of {', '.join(METHODS)}")
+    if setup is None:
+        setup = Setup(**knobs)
+    elif knobs:
+        raise InputError(f"estimate: give a setup or its knobs ({', '.join(knobs)}), not both")
+    if setup.method not in METHODS:
+        raise InputError(f"method = {setup.method!r}: should be one of {', '.join(METHODS)}")
     arch = architecture(config)
-    device = gpu if isinstance(gpu, Gpu) else get_gpu(gpu)
-    for what, value in (("seq_len", seq_len), ("microbatch_size", microbatch_size), ("tp", tp), ("dp", dp),
-                        ("ep", ep), ("cp", cp)):
-        check_count(what, value)
-    if zero not in (0, 1, 3) or isinstance(zero, bool):
-        raise InputError(f"zero = {zero!r}: should be 0, 1 or 3")
-    replicas = dp * cp
-    moe.check(arch, method, tp * replicas if zero else 0, ep, a2a_link, dispatcher)
-    context.check(seq_len, cp, flash_attention, method)
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
-    if dtype == "fp8" and device.fp8_flops is None:
-        raise InputError(f"dtype = 'fp8': the {device.name} has no FP8 tensor cores")
-    if efficiency is not None and (isinstance(efficiency, bool) or not isinstance(efficiency, (int, float))
-                                   or not 0 < efficiency <= 1):
-        raise InputError(f"efficiency = {efficiency!r}: should be a number in (0, 1], or None for the kernel model")
-    if link not in LINKS:
-        raise InputError(f"link = {link!r}: should be one of {', '.join(LINKS)}")
-    if arch.positions and seq_len > arch.positions:
-        raise InputError(f"seq_len = {seq_len}: the config has {arch.positions} learned positions")
+    _check(arch, setup)
+    timing, memory, costs = _parts(config, arch, setup)
+    where = "config" if isinstance(config, dict) else str(config)  # as read_config names it
+    tail = step if step is not None else setup.replicas > 1 or setup.zero > 0
+    return Model(name=name or (Path(where).stem if where != "config" else "model"),
+                 source=source or f"zbsolve.estimate({where}, {_arguments(setup)}); cost model: docs/cost-model.md",
+                 link=link_of(setup.device, setup.link), setting=setup.setting(arch.experts is not None),
+                 step=_step_end(setup) if tail else None, layers=_layers(costs, arch, timing, memory))
+
+
+def _arguments(setup: Setup) -> str:
+    """The setup's knobs that differ from their defaults, as keyword arguments (the GPU always)."""
+    changed = {"gpu": setup.gpu_name, **setup.changed()}
+    changed.pop("config", None)
+    changed["gpu"] = setup.gpu_name
+    return ", ".join(f"{key}={value!r}" for key, value in changed.items())
+
+
+def _check(arch: Architecture, setup: Setup) -> None:
+    """Refuse what the architecture cannot run under ``setup``: the dtype, the experts' degrees and links, the
+    context-parallel split, a sequence past the learned positions, a tensor-parallel degree that does not divide
+    the heads."""
+    tp = setup.tp
+    moe.check(arch, setup.method, tp * setup.replicas if setup.zero else 0, setup.ep, setup.a2a_link,
+              setup.dispatcher)
+    context.check(setup.seq_len, setup.cp, setup.flash_attention, setup.method)
+    if setup.dtype not in DTYPE_BYTES:
+        raise InputError(f"dtype = {setup.dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
+    if arch.positions and setup.seq_len > arch.positions:
+        raise InputError(f"seq_len = {setup.seq_len}: the config has {arch.positions} learned positions")
     for what, value in moe.split_by_tp(arch):
         if value % tp:
             raise InputError(f"tp = {tp}: {what} = {value} is not a multiple of it")
 
-    tokens, e = seq_len * microbatch_size // cp, DTYPE_BYTES[dtype]
-    ring = (tokens * context.kv_bytes(arch, e) // tp / device.link(device.group_link(tp * cp)) + P2P_LATENCY
-            if cp > 1 else 0.0)
-    shard = Shard(tokens, tp, ep, Kernels(device, dtype), arch.experts.routed if arch.experts else 1, cp, ring)
-    costs = (_dense_layers(config, arch, shard, e, seq_len, microbatch_size, flash_attention, method, dtype)
-             if arch.experts is None else _expert_layers(arch, shard, e, seq_len, flash_attention, microbatch_size))
-    collective = (tp - 1) / tp * tokens * arch.hidden * e / device.nvlink_bytes_per_s + P2P_LATENCY if tp > 1 else 0.0
-    exchange = _exchange(device, arch, -(-tokens // tp), e, ep, a2a_link, dispatcher) if ep > 1 else 0.0
 
-    memory_rate = device.hbm_bytes_per_s * (device.memory_fraction if efficiency is None else efficiency)
+def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
+           ) -> tuple[Timing, Memory, list[tuple[str, LayerCosts]]]:
+    """The timing and the memory of ``setup``, and each layer's costs by name."""
+    device, tp, cp, zero = setup.device, setup.tp, setup.cp, setup.zero
+    tokens, e = setup.seq_len * setup.microbatch_size // cp, DTYPE_BYTES[setup.dtype]
+    shard = Shard(tokens, tp, setup.ep, Kernels(device, setup.dtype), arch.experts.routed if arch.experts else 1,
+                  cp, ring_step(device, arch, tokens, e, tp, cp))
+    costs = (_dense_layers(config, arch, shard, e, setup) if arch.experts is None else
+             _expert_layers(arch, shard, e, setup.seq_len, setup.flash_attention, setup.microbatch_size))
+    exchange = expert_exchange(device, arch, -(-tokens // tp), e, setup.ep, setup.a2a_link, setup.dispatcher)
+    timing = Timing(device, setup.efficiency, tp_collective(device, arch, tokens, e, tp), exchange,
+                    setup.tp_comm_overlap, group_link(device, tp * setup.replicas) if zero == 3 else None,
+                    setup.replicas, (WEIGHT_BYTES, GRAD_BYTES))
+    memory = Memory(WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, FP8_WEIGHT_BYTES if setup.dtype == "fp8" else 0,
+                    zero, setup.replicas, tp * setup.replicas // setup.ep)
+    return timing, memory, costs
 
-    def seconds(c: LayerCosts, p: int) -> float:
-        compute = (c.kernel[p] if efficiency is None else
-                   c.flops[p] / (device.flops * efficiency) + c.traffic[p] / memory_rate)
-        return compute + _collectives(c, p, collective, tp_comm_overlap) + (c.all_to_all[p] * exchange
-                                                                            if c.all_to_all else 0.0)
 
-    def static(params: int, shards: int) -> int:
-        if zero == 3:
-            return math.ceil(params * (WEIGHT_BYTES + GRAD_BYTES + OPTIMIZER_BYTES) / shards)
-        return params * (WEIGHT_BYTES + GRAD_BYTES) + math.ceil(params * OPTIMIZER_BYTES / shards)
+def _step_end(setup: Setup) -> StepEnd:
+    """How a step of ``setup`` ends: its data-parallel synchronisation over its group's link, and the optimizer."""
+    replicas = setup.replicas
+    return StepEnd(dp=replicas, zero=setup.zero, link=group_link(setup.device, setup.tp * replicas),
+                   hbm_bytes_per_s=setup.device.hbm_bytes_per_s, overlap_grad_reduce=setup.overlap_grad_reduce,
+                   overlap_param_gather=setup.overlap_param_gather,
+                   bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
 
-    fp8 = FP8_WEIGHT_BYTES if dtype == "fp8" else 0
-    dp_link_name = device.group_link(tp * replicas)
-    dp_link = Link(name=dp_link_name, bytes_per_s=device.link(dp_link_name), latency_s=P2P_LATENCY)
 
-    def pass_time(c: LayerCosts, p: int) -> float:
-        """Seconds of pass ``p``: its kernels and collectives, the ring's exposed exchange, and under FSDP what of
-        its parameters' all-gather (F, B) or its gradients' reduce-scatter (W) outlasts it."""
-        t = seconds(c, p) + (c.ring[p] if p < 2 else 0.0)
-        if zero != 3:
-            return t
-        moved = (c.params + c.expert_params) * (GRAD_BYTES if p == 2 else WEIGHT_BYTES)
-        return t + max(0.0, dp_link.collective(moved, replicas) - t)
-
-    def layer(n: str, c: LayerCosts) -> Layer:
-        return Layer(name=n, block=n.startswith("layers."), t_f=pass_time(c, 0), t_b=pass_time(c, 1),
-                     t_w=pass_time(c, 2),
-                     **dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w))),
-                     static_bytes=static(c.params, replicas if zero else 1)
-                     + math.ceil(fp8 * c.fp8_params / (replicas if zero == 3 else 1))
-                     + (static(c.expert_params, tp * replicas // ep if zero else 1) if c.expert_params else 0),
-                     params=c.params + c.expert_params,
-                     gathered_bytes=(c.params + c.expert_params) * (WEIGHT_BYTES + GRAD_BYTES) if zero == 3 else None,
-                     out_bytes=c.out_bytes, flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2],
-                     **({} if c.selective is None else
-                        {"t_sel": c.selective[0] / memory_rate,
-                         "mem_sel": min(c.selective[1], max(c.m_b, c.m_w))}),
-                     **({} if c.modules is None else {"recompute_modules": {
-                         name: ModuleCost(t=seconds(again, 0), mem=min(saved, max(c.m_b, c.m_w)))
-                         for name, (again, saved) in c.modules.items()}}),
-                     shares="tok_embeddings" if n == "output" and arch.tied else None,
-                     **({} if c.all_to_all is None else
-                        {"comm_f": c.all_to_all[0] * exchange, "comm_b": c.all_to_all[1] * exchange}))
-
-    built: dict[int, Layer] = {}  # blocks of one set of costs: built and checked once, the others renamed copies
+def _layers(costs: list[tuple[str, LayerCosts]], arch: Architecture, timing: Timing, memory: Memory) -> list[Layer]:
+    """The layers of ``costs``: blocks of one set of costs built and checked once, the others renamed copies."""
+    built: dict[int, Layer] = {}
     layers = []
     for n, c in costs:
         first = built.get(id(c)) if n.startswith("layers.") else None
-        layers.append(layer(n, c) if first is None else first.model_copy(update={"name": n}))
+        layers.append(_layer(n, c, arch, timing, memory) if first is None else first.model_copy(update={"name": n}))
         if first is None and n.startswith("layers."):
             built[id(c)] = layers[-1]
-    gpu_name = gpu.lower() if isinstance(gpu, str) else device.name
-    where = "config" if isinstance(config, dict) else str(config)  # as read_config names it
-    return Model(name=name or (Path(where).stem if where != "config" else "model"),
-                 source=source or f"zbsolve.estimate({where}, gpu={gpu_name!r}, seq_len={seq_len}, "
-                                  f"microbatch_size={microbatch_size}, tp={tp}, dp={dp}, zero={zero}, "
-                                  f"dtype={dtype!r}, efficiency={efficiency}, flash_attention={flash_attention}, "
-                                  f"link={link!r}, method={method!r}"
-                                  + (f", ep={ep}, a2a_link={a2a_link!r}, dispatcher={dispatcher!r}" if arch.experts
-                                     else "") + f", tp_comm_overlap={tp_comm_overlap}"
-                                  + (f", cp={cp}" if cp > 1 else "")
-                                  + (f", overlap_grad_reduce={overlap_grad_reduce}, "
-                                     f"overlap_param_gather={overlap_param_gather}, step={step}"
-                                     if replicas > 1 or zero or step else "")
-                                  + "); cost model: docs/cost-model.md",
-                 link=Link(name=link, bytes_per_s=device.link(link), latency_s=P2P_LATENCY),
-                 setting=Setting(seq_len=seq_len, microbatch_size=microbatch_size, tp=tp, dp=dp,
-                                 cp=cp if cp > 1 else None, ep=ep if arch.experts else None,
-                                 dispatcher=dispatcher if arch.experts else None, zero=zero, dtype=dtype,
-                                 gpu=gpu_name, efficiency=efficiency),
-                 step=StepEnd(dp=replicas, zero=zero, link=dp_link, hbm_bytes_per_s=device.hbm_bytes_per_s,
-                              overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
-                              bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
-                 if (replicas > 1 or zero > 0 if step is None else step) else None,
-                 layers=layers)
+    return layers
 
 
-def _exchange(device: Gpu, arch: Architecture, tokens: int, e: int, ep: int, a2a_link: str | None,
-              dispatcher: str) -> float:
-    """Seconds of one dispatch or combine of a device's ``tokens``: its NVLink and network bytes
-    (``moe.all_to_all_bytes``) sent at once, the slower link's time, or all of them over ``a2a_link``."""
-    nvlink, network = moe.all_to_all_bytes(tokens, arch, e, ep, device.gpus_per_node, dispatcher)
-    if a2a_link is not None:
-        return (nvlink + network) / device.link(a2a_link) + P2P_LATENCY
-    return max(nvlink / device.nvlink_bytes_per_s, network / device.network_bytes_per_s) + P2P_LATENCY
+def _layer(n: str, c: LayerCosts, arch: Architecture, timing: Timing, memory: Memory) -> Layer:
+    """Layer ``n`` of costs ``c``: its passes' seconds, its activation and static bytes, its recomputation's."""
+    selective = {} if c.selective is None else {"t_sel": c.selective[0] / timing.memory_rate,
+                                               "mem_sel": memory.dropped(c, c.selective[1])}
+    modules = {} if c.modules is None else {"recompute_modules": {
+        module: ModuleCost(t=timing.seconds(again, 0), mem=memory.dropped(c, saved))
+        for module, (again, saved) in c.modules.items()}}
+    return Layer(name=n, block=n.startswith("layers."), t_f=timing.pass_time(c, 0), t_b=timing.pass_time(c, 1),
+                 t_w=timing.pass_time(c, 2), **memory.activations(c), static_bytes=memory.static_bytes(c),
+                 params=c.params + c.expert_params, gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes,
+                 flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2], **selective, **modules,
+                 shares="tok_embeddings" if n == "output" and arch.tied else None, **timing.comm(c))
 
 
-def _collectives(c: LayerCosts, p: int, collective: float, overlap: bool) -> float:
-    """Seconds pass ``p`` of ``c`` spends in tensor-parallel collectives of ``collective`` seconds each: all of
-    them, or under overlap what each shows past the time it can hide behind (``LayerCosts.hiding``)."""
-    if not overlap:
-        return c.collectives[p] * collective
-    hidden = c.hiding[p]
-    return sum(max(0.0, collective - g) for g in hidden) + (c.collectives[p] - len(hidden)) * collective
-
-
-def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e: int, seq_len: int,
-                  microbatch_size: int, flash_attention: bool, method: str, dtype: str) -> list[tuple[str, LayerCosts]]:
+def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e: int,
+                  setup: Setup) -> list[tuple[str, LayerCosts]]:
     """A dense decoder's layers by name: one set of block costs for each distinct sliding window, counted by
     torch with ``method`` "count"."""
+    seq_len, microbatch_size, flash_attention = setup.seq_len, setup.microbatch_size, setup.flash_attention
     windows = saving_windows(arch, seq_len, flash_attention)
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
     ends = [embedding_costs(arch, shard, e), norm_costs(arch, shard, e), output_costs(arch, shard, e)]
     blocks = [_from_part(moe.block(arch, e, 0), arch, shard, e, seq_len, flash_attention,
                          microbatch_size * attended_pairs(seq_len, w), recompute_modules.modules(arch, e, 0))
               for w in kinds]
-    if method == "count":
-        counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=dtype,
+    if setup.method == "count":
+        counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=setup.dtype,
                                  flash_attention=flash_attention, blocks=[windows.index(w) for w in kinds])
         ends = [with_counts(part, counts, shard.tp) for part, counts in
                 zip(ends, (counted.embedding, counted.norm, counted.output))]

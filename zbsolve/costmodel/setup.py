@@ -1,0 +1,176 @@
+"""One training setup: every knob of a run, named once (the model's config, the GPU, the dtype, the batch, the
+degrees of parallelism, the optimizer's sharding, the recomputation, the overlaps, the expert dispatcher, the
+device memory). ``estimate`` reads it, ``predict``'s configuration extends it, ``configure``'s space holds one, and
+each command line option is bound to one of its fields by name (``--seq-len`` to ``seq_len``).
+
+A field is added with its type, its default and one docstring line (the option's help); a rule that checks its
+value goes into ``RULES``. A value the rules refuse is one ``InputError`` line naming the field and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, InstanceOf
+
+from zbsolve.base.checks import check_count
+from zbsolve.base.errors import InputError
+from zbsolve.base.inputs import InputModel
+from zbsolve.base.units import GIB
+from zbsolve.costmodel.gpus import LINKS, Gpu, get_gpu
+from zbsolve.costmodel.model import Setting
+from zbsolve.costmodel.moe import DISPATCHERS
+
+DEFAULT_RESERVE = 4 * GIB
+"""Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
+and the allocator's fragmentation."""
+
+
+class Setup(InputModel):
+    """A training run's knobs, each once: what the estimate, ``predict`` and ``configure`` read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    what: ClassVar[str] = "setup"
+
+    config: str | Path | None = None
+    """The model's Hugging Face config.json (None: given beside, as ``estimate`` takes it)."""
+    gpu: str | InstanceOf[Gpu] = "h100"
+    """The GPU preset (``costmodel.gpus.GPUS``), or a ``Gpu`` of one's own."""
+    dtype: str = "bf16"
+    """Type of the matrix products: bf16, fp16 or fp8 (Transformer Engine's FP8 linear layers)."""
+    seq_len: int
+    """Tokens per sequence."""
+    microbatch_size: int
+    """Sequences per microbatch."""
+    global_batch: int | None = None
+    """Sequences per step over every replica."""
+    gpus: int | None = None
+    """GPUs of the run."""
+    tp: int = 1
+    """Tensor-parallel degree (with sequence parallelism)."""
+    pp: int = 1
+    """Pipeline ranks."""
+    vp: int = 1
+    """Virtual stages per pipeline rank."""
+    dp: int = 1
+    """Data-parallel degree of one estimate (a configuration's is what its GPUs leave)."""
+    cp: int = 1
+    """Context-parallel degree (ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree (routed experts whole, not split by tp)."""
+    zero: int = 0
+    """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP, the weights and gradients sharded too."""
+    recompute: str = "none"
+    """none, full, uniform:N, per-stage:..., selective or modules:M,..."""
+    device_memory: int | None = None
+    """Memory per device, bytes (None: the GPU preset's)."""
+    reserve: int = DEFAULT_RESERVE
+    """Memory per device kept free of stages and activations, bytes."""
+    overlap_grad_reduce: bool = False
+    """Gradients reduced during the backward, bucket by bucket (Megatron's --overlap-grad-reduce)."""
+    overlap_param_gather: bool = False
+    """Parameters all-gathered during the next forward (Megatron's --overlap-param-gather)."""
+    tp_comm_overlap: bool = False
+    """Hide each tensor-parallel collective behind the product beside it (Megatron's --tp-comm-overlap)."""
+    dispatcher: str = "alltoall"
+    """Expert all-to-all: alltoall (a copy per expert) or flex (DeepEP: a copy per node, then NVLink)."""
+    a2a_link: str | None = None
+    """Link of every byte of the experts' all-to-all (None: within the node over NVLink, across the network)."""
+    link: str = "nvlink"
+    """Link between stages: nvlink or network."""
+    efficiency: float | None = None
+    """Time FLOPs at this share of the GPU's BF16 peak (None: the kernel model)."""
+    flash_attention: bool = True
+    """Flash attention, which keeps no s x s attention probabilities."""
+    method: str = "formula"
+    """formula (the closed form) or count (torch on the transformers model)."""
+
+    def __init__(self, /, **data: Any) -> None:
+        for name, value in data.items():  # each knob's own rule first, in its words
+            if name in RULES:
+                RULES[name](name, value)
+        super().__init__(**data)
+        if self.dtype == "fp8" and self.device.fp8_flops is None:
+            raise InputError(f"dtype = 'fp8': the {self.device.name} has no FP8 tensor cores")
+
+    @property
+    def device(self) -> Gpu:
+        """The GPU's figures."""
+        return self.gpu if isinstance(self.gpu, Gpu) else get_gpu(self.gpu)
+
+    @property
+    def gpu_name(self) -> str:
+        """The GPU as a model's setting names it: the preset's name, or a ``Gpu``'s own."""
+        return self.gpu.lower() if isinstance(self.gpu, str) else self.gpu.name
+
+    @property
+    def replicas(self) -> int:
+        """Replicas the gradients are synchronised over: dp x cp."""
+        return self.dp * self.cp
+
+    @property
+    def memory(self) -> int:
+        """Bytes per device: the setup's, else its GPU preset's."""
+        return self.device_memory if self.device_memory is not None else self.device.memory_bytes
+
+    def replace(self, **changes: Any) -> Setup:
+        """This setup with ``changes``, checked as a new one is."""
+        return type(self)(**{**{name: getattr(self, name) for name in self.model_fields_set}, **changes})
+
+    def changed(self, fields: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The fields (``fields``: those alone, in that order) that differ from their defaults, and those without
+        one, by name."""
+        names = fields or tuple(type(self).model_fields)
+        known = type(self).model_fields
+        return {name: getattr(self, name) for name in names
+                if known[name].is_required() or getattr(self, name) != known[name].default}
+
+    def setting(self, experts: bool) -> Setting:
+        """The setting a model estimated under this setup records (``Model.setting``); ``experts``: whether the
+        model has experts (its ep and dispatcher are recorded)."""
+        return Setting(seq_len=self.seq_len, microbatch_size=self.microbatch_size, tp=self.tp, dp=self.dp,
+                       cp=self.cp if self.cp > 1 else None, ep=self.ep if experts else None,
+                       dispatcher=self.dispatcher if experts else None, zero=self.zero, dtype=self.dtype,
+                       gpu=self.gpu_name, efficiency=self.efficiency)
+
+
+def _count(name: str, value: object) -> None:
+    check_count(name, value)
+
+
+def _optional_count(name: str, value: object) -> None:
+    if value is not None:
+        check_count(name, value)
+
+
+def _zero(name: str, value: object) -> None:
+    if value not in (0, 1, 3) or isinstance(value, bool):
+        raise InputError(f"{name} = {value!r}: should be 0, 1 or 3")
+
+
+def _gpu(name: str, value: object) -> None:
+    if not isinstance(value, Gpu):
+        get_gpu(value)  # type: ignore[arg-type]
+
+
+def _efficiency(name: str, value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1):
+        raise InputError(f"{name} = {value!r}: should be a number in (0, 1], or None for the kernel model")
+
+
+def _one_of(choices: tuple[str, ...], optional: bool = False) -> Callable[[str, object], None]:
+    def rule(name: str, value: object) -> None:
+        if not (optional and value is None) and value not in choices:
+            raise InputError(f"{name} = {value!r}: should be one of {', '.join(choices)}")
+    return rule
+
+
+RULES: dict[str, Callable[[str, object], None]] = {
+    "gpu": _gpu, "seq_len": _count, "microbatch_size": _count, "global_batch": _optional_count,
+    "gpus": _optional_count, "tp": _count, "pp": _count, "vp": _count, "dp": _count, "cp": _count, "ep": _count,
+    "zero": _zero, "efficiency": _efficiency, "link": _one_of(LINKS), "a2a_link": _one_of(LINKS, optional=True),
+    "dispatcher": _one_of(DISPATCHERS)}
+"""Each field's rule where its type says too little, by field (the dtype and the method are the estimate's:
+``estimate.DTYPE_BYTES``, ``estimate.METHODS``): an ``InputError`` naming the field and the value."""
