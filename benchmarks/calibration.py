@@ -26,7 +26,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -214,7 +214,7 @@ def row(run: dict) -> Row:
         return Row(**base, predicted=None, step_time_s=None, command=None, reason=m.reason)
     began = time.monotonic()
     try:
-        p = predict(replace(m.configuration, config=ROOT / m.configuration.config))
+        p = predict(m.configuration.replace(config=ROOT / m.configuration.config))
     except InputError as error:
         return Row(**base, predicted=None, step_time_s=None, command=m.configuration.command(), reason=str(error),
                    notes=m.notes, seconds=time.monotonic() - began)

@@ -29,7 +29,7 @@ import dataclasses
 import json
 import shlex
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -230,7 +230,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
     """The recipe's configuration predicted, and configure's choice at its GPUs, batch, sequence and dtype."""
     own = mapped(load(RUNS / f"{run}.yaml")).configuration
     assert own is not None, run  # the four recipes map
-    own = replace(own, config=ROOT / own.config)
+    own = own.replace(config=ROOT / own.config)
     p = predict(own)
     said = [time.monotonic()]
 
@@ -241,7 +241,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
 
     recipe_figures = dict(recipe=recipe, run=run, recipe_config=label(own, p.dp),
                           recipe_tokens=p.tokens_per_s_per_gpu, recipe_fits=p.fits,
-                          recipe_command=replace(own, config=Path(own.config).relative_to(ROOT)).command())
+                          recipe_command=own.replace(config=Path(own.config).relative_to(ROOT)).command())
     began = time.monotonic()
     try:
         result = configure(own.config, gpus=own.gpus, global_batch=own.global_batch, seq_len=own.seq_len,
@@ -266,11 +266,11 @@ def toy_row() -> dict:
     with cf.ThreadPoolExecutor(1) as pool:
         result = configure(**TOY, time_limit=TOY_LIMIT, executor=pool)
     wall = time.monotonic() - began
-    space = Space(TOY["config"], TOY["gpus"], TOY["global_batch"], TOY["seq_len"])  # every configuration assessed
+    space = Space.of(TOY["config"], gpus=TOY["gpus"], global_batch=TOY["global_batch"], seq_len=TOY["seq_len"])  # every configuration assessed
     every: list[Configuration] = []
     for group in groups(space):
         if isinstance(group, Group):
-            every += [replace(one.configuration, device_memory=TOY["device_memory"], reserve=TOY["reserve"])
+            every += [one.configuration.replace(device_memory=TOY["device_memory"], reserve=TOY["reserve"])
                       for one in assess(space, group) if isinstance(one, Assessed)]
     best: tuple[float, str] | None = None
     predicted = planned = 0
@@ -282,7 +282,7 @@ def toy_row() -> dict:
         predicted += 1
         if p.fits and (best is None or p.step_time_s < best[0]):
             best = (p.step_time_s, f"{label(c, p.dp)} (predicted)")
-    pipelines = {replace(c, recompute="none") for c in every if c.pp > 1}  # a plan chooses the recomputation
+    pipelines = {c.replace(recompute="none") for c in every if c.pp > 1}  # a plan chooses the recomputation
     with cf.ThreadPoolExecutor(1) as pool:
         for c in sorted(pipelines, key=lambda c: (c.tp, c.pp, c.vp, c.cp, c.microbatch_size, c.zero)):
             dp, m = degrees(c)

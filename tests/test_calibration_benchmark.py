@@ -8,7 +8,6 @@ import importlib.util
 import math
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,7 +62,7 @@ def test_the_command_line_is_the_configuration(run, monkeypatch):
     CliRunner().invoke(app, words[1:])
     assert len(taken) == 1
     assert Path(taken[0].config) == Path(c.config)
-    assert replace(taken[0], config=c.config) == c
+    assert taken[0].replace(config=c.config) == c
 
 
 def test_recompute_forms_of_the_files():

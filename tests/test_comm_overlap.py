@@ -12,7 +12,8 @@ from conftest import ROOT
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration, configured_model
 from zbsolve.costmodel import moe
-from zbsolve.costmodel.estimate import _collectives, estimate
+from zbsolve.costmodel.communication import collectives
+from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.layer_costs import LayerCosts, hiding
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture
@@ -96,8 +97,8 @@ def test_a_collective_hides_behind_its_product_up_to_its_time():
     """Three collectives of 0.5 s; under overlap the first two hide behind 1.0 and 0.1 s, the third behind none."""
     costs = LayerCosts(flops=(0, 0, 0), traffic=(0, 0, 0), collectives=(3, 0, 0), m_b=0, m_w=0, params=0,
                        out_bytes=0, hiding=((1.0, 0.1), (), ()))
-    assert _collectives(costs, 0, 0.5, overlap=False) == 1.5
-    assert _collectives(costs, 0, 0.5, overlap=True) == pytest.approx(0.0 + 0.4 + 0.5)
+    assert collectives(costs, 0, 0.5, overlap=False) == 1.5
+    assert collectives(costs, 0, 0.5, overlap=True) == pytest.approx(0.0 + 0.4 + 0.5)
 
 
 def test_collectives_pair_with_the_tensor_parallel_products():
@@ -133,5 +134,5 @@ def test_stages_on_different_nodes_take_the_network(gpus, pp, link):
 def test_predict_passes_the_flag_to_the_estimate():
     c = Configuration(config=ROOT / "problems/models/configs/llama3-8b.json", gpu="h100", dtype="bf16", seq_len=1024,
                       microbatch_size=1, global_batch=8, gpus=8, tp=2, pp=2)
-    plain, hidden = configured_model(c, 2), configured_model(dataclasses.replace(c, tp_comm_overlap=True), 2)
+    plain, hidden = configured_model(c, 2), configured_model(c.replace(tp_comm_overlap=True), 2)
     assert hidden.layers[1].t_f < plain.layers[1].t_f

@@ -10,7 +10,6 @@ import json
 import threading
 import time
 import shlex
-from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -55,7 +54,7 @@ def configured():
 
 
 def test_every_configuration_enumerated_divides_as_predict_needs():
-    space = Space(DENSE, 4, 8, 256)
+    space = Space.of(DENSE, gpus=4, global_batch=8, seq_len=256)
     found = list(groups(space))
     valid = [g for g in found if isinstance(g, Group)]
     assert valid and any(isinstance(g, Dropped) and "not a multiple" in g.why for g in found)
@@ -66,18 +65,19 @@ def test_every_configuration_enumerated_divides_as_predict_needs():
         assert c.tp in (1, 2) and c.cp in (1, 2, 4) and c.ep == 1 and c.zero in (0, 1, 3)  # 2 key/value heads
         assert all(c.pp * vp <= 4 for vp in g.vps) and (c.pp > 1 or g.vps == (1,))
         assert not parse_recompute(c.recompute).undecided
-    assert Space(MOE, 16, 8, 256).menus()["ep"] == (1, 2, 4, 8) and space.menus()["ep"] == (1,)
-    assert Space(DENSE, 4, 8, 256, target="torchtitan").menus()["zero"] == (3,)
-    moe = Configuration(MOE, "h100", "bf16", 256, 1, 8, 8, tp=2, pp=2, ep=8)
+    assert Space.of(MOE, gpus=16, global_batch=8, seq_len=256).menus()["ep"] == (1, 2, 4, 8) and space.menus()["ep"] == (1,)
+    assert Space.of(DENSE, gpus=4, global_batch=8, seq_len=256, target="torchtitan").menus()["zero"] == (3,)
+    moe = Configuration(config=MOE, gpu="h100", dtype="bf16", seq_len=256, microbatch_size=1, global_batch=8,
+                        gpus=8, tp=2, pp=2, ep=8)
     assert expert_refusal(moe, 2) == "ep = 8: should divide tp x cp x dp = 2 x 1 x 2 = 4, the ranks of a stage"
-    assert expert_refusal(replace(moe, ep=4), 2) is None
+    assert expert_refusal(moe.replace(ep=4), 2) is None
 
 
 @pytest.mark.parametrize("config, gpus, memory", [(DENSE, 4, 12 * MIB), (MOE, 8, 20 * MIB)], ids=["dense", "moe"])
 def test_the_memory_prune_drops_what_group_fits_drops_and_estimates_less(config, gpus, memory, monkeypatch):
     """A choice pruned at a micro-batch size is pruned at the larger ones and at the less sharded ZeRO levels
     without its model: the groups kept and the configurations pruned are those of ``group_fits`` on every model."""
-    space = Space(config, gpus, 16, 256, device_memory=memory, reserve=0)
+    space = Space.of(config, gpus=gpus, global_batch=16, seq_len=256, device_memory=memory, reserve=0)
     estimated = []
 
     def counting(c: Configuration, dp: int):
@@ -97,8 +97,8 @@ def test_the_memory_prune_drops_what_group_fits_drops_and_estimates_less(config,
                 continue
             models += 1
             for choice in decided_choices(space.target, model):
-                if group_fits(Whole(model), replace(c, recompute=choice)) is None:
-                    fitting.add(replace(c, recompute=choice))
+                if group_fits(Whole(model), c.replace(recompute=choice)) is None:
+                    fitting.add(c.replace(recompute=choice))
                 else:
                     pruned += len(vp_choices(c.pp, space.blocks()))
     assert {g.configuration for g in found if isinstance(g, Group)} == fitting
@@ -116,12 +116,12 @@ def test_the_memory_prune_drops_what_group_fits_drops_and_estimates_less(config,
     (MOE, 8, dict(ep=8), True),
 ], ids=["tp-interleaved", "pp4-full", "cp-zero3", "modules", "moe-combined", "moe-full", "moe-one-stage"])
 def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combined):
-    space = Space(config, gpus, 8, 256, device_memory=8 * MIB, reserve=0)
+    space = Space.of(config, gpus=gpus, global_batch=8, seq_len=256, device_memory=8 * MIB, reserve=0)
     c = space.configuration(**degrees_)
     dp, m = degrees(c)
     model = configured_model(c, dp)
     bound = group_bound(Whole(model), m, c.pp, parse_recompute(c.recompute), combined)
-    [assessed] = assess(space, Group(replace(c, vp=1), dp, m, (c.vp,), bound))
+    [assessed] = assess(space, Group(c.replace(vp=1), dp, m, (c.vp,), bound))
     assert isinstance(assessed, Assessed)
     p = predict(assessed.configuration)
     assert not exceeds(bound, assessed.bound) and not exceeds(assessed.bound, p.step_time_s)
@@ -131,12 +131,12 @@ def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combi
 
 def test_the_ranking_is_brute_force_s(configured):
     """Every configuration enumerated, predicted: the fastest that fit are the ones configure ranks."""
-    space = Space(DENSE, SMALL["gpus"], SMALL["global_batch"], SMALL["seq_len"])  # nothing pruned for memory
+    space = Space.of(DENSE, gpus=SMALL["gpus"], global_batch=SMALL["global_batch"], seq_len=SMALL["seq_len"])  # nothing pruned for memory
     fitting = []
     for group in groups(space):
         for one in assess(space, group) if isinstance(group, Group) else ():
             if isinstance(one, Assessed):
-                c = replace(one.configuration, device_memory=SMALL["device_memory"], reserve=0)
+                c = one.configuration.replace(device_memory=SMALL["device_memory"], reserve=0)
                 try:
                     p = predict(c)
                 except Exception:  # predict's refusal: invalid
@@ -274,7 +274,8 @@ def test_without_a_fit_by_its_share_the_timing_goes_on_until_one_fits(monkeypatc
 
 def test_the_enumeration_stops_at_its_time_and_counts_the_shapes_left(monkeypatch):
     """The shapes left when the enumeration's time is up are counted as not enumerated, outside the others."""
-    space = Space(DENSE, 4, 16, 256, target="zbsolve", device_memory=20 * MIB, reserve=0)  # its choices need no model
+    space = Space.of(DENSE, gpus=4, global_batch=16, seq_len=256, target="zbsolve", device_memory=20 * MIB,
+                     reserve=0)  # its choices need no model
     search = BranchAndBound(space, TOP, time.monotonic() + 60, lambda line: None)
     done = []
 
@@ -304,7 +305,7 @@ def test_the_jobs_running_at_the_deadline_are_left_untimed(monkeypatch):
         return predict(c)
 
     monkeypatch.setattr(configure_search, "time_configuration", stuck)
-    search = BranchAndBound(Space(DENSE, **SMALL), TOP, time.monotonic() + 1, lambda line: None)
+    search = BranchAndBound(Space.of(DENSE, **SMALL), TOP, time.monotonic() + 1, lambda line: None)
     with cf.ThreadPoolExecutor(1) as pool:
         search.run(pool, 2)
         left = search.counts(0)
@@ -322,7 +323,7 @@ def test_no_job_starts_that_would_still_run_at_the_deadline_were_it_as_long_as_t
         return work(*args), 100.0  # as if it took 100 s
 
     monkeypatch.setattr(configure_search, "_job", long)
-    search = BranchAndBound(Space(DENSE, **SMALL), TOP, time.monotonic() + 60, lambda line: None)
+    search = BranchAndBound(Space.of(DENSE, **SMALL), TOP, time.monotonic() + 60, lambda line: None)
     with cf.ThreadPoolExecutor(1) as pool:
         search.run(pool, 1)
     assert len(ran) == 1 and search.job_seconds == 100.0 and not search.abandoned and search.counts(0).unenumerated

@@ -4,7 +4,6 @@ each other and with the simulator, refusals in one line naming the numbers."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -18,7 +17,7 @@ from zbsolve.costmodel.model import Link, StepEnd
 from zbsolve.costmodel.step_tail import OPTIMIZER_STEP_BYTES, device_params, device_tail
 
 CONFIG = "problems/models/configs/llama3-8b.json"
-SMALL = Configuration(CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,
+SMALL = Configuration(config=CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,
                       tp=2, pp=4, vp=2)
 """dp = 16 / (2 x 4) = 2, m = 16 / (1 x 2) = 8."""
 ARGS = [CONFIG, "--gpu", "h100", "--seq-len", "512", "--microbatch-size", "1", "--global-batch", "16", "--gpus", "16",
@@ -72,7 +71,7 @@ def test_predicted_figures_agree_with_each_other():
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s)
     assert p.breakdown["dp_sync"] > 0 and p.breakdown["optimizer"] > 0 and p.breakdown["bubble"] > 0
     assert len(p.peak_memory_gib) == 4 and p.fits
-    assert not predict(replace(SMALL, device_memory=min(p.peak_memory_gib) * 2**30)).fits
+    assert not predict(SMALL.replace(device_memory=int(min(p.peak_memory_gib) * 2**30))).fits
 
 
 @pytest.mark.parametrize("change, line", [
@@ -82,7 +81,7 @@ def test_predicted_figures_agree_with_each_other():
 ])
 def test_a_configuration_that_does_not_divide_is_refused_naming_the_numbers(change, line):
     with pytest.raises(InputError, match="^" + line.replace("(", r"\(").replace(")", r"\)") + "$"):
-        degrees(replace(SMALL, **change))
+        degrees(SMALL.replace(**change))
 
 
 def test_the_command_prints_exactly_the_issue_s_json_keys():
@@ -99,7 +98,7 @@ def test_the_command_prints_exactly_the_issue_s_json_keys():
 def test_fsdp_and_context_parallelism_are_predicted(change):
     """FSDP and context parallelism run end to end: the figures still agree, the data-parallel degree leaves room
     for cp, and the tail shards the optimizer over the dp x cp replicas."""
-    c = replace(SMALL, **change)
+    c = SMALL.replace(**change)
     dp, m = degrees(c)
     p, model = predict(c), configured_model(c, dp)
     assert (p.dp, p.num_microbatches) == (dp, m) == (16 // (2 * 4 * c.cp), 16 // dp)
@@ -110,7 +109,7 @@ def test_fsdp_and_context_parallelism_are_predicted(change):
 def test_the_command_takes_zero_3_and_cp():
     run = CliRunner().invoke(app, ["predict", *ARGS, "--zero", "3", "--cp", "2", "--json"])
     assert run.exit_code == 0, run.output
-    assert json.loads(run.output)["step_time_s"] == pytest.approx(predict(replace(SMALL, zero=3, cp=2)).step_time_s)
+    assert json.loads(run.output)["step_time_s"] == pytest.approx(predict(SMALL.replace(zero=3, cp=2)).step_time_s)
 
 
 @pytest.mark.parametrize("extra, line", [

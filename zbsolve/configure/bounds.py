@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.configure.predict import Configuration, memory_of
+from zbsolve.configure.predict import Configuration
 from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import stage_profile
@@ -98,7 +98,7 @@ def _average(whole: Whole, c: Configuration) -> tuple[Costs, int, float]:
     reserve), those static bytes, and what every layer's F keeps there under ``c``'s recomputation
     (``Whole.kept``)."""
     static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
-    return Costs(whole.model, (), memory_of(c), c.reserve, (static,)), static, kept
+    return Costs(whole.model, (), c.memory, c.reserve, (static,)), static, kept
 
 
 def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float:

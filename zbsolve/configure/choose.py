@@ -38,7 +38,6 @@ from zbsolve.planning.planner import FINISH_SECONDS, plan
 from zbsolve.configure.predict import Configuration, configured_model, run
 from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE
-from zbsolve.costmodel.gpus import get_gpu
 from zbsolve.problem.recompute import described
 from zbsolve.schedulers.builtins import builtin_placement
 
@@ -71,15 +70,14 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     device (default: the preset's memory, 4 GiB kept free). ``began`` (``time.monotonic()``, default now) is when
     the limit started: a command line's start, so that its loading counts."""
     began = time.monotonic() if began is None else began
-    for what, value in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len), ("top", top)):
-        check_count(what, value)
+    space = Space.of(config, target=target, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu,
+                     dtype=dtype, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,
+                     device_memory=device_memory, reserve=reserve)
+    check_count("top", top)
     if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
         raise InputError(f"refine = {refine!r} must be a whole number >= 0")
     check_positive("time_limit", time_limit)
     check_target(target)
-    get_gpu(gpu)
-    space = Space(config, gpus, global_batch, seq_len, gpu, dtype, target, tp_comm_overlap, dispatcher,
-                  device_memory, reserve)
     say = progress or (lambda line: None)
     end = began + time_limit
     kept = min(time_limit, max(REFINE_SHARE * time_limit, PLAN_SECONDS)) if refine else 0.0
@@ -139,7 +137,7 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
     todo: dict[Configuration, int] = {}  # the first of each problem a plan solves: it chooses the recomputation
     for k, r in enumerate(ranked):
         if r.configuration.pp > 1 and len(todo) < refine:
-            todo.setdefault(replace(r.configuration, recompute="none", schedule=None), k)
+            todo.setdefault(r.configuration.model_copy(update={"recompute": "none", "schedule": None}), k)
     late = 0.0
     for n, k in enumerate(todo.values()):
         began = time.monotonic()
@@ -153,7 +151,7 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         say(f"refining {label(c, p.dp)}: plan, {share:.0f} s")
         try:
             result = plan(configured_model(c, p.dp), num_devices=c.pp, num_microbatches=p.num_microbatches,
-                          device_memory=space.memory(), reserve=c.reserve,
+                          device_memory=c.memory, reserve=c.reserve,
                           placement="interleaved" if c.vp > 1 else "sequential",
                           chunks=c.vp if c.vp > 1 else None, time_limit=share, jobs=jobs, executor=pool,
                           progress=say, recompute="auto", target=space.target)

@@ -14,17 +14,17 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple, Optional, Union
 
 from zbsolve.base.errors import InputError
-from zbsolve.base.units import GIB, MIB, gib
+from zbsolve.base.units import gib
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
 from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.splits import split_ranges
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
+from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
-from zbsolve.costmodel.gpus import device_memory, get_gpu
+from zbsolve.costmodel.setup import Setup
 from zbsolve.problem.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
@@ -41,83 +41,40 @@ BREAKDOWN_NOTE = ("breakdown: on the device that ends the step; exposed_comm is 
                   "dp_sync the data-parallel synchronisation after the last pass")
 
 
-@dataclass(frozen=True)
-class Configuration:
-    """One training run's configuration, as ``zbsolve predict`` takes it."""
+class Configuration(Setup):
+    """One training run's configuration, as ``zbsolve predict`` takes it: a setup (Megatron's defaults: the
+    distributed optimizer, the gradients' reduction and the parameters' gather overlapped), its split and its order."""
 
-    config: str | Path
+    what: ClassVar[str] = "configuration"
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep", "zero",
+        "layout", "partition", "schedule", "recompute", "device_memory", "reserve", "dispatcher",
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+    """The fields ``zbsolve predict`` takes as options, in the order its command line writes them."""
+
+    config: Union[str, Path]
     """The model's Hugging Face config.json."""
-    gpu: str
-    """The GPU preset."""
-    dtype: str
-    """Type of the matrix products (bf16, fp16, or what the estimate takes)."""
-    seq_len: int
-    """Tokens per sequence."""
-    microbatch_size: int
-    """Sequences per microbatch."""
     global_batch: int
     """Sequences per step over every replica."""
     gpus: int
     """GPUs of the run."""
-    tp: int = 1
-    """Tensor-parallel degree."""
-    pp: int = 1
-    """Pipeline ranks."""
-    vp: int = 1
-    """Virtual stages per pipeline rank."""
-    cp: int = 1
-    """Context-parallel degree."""
-    ep: int = 1
-    """Expert-parallel degree."""
     zero: int = 1
-    """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP."""
-    layout: str | None = None
-    """Megatron's ``--pipeline-model-parallel-layout`` (None: ``partition``)."""
+    """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP, the weights and gradients sharded too."""
+    overlap_grad_reduce: bool = True
+    """Gradients reduced during the backward, bucket by bucket (Megatron's --overlap-grad-reduce)."""
+    overlap_param_gather: bool = True
+    """Parameters all-gathered during the next forward (Megatron's --overlap-param-gather)."""
+    layout: Optional[str] = None
+    """Megatron's --pipeline-model-parallel-layout (None: the partition)."""
     partition: str = "uniform"
     """uniform, balanced, torchtitan, or layer counts per stage."""
-    schedule: str | None = None
-    """A torch built-in or Combined1F1B (None: Megatron's order for ``vp``)."""
-    recompute: str = "none"
-    """The recomputation (``problem.recompute``'s grammar)."""
-    device_memory: int | None = None
-    """Bytes per device (None: the GPU preset's)."""
-    reserve: int = DEFAULT_RESERVE
-    """Bytes per device kept free of stages and activations."""
-    overlap_grad_reduce: bool = True
-    """Whether the gradients' reduction overlaps the backward (Megatron's ``--overlap-grad-reduce``)."""
-    overlap_param_gather: bool = True
-    """Whether the parameter all-gather overlaps the next forward (Megatron's ``--overlap-param-gather``)."""
-    tp_comm_overlap: bool = False
-    """Whether tensor-parallel collectives overlap the products beside them (Megatron's ``--tp-comm-overlap``,
-    torchtitan's AsyncTP; both off by default)."""
-    dispatcher: str = "alltoall"
-    """How the expert all-to-all sends a token: "alltoall" or "flex" (DeepEP, HybridEP)."""
+    schedule: Optional[str] = None
+    """A torch built-in or Combined1F1B (None: Megatron's order: 1F1B, or Interleaved1F1B with vp > 1)."""
 
     def command(self) -> str:
         """The ``zbsolve predict`` command line of this configuration: the options it needs, and those that differ
-        from their defaults."""
-        words = ["zbsolve", "predict", str(self.config), "--seq-len", self.seq_len, "--microbatch-size",
-                 self.microbatch_size, "--global-batch", self.global_batch, "--gpus", self.gpus]
-        optional = [("--gpu", self.gpu, "h100"), ("--dtype", self.dtype, "bf16"), ("--tp", self.tp, 1),
-                    ("--pp", self.pp, 1), ("--vp", self.vp, 1), ("--cp", self.cp, 1), ("--ep", self.ep, 1),
-                    ("--zero", self.zero, 1), ("--layout", self.layout, None),
-                    ("--partition", self.partition, "uniform"), ("--schedule", self.schedule, None),
-                    ("--recompute", self.recompute, "none"), ("--device-memory", self.device_memory, None),
-                    ("--reserve", self.reserve, DEFAULT_RESERVE), ("--dispatcher", self.dispatcher, "alltoall")]
-        words += [word for flag, value, default in optional if value != default
-                  for word in (flag, _bytes(value) if flag in ("--device-memory", "--reserve") else value)]
-        switches = [("--no-overlap-grad-reduce", not self.overlap_grad_reduce),
-                    ("--no-overlap-param-gather", not self.overlap_param_gather),
-                    ("--tp-comm-overlap", self.tp_comm_overlap)]
-        return shlex.join(map(str, words + [flag for flag, on in switches if on]))
-
-
-def _bytes(value: object) -> object:
-    """Bytes as ``--device-memory`` and ``--reserve`` take them: in whole GiB or MiB where they are."""
-    if isinstance(value, int) and value:
-        unit = next((u for u in (GIB, MIB) if value % u == 0), None)
-        return value if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
-    return value
+        from their defaults (``OPTIONS``)."""
+        return shlex.join(["zbsolve", "predict", str(self.config), *self.arguments(self.OPTIONS)])
 
 
 @dataclass(frozen=True)
@@ -173,11 +130,8 @@ def degrees(c: Configuration) -> tuple[int, int]:
 def configured_model(c: Configuration, dp: int) -> Model:
     """The estimate of ``c``'s model on one device of its parallelism, each layer's parameters recorded and its
     step ended as the runtime ends it (``Model.step``, even for one replica without ZeRO: its optimizer step)."""
-    link = "network" if c.pp > 1 and c.gpus > get_gpu(c.gpu).gpus_per_node else "nvlink"
-    return estimate(c.config, gpu=c.gpu, seq_len=c.seq_len, microbatch_size=c.microbatch_size, tp=c.tp, dp=dp,
-                    cp=c.cp, ep=c.ep, zero=c.zero, dtype=c.dtype, link=link,
-                    overlap_grad_reduce=c.overlap_grad_reduce, overlap_param_gather=c.overlap_param_gather, step=True,
-                    tp_comm_overlap=c.tp_comm_overlap, dispatcher=c.dispatcher)
+    link = "network" if c.pp > 1 and c.gpus > c.device.gpus_per_node else "nvlink"
+    return estimate(c.config, c.replace(dp=dp, link=link), step=True)
 
 
 def stage_counts(c: Configuration, model: Model) -> tuple[int, ...]:
@@ -219,28 +173,23 @@ def run(c: Configuration) -> Run:
     name = c.schedule or megatron_builtin(c.vp)
     if name != COMBINED and name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
         raise InputError(f"schedule = {name!r} runs several stages per rank; give --vp")
-    setting = BaselineSetting(model, c.pp, m, memory_of(c), c.reserve)
+    setting = BaselineSetting(model, c.pp, m, c.memory, c.reserve)
     counts = stage_counts(c, model)
     timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))
     return Run(model, name, tuple(counts), timeline, costs, dp, m)
 
 
-def memory_of(c: Configuration) -> int:
-    """Bytes per device of ``c``: its own, else its GPU preset's."""
-    return device_memory(c.gpu, c.device_memory)
-
-
 def predict(c: Configuration) -> Prediction:
     """The figures of configuration ``c``: its model, partition and order simulated, the step's tail included."""
     model, name, counts, timeline, costs, dp, m = run(c)
-    gpu = get_gpu(c.gpu)
+    gpu = c.device
     step = timeline.makespan
     tokens = c.global_batch * c.seq_len / step / c.gpus
     flops = tokens * reference_flops_per_token(c.config, c.seq_len)
     peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
                       costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
-                      counts, gib(memory_of(c)), peak)
+                      counts, gib(c.memory), peak)
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

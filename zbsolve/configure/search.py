@@ -239,7 +239,7 @@ class BranchAndBound:
         """The ``top`` best configurations timed that fit; an ``InfeasibleError`` where none does."""
         if not self.fitting:
             left = " before the time limit" if any(self.heaps) or self.shapes else ""
-            raise InfeasibleError(f"no configuration timed{left} fits {self.space.gpu}'s memory (the search's counts: "
+            raise InfeasibleError(f"no configuration timed{left} fits {self.space.setup.gpu}'s memory (the search's counts: "
                                   f"{self.counts(0).line()}); try more GPUs, or another target")
         return [Ranked(c, p, c.command()) for _, _, c, p in self.fitting[:self.top]]
 

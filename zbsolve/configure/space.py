@@ -21,18 +21,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.core.placement import make_placement
 from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
 from zbsolve.configure.bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
                                                    memory_fits, step_bound)
-from zbsolve.configure.predict import Configuration, configured_model, degrees, memory_of
+from zbsolve.configure.predict import Configuration, configured_model, degrees
 from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
-from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
-from zbsolve.costmodel.gpus import device_memory, get_gpu
+from zbsolve.problem.costs import model_costs
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
@@ -54,55 +54,38 @@ the same at each."""
 
 @dataclass(frozen=True)
 class Space:
-    """What every configuration of one search shares: the model, the cluster, the batch and the target."""
+    """What every configuration of one search shares: the model, the cluster, the batch and the knobs not searched
+    (its ``setup``), and the target."""
 
-    config: str | Path
-    """The model's Hugging Face config.json."""
-    gpus: int
-    """GPUs of the run."""
-    global_batch: int
-    """Sequences per step over every replica."""
-    seq_len: int
-    """Tokens per sequence."""
-    gpu: str = "h100"
-    """The GPU preset."""
-    dtype: str = "bf16"
-    """Type of the matrix products."""
+    setup: Configuration
+    """The configuration the search starts from: its degrees and micro-batch size 1 (each searched)."""
     target: str = "megatron"
     """The runtime the configurations are for (``io.exports.RUNTIMES``)."""
-    tp_comm_overlap: bool = False
-    """Whether tensor-parallel collectives overlap the products beside them."""
-    dispatcher: str = "alltoall"
-    """How the expert all-to-all sends a token."""
-    device_memory: int | None = None
-    """Bytes per device (None: the GPU preset's)."""
-    reserve: int = DEFAULT_RESERVE
-    """Bytes per device kept free of stages and activations."""
+
+    @classmethod
+    def of(cls, config: str | Path, *, target: str = "megatron", **knobs: Any) -> Space:
+        """The space of the model of ``config`` under ``knobs`` (``Setup``'s fields: gpus, global_batch, seq_len,
+        gpu, dtype, ...) for ``target``."""
+        return cls(Configuration(config=config, **{"microbatch_size": 1, **knobs}), target)
 
     def configuration(self, microbatch_size: int = 1, **degrees: int | str) -> Configuration:
         """The configuration of ``microbatch_size`` and these ``degrees`` (``Configuration``'s fields by name) in
         this space."""
-        return Configuration(self.config, self.gpu, self.dtype, self.seq_len, microbatch_size, self.global_batch,
-                             self.gpus, device_memory=self.device_memory, reserve=self.reserve,
-                             tp_comm_overlap=self.tp_comm_overlap, dispatcher=self.dispatcher,
-                             **degrees)  # type: ignore[arg-type]
+        return self.setup.model_copy(update={"microbatch_size": microbatch_size, **degrees})
 
     def menus(self) -> dict[str, tuple[int, ...]]:
         """Each degree's menu, by ``Configuration`` field, virtual stages apart (``vp_choices``)."""
-        arch, node = architecture(self.config), get_gpu(self.gpu).gpus_per_node
+        s = self.setup
+        arch, node = architecture(s.config), s.device.gpus_per_node
         experts = arch.experts.routed if arch.experts else 1
-        return {"tp": _powers(min(node, self.gpus)), "cp": _powers(min(MAX_CP, self.gpus)),
-                "pp": tuple(p for p in _divisors(self.gpus) if p <= arch.layers),
-                "ep": tuple(e for e in _divisors(experts) if e <= self.gpus),
-                "microbatch_size": _powers(self.global_batch), "zero": check_target(self.target).zero}
-
-    def memory(self) -> int:
-        """Bytes per device: the space's, else its GPU preset's (as ``predict`` takes them)."""
-        return device_memory(self.gpu, self.device_memory)
+        return {"tp": _powers(min(node, s.gpus)), "cp": _powers(min(MAX_CP, s.gpus)),
+                "pp": tuple(p for p in _divisors(s.gpus) if p <= arch.layers),
+                "ep": tuple(e for e in _divisors(experts) if e <= s.gpus),
+                "microbatch_size": _powers(s.global_batch), "zero": check_target(self.target).zero}
 
     def blocks(self) -> int:
         """The model's transformer blocks."""
-        return architecture(self.config).layers
+        return architecture(self.setup.config).layers
 
 
 @dataclass(frozen=True)
@@ -256,7 +239,7 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                 continue
             choices, whole = decided_choices(target, model), Whole(model)
             for choice in choices:
-                chosen = replace(c, recompute=choice)
+                chosen = c.model_copy(update={"recompute": choice})
                 if choice in pruned and pruned[choice][0] <= size:
                     out.append(Dropped(len(vps), pruned[choice][1], memory=True))
                     continue
@@ -285,7 +268,7 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
     out: list[Assessed | Dropped] = []
     for vp, split in itertools.product(group.vps, SPLITS):
         own = RUNTIMES[space.target].schedule_of(model, base.pp, vp, recompute)
-        c = replace(base, vp=vp, schedule=COMBINED if own == COMBINED else None, partition=split)
+        c = base.model_copy(update={"vp": vp, "schedule": COMBINED if own == COMBINED else None, "partition": split})
         name = c.schedule or megatron_builtin(vp)
         layout = builtin_placement(name, vp)
         placement = make_placement(layout, base.pp, vp)
@@ -296,7 +279,7 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
             if split != SPLITS[0] and ranges == partition(model, placement.num_stages, SPLITS[0]):
                 continue  # the same configuration as the uniform split
             counts = tuple(b - a for a, b in ranges)
-            profile, costs = model_costs(model, placement, counts, memory_of(c), c.reserve, recompute)
+            profile, costs = model_costs(model, placement, counts, c.memory, c.reserve, recompute)
             refusal = partition_refusal(space.target, model, counts, base.pp)
             if refusal is not None:
                 raise InputError(refusal)

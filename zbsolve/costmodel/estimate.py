@@ -143,15 +143,13 @@ def _arguments(setup: Setup) -> str:
 
 
 def _check(arch: Architecture, setup: Setup) -> None:
-    """Refuse what the architecture cannot run under ``setup``: the dtype, the experts' degrees and links, the
+    """Refuse what the architecture cannot run under ``setup``: the experts' degrees and links, the
     context-parallel split, a sequence past the learned positions, a tensor-parallel degree that does not divide
     the heads."""
     tp = setup.tp
     moe.check(arch, setup.method, tp * setup.replicas if setup.zero else 0, setup.ep, setup.a2a_link,
               setup.dispatcher)
     context.check(setup.seq_len, setup.cp, setup.flash_attention, setup.method)
-    if setup.dtype not in DTYPE_BYTES:
-        raise InputError(f"dtype = {setup.dtype!r}: should be one of {', '.join(DTYPE_BYTES)}")
     if arch.positions and setup.seq_len > arch.positions:
         raise InputError(f"seq_len = {setup.seq_len}: the config has {arch.positions} learned positions")
     for what, value in moe.split_by_tp(arch):

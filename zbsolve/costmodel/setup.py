@@ -18,15 +18,11 @@ from pydantic import ConfigDict, InstanceOf
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import InputModel
-from zbsolve.base.units import GIB
-from zbsolve.costmodel.gpus import LINKS, Gpu, get_gpu
+from zbsolve.base.units import GIB, MIB
+from zbsolve.costmodel.constants import DEFAULT_RESERVE, DTYPE_BYTES
+from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Setting
 from zbsolve.costmodel.moe import DISPATCHERS
-
-DEFAULT_RESERVE = 4 * GIB
-"""Bytes kept free on every device for what the cost model leaves out: the CUDA context, communication buffers
-and the allocator's fragmentation."""
-
 
 class Setup(InputModel):
     """A training run's knobs, each once: what the estimate, ``predict`` and ``configure`` read."""
@@ -113,7 +109,9 @@ class Setup(InputModel):
     @property
     def memory(self) -> int:
         """Bytes per device: the setup's, else its GPU preset's."""
-        return self.device_memory if self.device_memory is not None else self.device.memory_bytes
+        if isinstance(self.gpu, Gpu):
+            return self.device_memory if self.device_memory is not None else self.gpu.memory_bytes
+        return device_memory(self.gpu, self.device_memory)
 
     def replace(self, **changes: Any) -> Setup:
         """This setup with ``changes``, checked as a new one is."""
@@ -127,6 +125,21 @@ class Setup(InputModel):
         return {name: getattr(self, name) for name in names
                 if known[name].is_required() or getattr(self, name) != known[name].default}
 
+    def arguments(self, fields: tuple[str, ...], always: tuple[str, ...] = ()) -> list[str]:
+        """The command line options of ``fields``, in that order, that differ from their defaults (and those of
+        ``always``, and those without a default): ``--seq-len 8192``, ``--flag`` or ``--no-flag``, sizes in GiB."""
+        words = []
+        for name in fields:
+            value = getattr(self, name)
+            if value is None or name not in always and name not in self.changed((name,)):
+                continue
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                words.append(flag if value else flag.replace("--", "--no-", 1))
+            else:
+                words += [flag, _shown(name, value)]
+        return words
+
     def setting(self, experts: bool) -> Setting:
         """The setting a model estimated under this setup records (``Model.setting``); ``experts``: whether the
         model has experts (its ep and dispatcher are recorded)."""
@@ -134,6 +147,16 @@ class Setup(InputModel):
                        cp=self.cp if self.cp > 1 else None, ep=self.ep if experts else None,
                        dispatcher=self.dispatcher if experts else None, zero=self.zero, dtype=self.dtype,
                        gpu=self.gpu_name, efficiency=self.efficiency)
+
+
+def _shown(name: str, value: object) -> str:
+    """A value as its option takes it: sizes in whole GiB or MiB where they are, other numbers as %g."""
+    if name in SIZES and isinstance(value, int) and value:
+        unit = next((u for u in (GIB, MIB) if value % u == 0), None)
+        return str(value) if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value.name if isinstance(value, Gpu) else str(value)
 
 
 def _count(name: str, value: object) -> None:
@@ -167,10 +190,12 @@ def _one_of(choices: tuple[str, ...], optional: bool = False) -> Callable[[str, 
     return rule
 
 
+SIZES = ("device_memory", "reserve")
+"""The fields in bytes, which options give as sizes (80GiB)."""
 RULES: dict[str, Callable[[str, object], None]] = {
     "gpu": _gpu, "seq_len": _count, "microbatch_size": _count, "global_batch": _optional_count,
     "gpus": _optional_count, "tp": _count, "pp": _count, "vp": _count, "dp": _count, "cp": _count, "ep": _count,
     "zero": _zero, "efficiency": _efficiency, "link": _one_of(LINKS), "a2a_link": _one_of(LINKS, optional=True),
-    "dispatcher": _one_of(DISPATCHERS)}
-"""Each field's rule where its type says too little, by field (the dtype and the method are the estimate's:
-``estimate.DTYPE_BYTES``, ``estimate.METHODS``): an ``InputError`` naming the field and the value."""
+    "dispatcher": _one_of(DISPATCHERS), "dtype": _one_of(tuple(DTYPE_BYTES))}
+"""Each field's rule where its type says too little, by field (the method is the estimate's: ``estimate.METHODS``):
+an ``InputError`` naming the field and the value."""
