@@ -182,7 +182,7 @@ class ConfigureResult(Shown):
         """The candidates (with their configurations and command lines), the counts and the chosen one, as
         ``configure --json`` prints them."""
         def record(r: Ranked) -> dict[str, object]:
-            c = asdict(r.configuration) | {"config": str(r.configuration.config)}
+            c = r.configuration.model_dump(mode="json")
             return {**r.row(), "configuration": c, "command": r.command, "prediction": r.prediction.figures()}
         return {"candidates": [{"rank": k, **record(r)} for k, r in enumerate(self.candidates, 1)],
                 "counts": asdict(self.counts), "chosen": record(self.chosen), "target": self.target,

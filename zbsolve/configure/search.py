@@ -98,7 +98,7 @@ class BranchAndBound:
 
     def _refuse(self) -> None:
         """An ``InputError``: no configuration of the space is valid."""
-        s = self.space
+        s = self.space.setup
         raise InputError(f"gpus = {s.gpus}, global_batch = {s.global_batch}: no valid configuration of "
                          f"{Path(s.config).name} (the first refused: {self.first_refusal})")
 
@@ -239,8 +239,8 @@ class BranchAndBound:
         """The ``top`` best configurations timed that fit; an ``InfeasibleError`` where none does."""
         if not self.fitting:
             left = " before the time limit" if any(self.heaps) or self.shapes else ""
-            raise InfeasibleError(f"no configuration timed{left} fits {self.space.setup.gpu}'s memory (the search's counts: "
-                                  f"{self.counts(0).line()}); try more GPUs, or another target")
+            raise InfeasibleError(f"no configuration timed{left} fits {self.space.setup.gpu}'s memory (the search's "
+                                  f"counts: {self.counts(0).line()}); try more GPUs, or another target")
         return [Ranked(c, p, c.command()) for _, _, c, p in self.fitting[:self.top]]
 
     def counts(self, refined: int) -> Counts:

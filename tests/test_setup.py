@@ -1,0 +1,55 @@
+"""The training setup (``costmodel.setup``): each knob once, a bad value one line naming it, the estimate the same
+from a setup as from its knobs, and a configuration's command line read back into the same configuration."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import zbsolve.configure.predict as predict_module
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError
+from zbsolve.configure.predict import Configuration
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.setup import Setup
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "tests" / "data" / "tiny-llama.json"
+
+
+@pytest.mark.parametrize("knobs, line", [
+    ({"tp": 0}, "tp = 0 must be an integer >= 1 (smallest valid: 1)"),
+    ({"zero": 2}, "zero = 2: should be 0, 1 or 3"),
+    ({"gpu": "tpu"}, "gpu = 'tpu': should be one of h100, h200, a100, b200"),
+    ({"dispatcher": "ring"}, "dispatcher = 'ring': should be one of alltoall, flex"),
+    ({"dtype": "fp8", "gpu": "a100"}, "dtype = 'fp8': the NVIDIA A100 SXM4 80GB has no FP8 tensor cores"),
+    ({"overlap_grad_reduce": "yes"}, "setup: overlap_grad_reduce = 'yes': should be a valid boolean"),
+])
+def test_a_bad_knob_is_one_line_naming_it(knobs, line):
+    with pytest.raises(InputError) as error:
+        Setup(seq_len=16, microbatch_size=1, **knobs)
+    assert str(error.value) == line
+
+
+def test_the_estimate_of_a_setup_is_that_of_its_knobs():
+    knobs = dict(gpu="h200", seq_len=16, microbatch_size=2, tp=2, dp=2, zero=1, tp_comm_overlap=True)
+    assert estimate(CONFIG, Setup(**knobs)) == estimate(CONFIG, **knobs)
+
+
+@pytest.mark.parametrize("change", [{}, {"zero": 3, "cp": 2, "reserve": 0}, {"overlap_grad_reduce": False,
+                                                                            "tp_comm_overlap": True, "vp": 2}])
+def test_the_command_line_reads_back_as_the_configuration(change, monkeypatch):
+    c = Configuration(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=16, gpus=8, tp=2, pp=2, **change)
+    taken: list[Configuration] = []
+
+    def capture(given: Configuration) -> None:
+        taken.append(given)
+        raise InputError("captured")
+
+    monkeypatch.setattr(predict_module, "predict", capture)
+    words = shlex.split(c.command())
+    CliRunner().invoke(app, words[1:])
+    assert taken == [c.replace(config=Path(words[2]))]
