@@ -5,20 +5,20 @@ from pathlib import Path
 
 from zbsolve import configure  # the package, callable as configure.choose.configure
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
+from zbsolve.configure.result import ConfigureResult
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.model import Model
 from zbsolve.io.exports import FORMATS, export_document
+from zbsolve.optimize.frontier import frontier
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
-from zbsolve.configure.result import ConfigureResult
-from zbsolve.optimize.frontier import frontier
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
-from zbsolve.costmodel.estimate import estimate
-from zbsolve.costmodel.model import Model
 
 __all__ = [
     "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass",

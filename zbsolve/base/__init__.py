@@ -1,1 +1,2 @@
-"""What every layer stands on: errors, byte sizes, argument checks, files written whole, interrupts, input files, process pools."""
+"""What every layer stands on: errors, byte sizes, argument checks, files written whole, interrupts, input files,
+process pools."""

@@ -62,4 +62,5 @@ def check_kind(data: object, where: str, accepted: Iterable[str], taker: str) ->
         return
     takes = [f"a {name} ({KINDS[name].shown})" for name in accepted]
     takes_text = takes[0] if len(takes) == 1 else f"{', '.join(takes[:-1])} or {takes[-1]}"
-    raise InputError(f"{where} is a {given}; {taker} takes {takes_text}: use {KINDS[given].use} for a {given}{KINDS[given].note}")
+    raise InputError(f"{where} is a {given}; {taker} takes {takes_text}: "
+                     f"use {KINDS[given].use} for a {given}{KINDS[given].note}")

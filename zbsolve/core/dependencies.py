@@ -7,7 +7,7 @@ change here alone.
 
 from __future__ import annotations
 
-from zbsolve.core.schedule import B, BACKWARD, F, Pass
+from zbsolve.core.schedule import BACKWARD, B, F, Pass
 
 
 def dependencies(p: Pass, num_stages: int) -> tuple[Pass, ...]:

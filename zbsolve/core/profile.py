@@ -200,7 +200,8 @@ class Profile(InputModel):
             return self
         data = self.model_dump()
         for name in self._stage_fields():
-            data[name] = [sum(self.stage_value(name, s * chunks + c) for c in range(chunks)) for s in range(num_devices)]
+            data[name] = [sum(self.stage_value(name, s * chunks + c) for c in range(chunks))
+                          for s in range(num_devices)]
         return Profile(**data)
 
     def per_chunk(self, num_devices: int, chunks: int, who: str = "this placement") -> "Profile":

@@ -17,6 +17,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 
+
 class Kind(StrEnum):
     """What a pass computes; each member equals its one- or two-letter name."""
 
@@ -116,7 +117,8 @@ class Schedule:
             raise InputError(f"microbatch_route has {len(self.microbatch_route)} entries, but num_microbatches = {m}")
         for i, r in enumerate(self.microbatch_route):
             if not 0 <= r < len(self.placement.routes):
-                raise InputError(f"microbatch_route[{i}] = {r} is not a route index (0..{len(self.placement.routes) - 1})")
+                raise InputError(f"microbatch_route[{i}] = {r} is not a route index "
+                                 f"(0..{len(self.placement.routes) - 1})")
         object.__setattr__(self, "mem_limit", check_limit(self.mem_limit, p))
 
     @property

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import overload
 
 from zbsolve.base.checks import exceeds
+from zbsolve.base.errors import MemoryLimitError, ScheduleError
 from zbsolve.core.dependencies import dependencies, identity, lag
 from zbsolve.core.measures import bubble, paper_bubble
 from zbsolve.core.memory import levels
-from zbsolve.base.errors import MemoryLimitError, ScheduleError
-from zbsolve.core.schedule import B, BW, F, KINDS, W, Op, Pair, Pass, Schedule, passes_of
 from zbsolve.core.objective import device_share, step
+from zbsolve.core.schedule import BW, KINDS, B, F, Op, Pair, Pass, Schedule, W, passes_of
 from zbsolve.core.timing import Preds, asap
 
 
@@ -188,7 +188,8 @@ class _Index:
                 p = Pass(kind, 0, s)
                 (dep,) = dependencies(p, S) or (None,)
                 link = (3 * S, 0.0) if dep is None else (self.key(dep), lag(comm, devs[dep.stage], devs[s]))
-                row.append((devs[s], self.key(p), schedule.duration(p), *link, self.key(Pass(W, 0, s)) if kind == BW else 0))
+                w_key = self.key(Pass(W, 0, s)) if kind == BW else 0
+                row.append((devs[s], self.key(p), schedule.duration(p), *link, w_key))
             rows[kind] = row
         return rows
 
@@ -228,7 +229,8 @@ class _Index:
         """(first key of ``p``'s microbatch, ``p``'s row) when ``p`` is a known pass in range, on device ``d`` and
         not yet seen; else None."""
         kind, mb, stage = p
-        if 0 <= mb < self.m and 0 <= stage < self.S and (row := routes[self.microbatch_route[mb]].get(kind)) is not None:
+        if (0 <= mb < self.m and 0 <= stage < self.S
+                and (row := routes[self.microbatch_route[mb]].get(kind)) is not None):
             base, entry = mb * self.stride, row[stage]
             if entry[0] == d and self.pos[base + entry[1]] < 0:
                 return base, entry
@@ -354,7 +356,8 @@ def _memory(schedule: Schedule, starts: Sequence[Sequence[float]], ends: Sequenc
             if cur > top:
                 top = cur
                 if limit is not None and exceeds(cur, limit):
-                    raise MemoryLimitError(f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
+                    raise MemoryLimitError(
+                        f"device {d} position {i} ({op}): memory {cur:g} exceeds the limit {limit:g}")
         traces.append(MemoryTrace(times, values))
         peaks.append(max(0.0, top))
     return tuple(traces), tuple(peaks)

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import Limit, check_count, check_limit, check_size, device_limits
 from zbsolve.base.errors import InputError
-from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, Placement, check_chunks, check_placement, make_placement
+from zbsolve.core.placement import (
+    CHUNKS,
+    SUPPORTED_PLACEMENTS,
+    Placement,
+    check_chunks,
+    check_placement,
+    make_placement,
+)
 from zbsolve.core.profile import Profile
 
 

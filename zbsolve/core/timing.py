@@ -52,8 +52,8 @@ class Preds:
 def asap(orders: Sequence[Sequence[int]], duration: Sequence[float],
          preds: Preds | Sequence[Sequence[tuple[int, float]]], origin: float | Sequence[float] = 0) -> Timing:
     """Time ``orders`` (per device, node ids) as soon as possible from ``origin`` (one time, or each device's);
-    ``preds`` is a ``Preds`` or, per node, its (node, lag) pairs. Each node is tried once, and once more each time a device
-    that waited for it resumes, so the work is linear in nodes and predecessors."""
+    ``preds`` is a ``Preds`` or, per node, its (node, lag) pairs. Each node is tried once, and once more each time a
+    device that waited for it resumes, so the work is linear in nodes and predecessors."""
     if not isinstance(preds, Preds):
         preds = Preds.from_lists(preds)
     columns = list(zip(preds.node, preds.lag))

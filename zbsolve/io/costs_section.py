@@ -9,8 +9,8 @@ from zbsolve.base.checks import slack
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule
-from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.costmodel.model import Layer, Model
+from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.problem.partition import check_ranges
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.recompute_costs import COSTS, stage_costs
@@ -51,8 +51,9 @@ def check_partition(section: object, profile: Profile, num_stages: int, where: s
                     ) -> tuple[Model, list[tuple[int, int]], frozenset[int], frozenset[int], tuple[str, ...]]:
     """The model (its layers and, where the section has one, its setting), stage ranges, recomputed and selective
     layers and Megatron's recomputed modules of a schedule document's "partition" section, checked (a block in both
-    recomputed and selective, or modules with either, is an ``InputError``, a bad setting one naming its key): every stage's profile figures are the sums over its layers
-    (``recompute_costs.stage_costs``). An ``InputError`` naming the stage and figure otherwise."""
+    recomputed and selective, or modules with either, is an ``InputError``, a bad setting one naming its key): every
+    stage's profile figures are the sums over its layers (``recompute_costs.stage_costs``). An ``InputError`` naming
+    the stage and figure otherwise."""
     if not isinstance(section, dict) or not isinstance(section.get("layers"), list):
         raise InputError(f"{where}: partition must be a mapping with a list of layers and a list of stages")
     model = Model.parse({"name": str(section.get("model", "model")), "layers": section["layers"],

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from zbsolve.base.errors import InputError, ScheduleError
 from zbsolve.base.files import write_atomic
-from zbsolve.core.placement import Placement
 from zbsolve.base.inputs import InputModel, load_mapping, read_text
 from zbsolve.base.kinds import DOCUMENT, check_kind
+from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline

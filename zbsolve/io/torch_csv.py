@@ -12,9 +12,9 @@ import csv
 import io
 from pathlib import Path
 
-from zbsolve.core import torch_compat
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
+from zbsolve.core import torch_compat
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import renumber_last_stage, torch_actions

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from zbsolve.base.shown import CHARTS, FORMS, Forms
-from zbsolve.optimize.result import SolveResult
 from zbsolve.configure.result import ConfigureResult
+from zbsolve.optimize.result import SolveResult
 from zbsolve.planning.result import PlanResult
 from zbsolve.present.configure_table import configure_html, configure_rich
 from zbsolve.present.figures import Units, shown

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from zbsolve.base.units import gib, mib
 from zbsolve.costmodel.model import BLOCK, Layer, Model
 
-
 LAYER_COLUMNS = ("layer", "F ms", "B ms", "W ms", "mem_f MiB", "mem_b MiB", "mem_w MiB", "static GiB", "out MiB")
 """Columns of ``layer_rows``."""
 LAYER_HEADERS = tuple(name.replace(" ", "\n") for name in LAYER_COLUMNS)

@@ -22,14 +22,14 @@ from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from zbsolve.problem.costs import Costs
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_with
-from zbsolve.core.schedule import B, BW, F, KINDS, W, Pair, Schedule
-from zbsolve.core.simulator import Timeline
 from zbsolve.base.units import GIB
 from zbsolve.core.measures import FIGURES
+from zbsolve.core.schedule import BW, KINDS, B, F, Pair, Schedule, W
+from zbsolve.core.simulator import Timeline
 from zbsolve.present.figures import Units, label
+from zbsolve.problem.costs import Costs
 
 if TYPE_CHECKING:
     from zbsolve.optimize.result import SolveResult

@@ -1,1 +1,2 @@
-"""What a user gives: model descriptions cut into partitions, costs per device, problem files, and the one typed request."""
+"""What a user gives: model descriptions cut into partitions, costs per device, problem files, and the one typed
+request."""

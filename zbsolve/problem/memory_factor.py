@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from zbsolve.schedulers.families import make_schedule
+from zbsolve.core.memory import peak
 from zbsolve.core.placement import CHUNKS
 from zbsolve.core.profile import Profile
-from zbsolve.core.memory import peak
+from zbsolve.schedulers.families import make_schedule
 
 
 def reference_peak(profile: Profile, num_devices: int, num_microbatches: int, chunks: int = CHUNKS) -> float:

@@ -10,11 +10,10 @@ from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validato
 
 from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel.model import Model
 from zbsolve.base.inputs import InputModel, load_mapping
 from zbsolve.base.kinds import MODEL, PROBLEM, PROFILE, check_kind, file_kind
 from zbsolve.core.profile import Profile
-
+from zbsolve.costmodel.model import Model
 
 
 class Problem(InputModel):

@@ -12,7 +12,6 @@ from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model
 
 
-
 class Recompute(NamedTuple):
     """Which blocks recompute whole: none, every block ("full", torchtitan's activation checkpointing), the first N
     blocks of every stage ("uniform:N", Megatron's ``recompute_method=block``: all of a stage's blocks where it has

@@ -11,13 +11,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from zbsolve.base.checks import check_count, check_limit, check_positive
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib, parse_bytes
+from zbsolve.core.objective import check_objective
 from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, check_placement, make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.spec import Spec, make_spec
-from zbsolve.core.objective import check_objective
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory, model_costs, profile_costs
 from zbsolve.problem.memory_factor import factor_limit
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
 SolverName = Literal["cpsat", "cbc", "heuristic"]

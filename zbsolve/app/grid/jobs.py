@@ -13,18 +13,17 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, Val
 
 from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
-from zbsolve.planning.placement_choices import search_placements
-from zbsolve.costmodel.model import Model
-from zbsolve.problem.problem_file import Problem
 from zbsolve.base.inputs import load_mapping, pydantic_message
 from zbsolve.base.kinds import GRID, check_kind
-from zbsolve.core.profile import Profile
-from zbsolve.problem.request import Request, SolverName
-from zbsolve.core.placement import PlacementName, PlanPlacement
-from zbsolve.core.spec import make_spec
-from zbsolve.core.objective import Objective
 from zbsolve.base.units import parse_bytes
-
+from zbsolve.core.objective import Objective
+from zbsolve.core.placement import PlacementName, PlanPlacement
+from zbsolve.core.profile import Profile
+from zbsolve.core.spec import make_spec
+from zbsolve.costmodel.model import Model
+from zbsolve.planning.placement_choices import search_placements
+from zbsolve.problem.problem_file import Problem
+from zbsolve.problem.request import Request, SolverName
 
 
 class Axes(BaseModel):

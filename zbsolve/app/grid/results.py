@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterable
 
+from zbsolve.app.grid.jobs import Job
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_with
-from zbsolve.app.grid.jobs import Job
 from zbsolve.present.tables import fmt
 
 if TYPE_CHECKING:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from zbsolve.app.grid.jobs import Grid, Job, PlanJob, expand
+from zbsolve.app.grid.results import ResultsFile, skipped
 from zbsolve.base.errors import InputError
 from zbsolve.base.parallel import make_executor
-from zbsolve.app.grid.results import ResultsFile, skipped
-from zbsolve.app.grid.jobs import Grid, Job, PlanJob, expand
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.planner import plan
 
