@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, TypeGuard
 
 from pydantic import Field
 
@@ -20,14 +20,14 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A positive finite number, as a field of a pydantic model (``check_positive`` checks one by hand)."""
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[float]:
     """Whether ``value`` is a finite number: an int or a float, not a bool, NaN or an infinity."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_positive(value: object) -> bool:
+def is_positive(value: object) -> TypeGuard[float]:
     """Whether ``value`` is a positive finite number (``is_number`` and > 0)."""
-    return is_number(value) and value > 0  # type: ignore[operator]
+    return is_number(value) and value > 0
 
 
 def check_positive(name: str, value: object, must: str = "a positive number") -> float:
@@ -35,7 +35,7 @@ def check_positive(name: str, value: object, must: str = "a positive number") ->
     "``name`` = value must be ``must``"."""
     if not is_positive(value):
         raise InputError(f"{name} = {value!r} must be {must}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_count(name: str, value: object, minimum: int = 1) -> int:
@@ -50,14 +50,16 @@ def check_limit(mem_limit: object, num_devices: int | None = None) -> Limit:
     NaN, infinity, a list of the wrong length or with a None) is an ``InputError``."""
     if mem_limit is None:
         return None
-    values = list(mem_limit) if isinstance(mem_limit, (list, tuple)) else [mem_limit]
-    if not values or not all(is_number(x) for x in values):
-        raise InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
+    bad = InputError(f"mem_limit = {mem_limit!r} must be a number, one number per device, or None")
     if not isinstance(mem_limit, (list, tuple)):
-        return float(mem_limit)  # type: ignore[arg-type]
-    if num_devices is not None and len(values) != num_devices:
-        raise InputError(f"mem_limit has {len(values)} entries, but num_devices = {num_devices}")
-    return tuple(float(x) for x in values)
+        if not is_number(mem_limit):
+            raise bad
+        return float(mem_limit)
+    if not mem_limit or not all(is_number(x) for x in mem_limit):
+        raise bad
+    if num_devices is not None and len(mem_limit) != num_devices:
+        raise InputError(f"mem_limit has {len(mem_limit)} entries, but num_devices = {num_devices}")
+    return tuple(float(x) for x in mem_limit)
 
 
 def device_limits(mem_limit: Limit | Sequence[float], num_devices: int) -> tuple[float, ...]:

@@ -106,8 +106,8 @@ def _describe(name: str, errors: list) -> str:
     wanted = [e for e in errors if not e["type"].endswith(("_type", "_parsing"))] or errors
     reasons = list(dict.fromkeys(_reason(e) for e in wanted))
     shared = "should be " if all(r.startswith("should be ") for r in reasons) else ""
-    reasons = shared + " or ".join(r.removeprefix(shared) for r in reasons)
-    return f"{name} = {show(value)}: {reasons}" if name else f"{reasons}, got {show(value)}"
+    reason = shared + " or ".join(r.removeprefix(shared) for r in reasons)
+    return f"{name} = {show(value)}: {reason}" if name else f"{reason}, got {show(value)}"
 
 
 def _reason(err: dict) -> str:

@@ -10,9 +10,10 @@ import signal
 import sys
 import threading
 import time
+from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, cast
 
 from zbsolve.base.errors import InputError
 
@@ -20,7 +21,7 @@ Release = Callable[[bool], None]
 """Releases an executor; called with whether every job finished."""
 
 
-def start_method() -> str:
+def start_method() -> Literal["fork", "spawn"]:
     """How worker processes start: "fork" when the caller is a script run by its path and has no other thread, else
     "spawn". A spawned worker runs the caller's script again (as ``__mp_main__``), which breaks a script that calls
     ``zbsolve.plan`` without ``if __name__ == "__main__":``; a fork runs nothing again, and copies no other thread
@@ -36,7 +37,8 @@ class _RecordingContext:
 
     def __init__(self, created: list[BaseProcess]) -> None:
         self.created = created
-        self.context = multiprocessing.get_context(start_method())
+        fork = start_method() == "fork"
+        self.context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context("spawn")
 
     def Process(self, *args: Any, **kwargs: Any) -> BaseProcess:
         """A worker process, recorded before it starts."""
@@ -98,7 +100,9 @@ class ProcessPool(cf.ProcessPoolExecutor):
     def __init__(self, max_workers: int) -> None:
         self.workers: list[BaseProcess] = []
         """Every worker process the pool has started."""
-        super().__init__(max_workers=max_workers, mp_context=_RecordingContext(self.workers),
+        # Every attribute but Process forwards to the real context.
+        context = cast(BaseContext, _RecordingContext(self.workers))
+        super().__init__(max_workers=max_workers, mp_context=context,
                          initializer=watch_parent, initargs=(os.getpid(),))
 
 
