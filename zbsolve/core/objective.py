@@ -22,8 +22,8 @@ Objective = Literal["makespan", "span"]
 longest per-device span (the paper's, for the post-validated runtime)."""
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 
-T = TypeVar("T")
-"""A time: a float, an integer, or a solver's linear expression."""
+T = TypeVar("T", int, float)
+"""A time: seconds, or the formulation's integer units."""
 
 
 def check_objective(objective: str) -> str:

@@ -49,10 +49,10 @@ class Placement(NamedTuple):
 def check_placement(name: object, choices: Sequence[str] = PLACEMENTS) -> str:
     """``name`` when it is one of ``choices`` (by default every placement; ``SUPPORTED_PLACEMENTS``: those the
     optimizer solves); anything else is an ``InputError`` naming them."""
-    if name not in choices:
+    if not isinstance(name, str) or name not in choices:
         why = "is not supported by the optimizer" if name in PLACEMENTS else "is unknown"
         raise InputError(f"placement = {name!r} {why}; choose one of {', '.join(choices)}")
-    return name  # type: ignore[return-value]
+    return name
 
 
 def check_chunks(placement: str, chunks: object) -> int:

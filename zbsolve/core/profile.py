@@ -6,7 +6,7 @@ import json
 import math
 import numbers
 from pathlib import Path
-from typing import Annotated, ClassVar, Union
+from typing import Annotated, ClassVar, TypeGuard, Union
 
 import yaml
 from pydantic import (
@@ -39,7 +39,7 @@ def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
         if _is_number(value):
-            return float(value)  # type: ignore[arg-type]
+            return float(value)
         if isinstance(value, (list, tuple)) and value and all(_is_number(x) for x in value):
             return [float(x) for x in value]
     except OverflowError:
@@ -47,7 +47,7 @@ def _per_stage(value: object) -> float | list[float]:
     raise ValueError("should be a number or a non-empty list of numbers")
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[numbers.Real]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -131,8 +131,11 @@ class Profile(InputModel):
                    M_B: PerStage = 1.0, M_W: PerStage = 0.5, overlap_saving: float = 0.0) -> "Profile":
         """The paper's form: times T_F, T_B, T_W, T_comm; F holds M_B, after B M_W remains."""
         mb, mw = _argument("M_B", M_B), _argument("M_W", M_W)
+        mem_f: float | list[float]
+        mem_b: float | list[float]
+        mem_w: float | list[float]
         if isinstance(mb, list) or isinstance(mw, list):
-            n = len(mb) if isinstance(mb, list) else len(mw)  # type: ignore[arg-type]
+            n = next(len(v) for v in (mb, mw) if isinstance(v, list))
             mb = mb if isinstance(mb, list) else [mb] * n
             mw = mw if isinstance(mw, list) else [mw] * n
             if len(mb) != len(mw):
@@ -145,14 +148,14 @@ class Profile(InputModel):
                    overlap_saving=overlap_saving)
 
     @classmethod
-    def load(cls, path: str | Path, taker: str = "Profile.load") -> "Profile":
+    def load(cls, path: str | Path, taker: str | None = None) -> "Profile":
         """Load a profile from a YAML or JSON file (a top-level ``profile:`` key is accepted: a problem file's); a
         file of another kind is an ``InputError`` saying what ``taker`` (a command, an option) takes."""
         data = load_mapping(path)
         if isinstance(data.get("profile"), dict):
             data = data["profile"]
         else:
-            check_kind(data, str(path), [PROFILE], taker)
+            check_kind(data, str(path), [PROFILE], taker or "Profile.load")
         return cls.parse(data, str(path))
 
     def save(self, path: str | Path) -> None:
@@ -229,11 +232,13 @@ class Profile(InputModel):
 
     def durations(self, stage: int) -> tuple[float, float, float]:
         """(t_f, t_b, t_w) of ``stage``."""
-        return tuple(self.stage_value(n, stage) for n in TIME_FIELDS)  # type: ignore[return-value]
+        f, b, w = TIME_FIELDS
+        return self.stage_value(f, stage), self.stage_value(b, stage), self.stage_value(w, stage)
 
     def memories(self, stage: int) -> tuple[float, float, float]:
         """(mem_f, mem_b, mem_w) of ``stage``."""
-        return tuple(self.stage_value(n, stage) for n in MEM_FIELDS)  # type: ignore[return-value]
+        f, b, w = MEM_FIELDS
+        return self.stage_value(f, stage), self.stage_value(b, stage), self.stage_value(w, stage)
 
     def comm(self, kind: str, stage: int) -> float:
         """Seconds of a pass of ``kind``'s time on ``stage`` that are communication (``comm_b`` for BW; W none)."""

@@ -23,7 +23,7 @@ from zbsolve.core.dependencies import dependencies, identity, lag
 from zbsolve.core.measures import bubble, paper_bubble
 from zbsolve.core.memory import levels
 from zbsolve.core.objective import device_share, step
-from zbsolve.core.schedule import BW, KINDS, B, F, Op, Pair, Pass, Schedule, W, passes_of
+from zbsolve.core.schedule import BW, KINDS, B, F, Kind, Op, Pair, Pass, Schedule, W, passes_of
 from zbsolve.core.timing import Preds, asap
 
 
@@ -177,7 +177,7 @@ class _Index:
         d, i = self.where(g)
         return self.schedule.devices[d][i]
 
-    def _rows(self, route: int) -> dict[str, list[_Row]]:
+    def _rows(self, route: int) -> dict[Kind, list[_Row]]:
         """Per kind, each stage's row for microbatches of ``route`` (key offsets from the microbatch's first key)."""
         S, schedule = self.S, self.schedule
         devs, comm = schedule.placement.routes[route], schedule.profile.t_comm
@@ -202,8 +202,7 @@ class _Index:
         g = 0
         for d, ops in enumerate(self.schedule.devices):
             for i, op in enumerate(ops):
-                cls = op.__class__
-                if cls is Pass:
+                if type(op) is Pass:
                     if (found := probe(routes, d, op)) is not None:
                         base, (_, _, dur, dep, gap, _) = found
                         record(g, found)
@@ -212,7 +211,7 @@ class _Index:
                         lags.append(gap)
                         g += 1
                         continue
-                elif cls is Pair and op.f.kind == F and op.b.kind in (B, BW) \
+                elif type(op) is Pair and op.f.kind == F and op.b.kind in (B, BW) \
                         and (f := probe(routes, d, op.f)) is not None and (b := probe(routes, d, op.b)) is not None:
                     record(g, f)
                     record(g, b)
@@ -225,7 +224,7 @@ class _Index:
                 self._place(d, i, g, op)
                 g += 1
 
-    def _probe(self, routes: list[dict[str, list[_Row]]], d: int, p: Pass) -> tuple[int, _Row] | None:
+    def _probe(self, routes: list[dict[Kind, list[_Row]]], d: int, p: Pass) -> tuple[int, _Row] | None:
         """(first key of ``p``'s microbatch, ``p``'s row) when ``p`` is a known pass in range, on device ``d`` and
         not yet seen; else None."""
         kind, mb, stage = p

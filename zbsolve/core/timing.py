@@ -42,7 +42,8 @@ class Preds:
     def from_lists(cls, preds: Sequence[Sequence[tuple[int, float]]]) -> Preds:
         """The columns of ``preds[i]``, node i's (predecessor, lag) pairs."""
         n, width = len(preds), max(map(len, preds), default=0)
-        node, lag = [[n] * n for _ in range(width)], [[0] * n for _ in range(width)]
+        node = [[n] * n for _ in range(width)]
+        lag: list[list[float]] = [[0] * n for _ in range(width)]
         for i, links in enumerate(preds):
             for c, (a, gap) in enumerate(links):
                 node[c][i], lag[c][i] = a, gap

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.core.schedule import BW, B, F, Op, Pair, Pass, W
+from zbsolve.core.schedule import BW, B, F, Kind, Op, Pair, Pass, W
 from zbsolve.core.transforms import TORCH_KIND
 
 _REJECTIONS = (AssertionError, RuntimeError, ValueError, KeyError)
 """What torch's loader raises for a schedule it refuses."""
 
-_PASS_METHODS: tuple[tuple[str, Callable[[dict], str]], ...] = (
+_PASS_METHODS: tuple[tuple[str, Callable[[dict], Kind]], ...] = (
     ("forward_one_chunk", lambda kwargs: F),
     ("backward_one_chunk", lambda kwargs: BW if kwargs.get("full_backward", True) else B),
     ("backward_weight_one_chunk", lambda kwargs: W),
@@ -87,7 +87,7 @@ class _StageStandIn:
         for name, kind_of in _PASS_METHODS:
             setattr(self, name, self._recorder(kind_of))
 
-    def _recorder(self, kind_of: Callable[[dict], str]) -> Callable[..., None]:
+    def _recorder(self, kind_of: Callable[[dict], Kind]) -> Callable[..., None]:
         def run(mb: int, *args: Any, **kwargs: Any) -> None:
             self.ran.append(Pass(kind_of(kwargs), mb, self.stage_index))
         return run
@@ -143,8 +143,11 @@ def _without_fsdp_lowering() -> Iterator[None]:
     ``pipeline_order`` never holds, and refuses nothing; the send and receive pass that checks the order still runs."""
     from torch.distributed.pipelining import schedules
 
+    def compute_only(compute_actions: list, max_active_stages: int = 3) -> list:
+        return [a for a in compute_actions if a is not None]
+
     lowering = schedules._add_unshard_reshard
-    schedules._add_unshard_reshard = lambda actions, max_active_stages=3: [a for a in actions if a is not None]
+    schedules._add_unshard_reshard = compute_only
     try:
         yield
     finally:
@@ -163,7 +166,13 @@ def _run_single(cls: type, stage: _StageStandIn, num_microbatches: int) -> list[
 def _op(action: Any) -> Op:
     """A torch compute ``_Action`` as a zbsolve op."""
     if action.sub_actions is not None:
-        return Pair(*(_op(sub) for sub in action.sub_actions))
+        f, b = (_pass(sub) for sub in action.sub_actions)
+        return Pair(f, b)
+    return _pass(action)
+
+
+def _pass(action: Any) -> Pass:
+    """A torch compute ``_Action`` of one pass as a zbsolve pass."""
     return Pass(_KIND_OF[action.computation_type.value], action.microbatch_index, action.stage_index)
 
 
@@ -192,7 +201,7 @@ def intercept_passes(stage: Any, around: Callable[[str, Callable[[], Any]], Any]
         _intercept(stage, name, kind_of, around)
 
 
-def _intercept(stage: Any, name: str, kind_of: Callable[[dict], str],
+def _intercept(stage: Any, name: str, kind_of: Callable[[dict], Kind],
                around: Callable[[str, Callable[[], Any]], Any]) -> None:
     inner = getattr(stage, name)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from zbsolve.base.checks import check_limit
 from zbsolve.core.schedule import BW, B, F, Op, Pair, Pass, Schedule, W, passes_of
 
 
@@ -26,8 +27,7 @@ def split_bw(op: Op) -> tuple[Pass, ...]:
 
 def with_limit(schedule: Schedule, mem_limit: float | Sequence[float] | None) -> Schedule:
     """The same orders under another memory limit (one number, one per device, or None)."""
-    limit = tuple(mem_limit) if isinstance(mem_limit, (list, tuple)) else mem_limit
-    return replace(schedule, mem_limit=limit)
+    return replace(schedule, mem_limit=check_limit(mem_limit, schedule.num_devices))
 
 
 def unpaired(schedule: Schedule) -> Schedule:
@@ -67,12 +67,13 @@ def repeat(schedule: Schedule, iterations: int) -> Schedule:
     soon as that device is done with the previous one (a post-validated optimizer step)."""
     m = schedule.num_microbatches
 
-    def shift(op: Op, k: int) -> Op:
-        if isinstance(op, Pair):
-            return Pair(shift(op.f, k), shift(op.b, k))
-        return Pass(op.kind, op.mb + k * m, op.stage)
+    def shift(p: Pass, k: int) -> Pass:
+        return Pass(p.kind, p.mb + k * m, p.stage)
 
-    devices = tuple(tuple(shift(op, k) for k in range(iterations) for op in ops) for ops in schedule.devices)
+    def shift_op(op: Op, k: int) -> Op:
+        return Pair(shift(op.f, k), shift(op.b, k)) if isinstance(op, Pair) else shift(op, k)
+
+    devices = tuple(tuple(shift_op(op, k) for k in range(iterations) for op in ops) for ops in schedule.devices)
     return replace(schedule, num_microbatches=iterations * m, devices=devices,
                    microbatch_route=schedule.microbatch_route * iterations)
 
