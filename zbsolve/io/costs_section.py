@@ -93,7 +93,8 @@ def document_costs(data: dict, schedule: Schedule, where: str) -> Costs | None:
     section, device_memory = data.get("partition"), data.get("device_memory")
     if section is None and device_memory is None:
         return None
-    model, ranges, static = None, (), (0,) * schedule.num_devices
+    model, static = None, (0,) * schedule.num_devices
+    ranges: tuple[tuple[int, int], ...] = ()
     recomputed: frozenset[int] = frozenset()
     selective: frozenset[int] = frozenset()
     modules: tuple[str, ...] = ()

@@ -16,7 +16,7 @@ from zbsolve.base.inputs import InputModel, load_mapping, read_text
 from zbsolve.base.kinds import DOCUMENT, check_kind
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import Op, Pair, Pass, Schedule
+from zbsolve.core.schedule import F, Kind, Op, Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.io.costs_section import document_costs
 from zbsolve.problem.costs import Costs
@@ -146,8 +146,8 @@ def from_document(data: object, where: str = "schedule document",
     if m > passes:
         raise ScheduleError(f"{where}: num_microbatches = {m}, but the devices list only {passes} passes (each "
                             f"microbatch needs {2 * S} or more)")
-    ops = [[Pair(Pass("F", o.f.mb, o.f.stage), Pass(o.b.kind, o.b.mb, o.b.stage)) if isinstance(o, _PairDoc)
-            else Pass(o.kind, o.mb, o.stage) for o in dev] for dev in doc.devices]
+    ops = [[Pair(Pass(F, o.f.mb, o.f.stage), Pass(Kind(o.b.kind), o.b.mb, o.b.stage)) if isinstance(o, _PairDoc)
+            else Pass(Kind(o.kind), o.mb, o.stage) for o in dev] for dev in doc.devices]
     limit = tuple(doc.mem_limit) if isinstance(doc.mem_limit, list) else doc.mem_limit
     try:
         schedule = Schedule(doc.name, Placement(p, tuple(map(tuple, doc.routes))), m, doc.profile,
