@@ -14,6 +14,11 @@ from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.plot import Chart
 
 
+def _columns(points: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The x and the y values of ``points``."""
+    return [x for x, _ in points], [y for _, y in points]
+
+
 def plot_configure(result: ConfigureResult) -> Figure:
     """Tokens/s/GPU against peak memory per device (GiB): every configuration timed (``ConfigureResult.timed``,
     predicted figures), those that do not fit as crosses, the ranked candidates ringed and the chosen one a star at
@@ -24,13 +29,13 @@ def plot_configure(result: ConfigureResult) -> Figure:
     fitting = [(t.memory_gib, t.tokens_per_s_per_gpu) for t in result.timed if t.fits]
     unfit = [(t.memory_gib, t.tokens_per_s_per_gpu) for t in result.timed if not t.fits]
     if fitting:
-        ax.scatter(*zip(*fitting), s=14, color="#4c72b0", alpha=0.6, label=f"timed, fits ({len(fitting)})")
+        ax.scatter(*_columns(fitting), s=14, color="#4c72b0", alpha=0.6, label=f"timed, fits ({len(fitting)})")
     if unfit:
-        ax.scatter(*zip(*unfit), s=18, marker="x", color="#c44e52", alpha=0.7,
+        ax.scatter(*_columns(unfit), s=18, marker="x", color="#c44e52", alpha=0.7,
                    label=f"timed, does not fit ({len(unfit)})")
     ranked = [(r.memory_gib, r.tokens_per_s_per_gpu) for r in result.candidates[1:]]
     if ranked:
-        ax.scatter(*zip(*ranked), s=70, facecolors="none", edgecolors="#dd8452", linewidths=1.4,
+        ax.scatter(*_columns(ranked), s=70, facecolors="none", edgecolors="#dd8452", linewidths=1.4,
                    label=f"ranked ({len(ranked)} besides the chosen)")
     chosen = result.chosen
     shown = "planned" if chosen.planned else "predicted"

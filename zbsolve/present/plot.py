@@ -26,7 +26,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_with
 from zbsolve.base.units import GIB
 from zbsolve.core.measures import FIGURES
-from zbsolve.core.schedule import BW, KINDS, B, F, Pair, Schedule, W
+from zbsolve.core.schedule import BW, KINDS, B, F, Kind, Pair, Schedule, W
 from zbsolve.core.simulator import Timeline
 from zbsolve.present.figures import Units, label
 from zbsolve.problem.costs import Costs
@@ -57,10 +57,11 @@ class Chart(Figure):
         return buffer.getvalue()
 
 
-def _shade(kind: str, chunk: int, chunks: int) -> tuple[float, float, float]:
+def _shade(kind: Kind, chunk: int, chunks: int) -> tuple[float, float, float]:
     """Colour of ``kind`` on a device's ``chunk``-th stage: later chunks blend towards white."""
     mix = 0.5 * chunk / (chunks - 1) if chunks > 1 else 0.0
-    return tuple(c + (1.0 - c) * mix for c in to_rgb(COLORS[kind]))  # type: ignore[return-value]
+    r, g, b = (c + (1.0 - c) * mix for c in to_rgb(COLORS[kind]))
+    return r, g, b
 
 
 def _ink(face: tuple[float, float, float]) -> str:
@@ -90,9 +91,16 @@ def _boxes(timeline: Timeline):
     return boxes
 
 
+def _figure(ax: Axes) -> Figure:
+    """The figure ``ax`` is drawn on (the whole figure, where ``ax`` is in a subfigure)."""
+    fig = ax.get_figure(root=True)
+    assert fig is not None, "axes made by subplots or add_subplot are on a figure"
+    return fig
+
+
 def _points_per_unit(ax: Axes, makespan: float, num_devices: int) -> tuple[float, float]:
     """Size in points of one time unit and of one device row, from the axes' current place."""
-    fig = ax.get_figure()
+    fig = _figure(ax)
     pos = ax.get_position()
     width_pt = pos.width * fig.get_figwidth() * 72.0
     height_pt = pos.height * fig.get_figheight() * 72.0
@@ -144,8 +152,9 @@ def _gantt(ax: Axes, timeline: Timeline, rows: Sequence[str] | None = None) -> N
     verts = np.array([((x0, y0), (x0, y1), (x1, y1), (x1, y0)) for x0, x1, y0, y1, *_ in boxes]).reshape(-1, 4, 2)
     widths = verts[:, 2, 0] - verts[:, 0, 0]
     edge = 0.5 if widths.size and np.median(widths) * x_pt >= 4.0 else 0.0
-    ax.add_collection(PolyCollection(verts, facecolors=[b[-1] for b in boxes], edgecolors="white",
-                                     linewidths=edge, antialiaseds=edge > 0))
+    # A 3-D array of vertices is PolyCollection's fast path, which matplotlib's stubs leave out.
+    ax.add_collection(PolyCollection(verts, facecolors=[b[-1] for b in boxes],  # type: ignore[arg-type]
+                                     edgecolors="white", linewidths=edge, antialiaseds=edge > 0))
     _label(ax, boxes, x_pt, row_pt)
     ax.set_xlim(0.0, makespan)
     ax.set_ylim(p - 0.5, -0.5)
@@ -247,7 +256,7 @@ def plot_timeline(timeline: "Timeline | SolveResult | PlanResult", *, memory: bo
     if not memory:
         ax.set_xlabel(xlabel)
     ax.set_title(_title(timeline, title, units), loc="left", fontsize=10)
-    return ax.get_figure()
+    return _figure(ax)
 
 
 def check_chart_path(path: str | Path, what: str = "chart", inputs: Iterable[str | Path | None] = (),

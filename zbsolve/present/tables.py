@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.table import Table
 
@@ -114,10 +114,11 @@ DEVICE_COLUMNS = ("device", "layers", "static GiB", "activations GiB", "total Gi
 def device_memory_table(figures: Mapping[str, object], title: str) -> Table:
     """Memory per device in GiB, one row per device: the layers it holds (by the model's names, "-" for a bare
     profile), its static bytes, its peak activations and their sum (``figures`` as ``memory_figures`` gives them)."""
-    n = len(figures["static_gib"])  # type: ignore[arg-type]
-    names = figures.get("device_layers", ["-"] * n)
-    rows = [[str(d), names[d], *(f"{figures[key][d]:.2f}" for key in PER_DEVICE)]  # type: ignore[index]
-            for d in range(n)]
+    # memory_figures gives a list per device for each of PER_DEVICE and "device_layers".
+    columns = [cast(Sequence[float], figures[key]) for key in PER_DEVICE]
+    n = len(columns[0])
+    names = cast(Sequence[str], figures.get("device_layers", ["-"] * n))
+    rows = [[str(d), names[d], *(f"{column[d]:.2f}" for column in columns)] for d in range(n)]
     return text_table(DEVICE_COLUMNS, rows, title)
 
 
@@ -134,11 +135,12 @@ def baselines_table(rows: Sequence[Mapping[str, object]], title: str, wide: bool
     line per reason naming their schedules."""
     if wide:
         return records_table(rows, title, None, BASELINE_UNITS)
-    timed, missing = [], {}
+    timed: list[dict[str, object]] = []
+    missing: dict[tuple[str, str], list[str]] = {}
     for row in rows:
         if row.get("step_time") is None:
             recompute = "" if row.get("recompute") in (None, "none") else f" recompute {row['recompute']}"
-            missing.setdefault((f"{row['split']}{recompute}", row.get("note") or "no figure"), []).append(
+            missing.setdefault((f"{row['split']}{recompute}", str(row.get("note") or "no figure")), []).append(
                 str(row["schedule"]))
             continue
         recomputed = f" ({row['recomputed']})" if row.get("recomputed") else ""
