@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Optional, Union
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, Val
 
 from zbsolve.base.checks import Positive
 from zbsolve.base.errors import InputError
-from zbsolve.base.inputs import load_mapping, pydantic_message
+from zbsolve.base.inputs import load_mapping, pydantic_message, show
 from zbsolve.base.kinds import GRID, check_kind
 from zbsolve.base.units import parse_bytes
 from zbsolve.core.objective import Objective
@@ -209,37 +210,54 @@ def _problems(grid: Grid) -> list[Problem]:
             except InputError as exc:
                 raise InputError(f"{grid.source}: problems.{i}: {exc}") from None
         return problems
-    p = grid.profile.num_stages or (grid.axes.stages or [None])[0]
+    profile = grid.profile
+    assert profile is not None, "Grid._has_problem: without problem or model files a grid has a profile"
+    p = profile.num_stages or (grid.axes.stages[0] if grid.axes.stages else None)
     if p is None:
         raise InputError(f"{grid.source}: axes.stages: required with an inline profile of scalars")
     if not grid.axes.microbatches:
         raise InputError(f"{grid.source}: axes.microbatches: required with an inline profile")
-    return [Problem(name=grid.name, num_devices=p, num_microbatches=grid.axes.microbatches[0], profile=grid.profile)]
+    return [Problem(name=grid.name, num_devices=p, num_microbatches=grid.axes.microbatches[0], profile=profile)]
 
 
-def expand(grid: Grid) -> list[Job | PlanJob]:
+def _limits(grid: Grid, prob: Problem) -> list[tuple[Literal["mem_factor", "mem_limit"], float | None]]:
+    """The memory limits to sweep for ``prob``: the grid's axis, else the problem's limit (one number)."""
+    a = grid.axes
+    if a.mem_factor:
+        return [("mem_factor", x) for x in a.mem_factor]
+    if a.mem_limit:
+        return [("mem_limit", x) for x in a.mem_limit]
+    if prob.mem_factor:
+        return [("mem_factor", prob.mem_factor)]
+    if isinstance(prob.mem_limit, list):
+        raise InputError(f"{grid.source}: problem {prob.name}: mem_limit = {show(prob.mem_limit)}: a grid takes one "
+                         "number, or an axis of them")
+    return [("mem_limit", prob.mem_limit)]
+
+
+def expand(grid: Grid) -> Sequence[Job | PlanJob]:
     """The grid's job list: problems x every axis (or models x devices, microbatches, device memory, placement
     and time limit), each checked before any job runs; an ``InputError`` names the grid file, the problem and the
     axis values at fault."""
     if grid.models:
         return _plans(grid)
     problems, a = _problems(grid), grid.axes
-    jobs = []
+    jobs: list[Job] = []
+    placements: list[PlanPlacement] = a.placement or ["sequential"]
     for prob in problems:
-        limits = ([("mem_factor", x) for x in a.mem_factor] if a.mem_factor else
-                  [("mem_limit", x) for x in a.mem_limit] if a.mem_limit else
-                  [("mem_factor", prob.mem_factor)] if prob.mem_factor else [("mem_limit", prob.mem_limit)])
         for p, m, (kind, limit), placement in itertools.product(
-                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], limits,
-                a.placement or ["sequential"]):
+                a.stages or [prob.num_devices], a.microbatches or [prob.num_microbatches], _limits(grid, prob),
+                placements):
             where = (f"{grid.source}: problem {prob.name} with stages = {p}, microbatches = {m}, "
                      f"placement = {placement}" + ("" if limit is None else f", {kind} = {limit}"))
             try:
                 make_spec(prob.profile, limit if kind == "mem_limit" else None, num_microbatches=m, num_devices=p,
                           placement=placement)
+                assert placement != "auto", "make_spec refuses a placement the optimizer does not solve"
                 jobs += [Job(problem=prob.name, profile=prob.profile, num_devices=p, num_microbatches=m,
                              placement=placement, solver=solver, objective=objective, time_limit=t, seed=seed,
-                             **{kind: limit})
+                             mem_limit=limit if kind == "mem_limit" else None,
+                             mem_factor=limit if kind == "mem_factor" else None)
                          for solver, objective, t, seed in itertools.product(a.solver, a.objective, a.time_limit,
                                                                              a.seed)]
             except InputError as exc:

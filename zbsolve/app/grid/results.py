@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterable
 
-from zbsolve.app.grid.jobs import Job
+from zbsolve.app.grid.jobs import Job, PlanJob
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_with
 from zbsolve.present.tables import fmt
@@ -87,7 +87,7 @@ class ResultsFile:
         self._file.close()
 
 
-def pending(jobs: Iterable[Job], output: str | Path | None, retry_failed: bool = False) -> tuple[int, int]:
+def pending(jobs: Iterable[Job | PlanJob], output: str | Path | None, retry_failed: bool = False) -> tuple[int, int]:
     """(distinct jobs, of those a run skips: already in ``output``, failures not counted with ``retry_failed``)."""
     keys = {j.key for j in jobs}
     return len(keys), len(keys & skipped(read_results(output) if output is not None else [], retry_failed))

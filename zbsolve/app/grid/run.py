@@ -5,8 +5,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import time
+from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from zbsolve.app.grid.jobs import Grid, Job, PlanJob, expand
 from zbsolve.app.grid.results import ResultsFile, skipped
@@ -24,7 +24,7 @@ def _record(job: Job | PlanJob) -> dict:
             "profile": job.profile.model_dump()}
 
 
-def _failure(job: Job, exc: Exception, solve_time: float | None) -> dict:
+def _failure(job: Job | PlanJob, exc: Exception, solve_time: float | None) -> dict:
     """The record of a job that failed with ``exc``."""
     return {**_record(job), "status": "error", "error": f"{type(exc).__name__}: {exc}", "solve_time": solve_time}
 
@@ -69,7 +69,7 @@ def _run_plan(job: PlanJob, schedules_dir: str | None) -> dict:
     return record
 
 
-def _outcome(future: cf.Future, job: Job) -> dict:
+def _outcome(future: cf.Future, job: Job | PlanJob) -> dict:
     """A finished job's record; a failure record when its worker process died or the executor failed."""
     try:
         return future.result()
@@ -77,9 +77,9 @@ def _outcome(future: cf.Future, job: Job) -> dict:
         return _failure(job, exc, None)
 
 
-def solve_grid(grid: Grid | Iterable[Job], *, jobs: int = 1, executor: str | cf.Executor | None = None,
+def solve_grid(grid: Grid | Iterable[Job | PlanJob], *, jobs: int = 1, executor: str | cf.Executor | None = None,
                output: str | Path | None = None, schedules_dir: str | Path | None = None,
-               retry_failed: bool = False) -> Iterator[dict]:
+               retry_failed: bool = False) -> Generator[dict, None, None]:
     """Run every job not yet in ``output`` (with ``retry_failed``, also those recorded as failed); yield each
     record as it finishes and append it to ``output``, where it supersedes the job's earlier record.
 
