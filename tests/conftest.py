@@ -1,6 +1,6 @@
 """Helpers shared by the tests: paths built from the repository root (so the tests run from any working
-directory), problem files, 1F1B written out by hand, checks of a solve result, and exhaustive search on
-tiny formulations.
+directory), problem files, the command line run in-process, 1F1B written out by hand, checks of a solve result,
+exhaustive search on tiny formulations, and small models.
 
 Test modules import them by name: ``from conftest import ROOT, problem, one_f_one_b``.
 """
@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
 from zbsolve.base.checks import slack
 from zbsolve.base.units import GIB
@@ -51,6 +53,28 @@ def problem(name: str) -> Problem:
 def stem(path: Path) -> str:
     """Test id of a problem file: its name without ``.yaml``."""
     return path.stem
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+RUNNER = CliRunner()
+
+
+def zbsolve(*args: object) -> Result:
+    """Run the command line in-process, on a terminal wide enough that rich wraps no line; the result has
+    exit_code, stdout, stderr and exception."""
+    from zbsolve.app.cli import app
+
+    return RUNNER.invoke(app, [str(a) for a in args], env={"COLUMNS": "100000"})
+
+
+def failed_cleanly(result: Result, code: int) -> str:
+    """Assert ``result`` exited with ``code`` after one line on stderr and no traceback; return that line."""
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), result.exception
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
+    return lines[0]
 
 
 # -- schedules -----------------------------------------------------------------------------------------
@@ -216,3 +240,13 @@ def export_toy() -> Model:
 
     return Model(name="toy", layers=[layer("tok_embeddings", False), *(layer(f"layers.{i}", True) for i in range(6)),
                                      layer("norm", False), layer("output", False)])
+
+
+def heavy_head(blocks: int = 12, head: float = 3.0, t_comm: float = 0.0) -> Model:
+    """Equal blocks (F = B = W = 1), a head of F = B = W = ``head``, and a tiny embedding and norm."""
+    def layer(name: str, t: float, block: bool = True) -> Layer:
+        return Layer(name=name, block=block, t_f=t, t_b=t, t_w=t, mem_f=2**26, mem_b=-2**25, mem_w=-2**25,
+                     static_bytes=2**30, out_bytes=2**20)
+    return Model(name="heavy", t_comm=t_comm, layers=[
+        layer("tok_embeddings", 0.01, False), *(layer(f"layers.{i}", 1.0) for i in range(blocks)),
+        layer("norm", 0.01, False), layer("output", head, False)])

@@ -16,10 +16,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from conftest import ICLR, ROOT
-from zbsolve.app.cli import app
+from conftest import ICLR, ROOT, failed_cleanly, zbsolve
 from zbsolve.app.grid import Grid, expand
 from zbsolve.io.document import from_document, read_document, read_json, to_document
 from zbsolve import InfeasibleError, InputError, Model, ScheduleError, ZbsolveError, solve
@@ -33,25 +31,9 @@ from zbsolve.base.inputs import load_mapping
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.simulator import simulate
 
-RUNNER = CliRunner()
 DOCUMENT = json.loads(json.dumps(to_document(simulate(make_schedule("zb-h1", UNIT, 4, 8)))))
 """The document ``zbsolve schedule zb-h1 -p 4 -m 8 -o x.json`` writes."""
 SMOKE = ROOT / "problems" / "grids" / "smoke.yaml"
-
-
-def zbsolve(*args: object):
-    """Run the command line in-process, on a terminal wide enough that rich wraps no line; the result has
-    exit_code, stdout, stderr and exception."""
-    return RUNNER.invoke(app, [str(a) for a in args], env={"COLUMNS": "100000"})
-
-
-def failed_cleanly(result, code: int) -> str:
-    """Assert ``result`` exited with ``code`` after one line on stderr and no traceback; return that line."""
-    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
-    assert isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
-    return lines[0]
 
 
 def write_doc(path: Path, edit) -> Path:

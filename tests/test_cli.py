@@ -1,4 +1,5 @@
-"""The command line, driven as a user drives it: as a subprocess."""
+"""The command line: a few runs as a user drives it, as a subprocess of ``python -m zbsolve`` (its exit codes and
+its streams), the rest in-process (``conftest.zbsolve``)."""
 
 import json
 import subprocess
@@ -7,29 +8,32 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from conftest import zbsolve
 
-def zbsolve(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+def process(*args):
+    """``python -m zbsolve`` with ``args``, as a subprocess."""
+    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True)
 
 
 def test_schedule_check_roundtrip(tmp_path):
     out = tmp_path / "s.json"
-    run = zbsolve("schedule", "1f1b", "--devices", 4, "--microbatches", 8, "-o", out, "--json")
+    run = process("schedule", "1f1b", "--devices", 4, "--microbatches", 8, "-o", out, "--json")
     assert run.returncode == 0, run.stderr
     figures = json.loads(run.stdout)["1f1b"]
     assert figures["peak_memory"] == 4
-    check = zbsolve("check", out, "--json")
+    check = process("check", out, "--json")
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["makespan"] == figures["makespan"]
 
 
 def test_check_rejects_invalid_schedule(tmp_path):
     out = tmp_path / "s.json"
-    assert zbsolve("schedule", "1f1b", "-p", 2, "-m", 2, "-o", out, "-q").returncode == 0
+    assert process("schedule", "1f1b", "-p", 2, "-m", 2, "-o", out, "-q").returncode == 0
     doc = json.loads(out.read_text())
     doc["devices"][0].pop()
     out.write_text(json.dumps(doc))
-    run = zbsolve("check", out)
+    run = process("check", out)
     assert run.returncode == 1
     assert "missing pass" in run.stderr and "Traceback" not in run.stderr
 
@@ -41,27 +45,27 @@ def test_check_rejects_invalid_schedule(tmp_path):
 ])
 def test_bad_input_exit_2(args, needle):
     run = zbsolve(*args)
-    assert run.returncode == 2
+    assert run.exit_code == 2
     assert needle in run.stderr and "Traceback" not in run.stderr
 
 
 def test_check_wrong_format(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"format": "other", "version": 1}))
-    run = zbsolve("check", path)
+    run = process("check", path)
     assert run.returncode == 2 and "format = 'other'" in run.stderr
 
 
 def test_schedule_with_profile_file(tmp_path):
     run = zbsolve("schedule", "1f1b", "-p", 8, "-m", 24, "--profile", "problems/iclr/1.5b-p8-m24.yaml", "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     assert json.loads(run.stdout)["1f1b"]["peak_memory"] == 8 * 201216
 
 
 def test_compare_lists_every_family():
     from zbsolve.schedulers.families import FAMILIES
     run = zbsolve("compare", "--devices", 4, "--microbatches", 8, "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     data = json.loads(run.stdout)
     assert set(data["figures"]) | set(data["skipped"]) == set(FAMILIES)
     assert data["figures"]["1f1b"]["peak_memory"] == 4
@@ -72,13 +76,13 @@ def test_compare_lists_every_family():
 def test_devices_option_and_its_hidden_alias(command, flag):
     """--devices and -p give the device count; --stages, its older name, still works but is not in --help."""
     run = zbsolve(*command, flag, 3, "-m", 6, "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     data = json.loads(run.stdout)
     figures = data["figures"]["zb-h1"] if command[0] == "compare" else data["zb-h1"]
     assert len(figures["peak_memory_per_device"]) == 3
     if flag == "--stages":
         helped = zbsolve(*command[:1], "--help")
-        assert helped.returncode == 0 and "--devices" in helped.stdout and "--stages" not in helped.stdout
+        assert helped.exit_code == 0 and "--devices" in helped.stdout and "--stages" not in helped.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -88,12 +92,12 @@ def test_devices_option_and_its_hidden_alias(command, flag):
 ])
 def test_devices_missing_or_contradicted_exit_2(args, needle):
     run = zbsolve(*args)
-    assert run.returncode == 2 and needle in run.stderr and "Traceback" not in run.stderr
+    assert run.exit_code == 2 and needle in run.stderr and "Traceback" not in run.stderr
 
 
 def test_compare_same_devices_under_both_names():
     run = zbsolve("compare", "--devices", 4, "--stages", 4, "-m", 8, "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     assert json.loads(run.stdout) == json.loads(zbsolve("compare", "-p", 4, "-m", 8, "--json").stdout)
 
 
@@ -101,7 +105,7 @@ def test_every_command_has_help_with_an_example():
     from zbsolve.app.cli import app
     names = [c.name or c.callback.__name__ for c in app.registered_commands]
     assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize", "frontier"} <= set(names)
-    for name in names:  # in this process: one start-up of the command line is test_solve_plot_export_chain's
+    for name in names:  # in this process: the command line's start-up is test_schedule_check_roundtrip's
         run = CliRunner().invoke(app, [name, "--help"])
         assert run.exit_code == 0 and "Example: zbsolve " + name in " ".join(run.output.split()), name
 
@@ -109,12 +113,12 @@ def test_every_command_has_help_with_an_example():
 def test_solve_plot_export_chain(tmp_path):
     doc, chart, csv = tmp_path / "s.json", tmp_path / "s.svg", tmp_path / "s.csv"
     run = zbsolve("solve", "problems/iclr/1.5b-p8-m24.yaml", "--mem-factor", 1, "--time-limit", 10, "-o", doc, "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     figures = json.loads(run.stdout)
     assert figures["status"] == "optimal" and round(figures["paper_bubble"], 4) == 0.1585
-    assert zbsolve("check", doc, "-q").returncode == 0
-    assert zbsolve("plot", doc, "-o", chart, "--memory", "-q").returncode == 0 and chart.read_text().startswith("<?xml")
-    assert zbsolve("export", doc, "--format", "torch-csv", "-o", csv, "-q").returncode == 0
+    assert zbsolve("check", doc, "-q").exit_code == 0
+    assert zbsolve("plot", doc, "-o", chart, "--memory", "-q").exit_code == 0 and chart.read_text().startswith("<?xml")
+    assert zbsolve("export", doc, "--format", "torch-csv", "-o", csv, "-q").exit_code == 0
     assert len(csv.read_text().splitlines()) == 8
 
 
@@ -128,8 +132,8 @@ def test_solve_plot_export_chain(tmp_path):
     (("summarize", "missing.jsonl", "-o", "x.csv"), 2, "missing.jsonl"),
 ])
 def test_solve_and_friends_bad_input(args, code, needle, tmp_path):
-    run = zbsolve(*args, cwd=None)
-    assert run.returncode == code, run.stderr
+    run = zbsolve(*args)
+    assert run.exit_code == code, run.stderr
     assert needle in run.stderr and "Traceback" not in run.stderr
 
 
@@ -143,7 +147,7 @@ def test_frontier_factors_match_the_library_with_limits(tmp_path):
     problem.write_text("num_devices: 2\nnum_microbatches: 4\n")
     run = zbsolve("frontier", problem, "--factors", "0.75,1.5", "--placements", "sequential", "--time-limit", 2,
                   "--jobs", 1, "--json")
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     rows = json.loads(run.stdout)["rows"]
     assert [r["factor"] for r in rows] == [0.75, 1.5]
     peak = reference_peak(UNIT, 2, 4)
@@ -178,19 +182,19 @@ def test_render_formats_figures():
 def test_grid_and_summarize(tmp_path):
     results, table = tmp_path / "r.jsonl", tmp_path / "r.csv"
     run = zbsolve("grid", "problems/grids/smoke.yaml", "--jobs", 2, "-o", results, "--summary", table)
-    assert run.returncode == 0, run.stderr
+    assert run.exit_code == 0, run.stderr
     assert "8 jobs" in run.stdout
-    assert zbsolve("summarize", results, "-o", tmp_path / "again.csv", "-q").returncode == 0
+    assert zbsolve("summarize", results, "-o", tmp_path / "again.csv", "-q").exit_code == 0
     assert (tmp_path / "again.csv").read_text() == table.read_text()
 
 
 def test_profile_and_run(tmp_path):
     pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
     prof, doc = tmp_path / "prof.yaml", tmp_path / "s.json"
-    run = zbsolve("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
+    run = process("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
     assert run.returncode == 0, run.stderr
-    assert zbsolve("schedule", "zb-h1", "-p", 2, "-m", 4, "--profile", prof, "-o", doc, "-q").returncode == 0
-    run = zbsolve("run", doc, "--steps", 2, "--check", "--json")
+    assert process("schedule", "zb-h1", "-p", 2, "-m", 4, "--profile", prof, "-o", doc, "-q").returncode == 0
+    run = process("run", doc, "--steps", 2, "--check", "--json")
     assert run.returncode == 0, run.stderr
     rows = json.loads(run.stdout)
     assert len(rows) == 2

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import heavy_head
 from zbsolve import InputError, simulate
 from zbsolve.io.document import read_document
 from zbsolve.base.checks import MAX_PASSES
@@ -394,8 +395,6 @@ def test_a_memory_factor_on_a_chunk_profile_counts_its_merged_stages():
 
 
 def test_a_grid_of_models_plans_each_setting(tmp_path):
-    from test_planner import heavy_head
-
     model = tmp_path / "heavy.yaml"
     heavy_head(blocks=6).save(model)
     grid = tmp_path / "plans.yaml"
@@ -423,8 +422,6 @@ def test_a_grid_of_models_plans_each_setting(tmp_path):
 
 
 def test_a_grid_of_models_needs_devices_and_microbatches(tmp_path):
-    from test_planner import heavy_head
-
     model = tmp_path / "heavy.yaml"
     heavy_head(blocks=6).save(model)
     grid = tmp_path / "plans.yaml"
@@ -437,8 +434,6 @@ def test_a_grid_of_models_needs_devices_and_microbatches(tmp_path):
 
 
 def test_a_grid_of_models_refuses_a_plan_over_the_size_limit_before_any_job(tmp_path):
-    from test_planner import heavy_head
-
     heavy_head(blocks=6).save(tmp_path / "heavy.yaml")
     grid = tmp_path / "plans.yaml"
     m = MAX_PASSES // (3 * 2) + 1

@@ -12,9 +12,9 @@ import json
 import re
 
 import pytest
-from test_planner import heavy_head
 from typer.testing import CliRunner
 
+from conftest import heavy_head
 from zbsolve.app.cli import app
 from zbsolve.core.simulator import simulate
 from zbsolve.planning import planner, search

@@ -9,8 +9,8 @@ import dataclasses
 import json
 
 import pytest
-from test_planner import heavy_head
 
+from conftest import heavy_head
 from zbsolve.core.placement import interleaved
 from zbsolve.core.schedule import build
 from zbsolve.core.simulator import simulate

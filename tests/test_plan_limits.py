@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_planner import heavy_head
+from conftest import heavy_head
 from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import GIB
 from zbsolve.planning.baselines import NOT_TIMED, SPLIT_ROWS, baseline_rows, timed_baselines

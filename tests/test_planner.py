@@ -11,7 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from conftest import ROOT, heavy_head
 from zbsolve.app.cli import app
 from zbsolve.io.costs_section import document_costs
 from zbsolve.problem.costs import check_fits
@@ -28,16 +28,6 @@ from zbsolve.planning.split_bound import split_bound
 from zbsolve.base.units import GIB
 
 runner = CliRunner()
-
-
-def heavy_head(blocks: int = 12, head: float = 3.0, t_comm: float = 0.0) -> Model:
-    """Equal blocks (F = B = W = 1), a head of F = B = W = ``head``, and a tiny embedding and norm."""
-    def layer(name: str, t: float, block: bool = True) -> Layer:
-        return Layer(name=name, block=block, t_f=t, t_b=t, t_w=t, mem_f=2**26, mem_b=-2**25, mem_w=-2**25,
-                     static_bytes=2**30, out_bytes=2**20)
-    return Model(name="heavy", t_comm=t_comm, layers=[
-        layer("tok_embeddings", 0.01, False), *(layer(f"layers.{i}", 1.0) for i in range(blocks)),
-        layer("norm", 0.01, False), layer("output", head, False)])
 
 
 def compositions(total: int, parts: int):

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import span_bubble
-from test_bad_input import failed_cleanly, zbsolve
-from test_planner import heavy_head
+from conftest import failed_cleanly, heavy_head, span_bubble, zbsolve
 from zbsolve.schedulers import heuristic as heuristic_module
 from zbsolve.planning import planner
 from zbsolve.base.checks import MAX_PASSES, MAX_STAGES, check_size

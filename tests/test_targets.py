@@ -118,7 +118,8 @@ def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
             plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
                  time_limit=2, jobs=1)
         return
-    result = plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",
+    # two stages per device (sequential x1, interleaved x2, V-shape x2): a split bound each, not twelve
+    result = plan(model, num_devices=4, num_microbatches=8, chunks=2, target=target, device_memory="4TiB",
                   time_limit=2, jobs=1)
     schedule = result.timeline.schedule
     assert simulate(schedule).makespan == result.step_time
