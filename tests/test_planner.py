@@ -17,7 +17,7 @@ from zbsolve.io.costs_section import document_costs
 from zbsolve.problem.costs import check_fits
 from zbsolve.io.document import from_document
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.costmodel.model import Layer, Model
+from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import stage_profile
 from zbsolve.core.placement import interleaved, sequential, vshape
 from zbsolve.planning.baselines import baselines
