@@ -29,7 +29,7 @@ demo: $(VENV)/.installed
 	@echo "schedule written to $(OUT)/best.json, chart to $(OUT)/best.png"
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 clean:
 	rm -rf $(VENV) $(OUT)

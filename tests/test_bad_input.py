@@ -412,7 +412,7 @@ SETTINGS = settings(deadline=None, derandomize=True, suppress_health_check=[Heal
                                                                            HealthCheck.data_too_large])
 
 
-@settings(SETTINGS, max_examples=150)
+@settings(SETTINGS, max_examples=60)
 @given(st.data())
 def test_check_mutated_documents(data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -422,7 +422,7 @@ def test_check_mutated_documents(data):
         _assert_clean(zbsolve("check", doc), folder, {"doc.json"}, _verdict(lambda: _checked(doc)))
 
 
-@settings(SETTINGS, max_examples=40)
+@settings(SETTINGS, max_examples=20)
 @given(st.data())
 def test_export_mutated_documents(data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -436,7 +436,7 @@ def test_export_mutated_documents(data):
             assert out.read_text() == torch_csv(read_document(doc)[0])
 
 
-@settings(SETTINGS, max_examples=25)
+@settings(SETTINGS, max_examples=12)
 @given(st.data())
 def test_plot_mutated_documents(data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -451,7 +451,7 @@ def test_plot_mutated_documents(data):
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and png.endswith(b"IEND\xaeB`\x82")
 
 
-@settings(SETTINGS, max_examples=40)
+@settings(SETTINGS, max_examples=20)
 @given(st.data())
 def test_solve_mutated_problems(data):
     problem = data.draw(st.sampled_from(_problems()))
@@ -467,7 +467,7 @@ def test_solve_mutated_problems(data):
             read_document(out)
 
 
-@settings(SETTINGS, max_examples=8)
+@settings(SETTINGS, max_examples=5)
 @given(st.data())
 def test_grid_mutated_files(data):
     """A grid that does not load or expand is bad input, refused before any job runs (2, nothing written); one that

@@ -204,12 +204,10 @@ def test_not_a_results_file(tmp_path):
         read_results(path)
 
 
-def test_dask_local_cluster_matches_local_run(tmp_path):
-    distributed = pytest.importorskip("distributed", reason="dask's distributed is not installed (the dask extra)")
+@pytest.mark.xdist_group("dask")
+def test_dask_local_cluster_matches_local_run(tmp_path, dask_address):
     local = {r["hash"]: r for r in solve_grid(Grid.load(SMOKE), jobs=2)}
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        remote = {r["hash"]: r for r in solve_grid(Grid.load(SMOKE), executor=f"dask://{cluster.scheduler_address}",
-                                                   output=tmp_path / "r.jsonl")}
+    remote = {r["hash"]: r for r in solve_grid(Grid.load(SMOKE), executor=dask_address, output=tmp_path / "r.jsonl")}
     assert remote.keys() == local.keys()
     for key, record in remote.items():
         assert record["status"] == local[key]["status"]

@@ -241,11 +241,10 @@ def test_plan_of_a_real_model_file():
     assert result.step_time <= result.best_baseline("uniform").step_time
 
 
-def test_candidates_are_timed_on_a_dask_cluster():
-    distributed = pytest.importorskip("distributed", reason="dask's distributed is not installed (the dask extra)")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        result = plan(heavy_head(blocks=6), num_devices=2, num_microbatches=4, device_memory="16GiB",
-                      placement="sequential", time_limit=10, executor=f"dask://{cluster.scheduler_address}")
+@pytest.mark.xdist_group("dask")
+def test_candidates_are_timed_on_a_dask_cluster(dask_address):
+    result = plan(heavy_head(blocks=6), num_devices=2, num_microbatches=4, device_memory="16GiB",
+                  placement="sequential", time_limit=10, executor=dask_address)
     assert any(c.origin == "split bound" for c in result.candidates)
     assert simulate(result.timeline.schedule).makespan == result.step_time
 
