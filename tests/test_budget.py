@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, check_result
+from conftest import zbsolve as in_process
 
 from zbsolve import UNIT, solve
 from zbsolve.base.errors import InputError
@@ -184,8 +185,8 @@ def test_interrupted_solve_writes_the_best_schedule_and_says_so(tmp_path, sig, p
     assert searched == (phase == "search"), solver["log"]
     if "--chart" in args:
         assert (tmp_path / "out.svg").read_text().startswith("<?xml")
-    check = zbsolve("check", out, "-q")
-    assert check.returncode == 0, check.stderr
+    check = in_process("check", out, "-q")
+    assert check.exit_code == 0, check.stderr
 
 
 @pytest.mark.parametrize("phase", ["step times", "document"])
@@ -198,8 +199,8 @@ def test_an_interrupt_after_the_search_still_writes_the_schedule(tmp_path, phase
                                 "span", "-q", "-o", out)
     assert code == 130, stderr
     assert f"interrupted: the best schedule found so far is in {out}" in stderr
-    check = zbsolve("check", out, "-q")
-    assert check.returncode == 0, check.stderr
+    check = in_process("check", out, "-q")
+    assert check.exit_code == 0, check.stderr
 
 
 def test_a_signal_before_the_first_schedule_exists_stops_the_solve_once_it_does(tmp_path):
@@ -210,8 +211,8 @@ def test_a_signal_before_the_first_schedule_exists_stops_the_solve_once_it_does(
     code, stderr = interrupt_at(tmp_path, "limit", signal.SIGINT, "solve", problem, "-o", out)
     assert code == 130, stderr
     assert stderr.strip().splitlines()[-1] == f"interrupted: the best schedule found so far is in {out}"
-    check = zbsolve("check", out, "-q")
-    assert check.returncode == 0, check.stderr
+    check = in_process("check", out, "-q")
+    assert check.exit_code == 0, check.stderr
 
 
 def test_interrupted_frontier_keeps_the_finished_solves(tmp_path):

@@ -152,7 +152,7 @@ def test_failing_job_is_recorded_and_batch_goes_on(tmp_path):
 
 
 def test_interrupt_keeps_finished_results_and_resumes(tmp_path):
-    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "solver": ["cpsat"], "time_limit": [3], "seed": [0, 1, 2, 3],
+    grid = _write_grid(tmp_path, {"mem_factor": [2.0], "solver": ["cpsat"], "time_limit": [1], "seed": [0, 1, 2, 3],
                                   "objective": ["span"]})
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "zbsolve", "grid", str(grid), "-o", str(out), "-j", "1"]
