@@ -262,3 +262,22 @@ def heavy_head(blocks: int = 12, head: float = 3.0, t_comm: float = 0.0) -> Mode
     return Model(name="heavy", t_comm=t_comm, layers=[
         layer("tok_embeddings", 0.01, False), *(layer(f"layers.{i}", 1.0) for i in range(blocks)),
         layer("norm", 0.01, False), layer("output", head, False)])
+
+
+def toy_layer(name: str, i: int, block: bool = True, **fields) -> dict:
+    """A layer whose figures differ with ``i``, so that a wrong sum shows."""
+    return {"name": name, "block": block, "t_f": 0.1 * i + 0.01, "t_b": 0.2 * i + 0.02, "t_w": 0.05 * i + 0.03,
+            "mem_f": 1000 + i, "mem_b": -600 - i, "mem_w": -400, "static_bytes": 10**9 + i, "out_bytes": 500 + i,
+            **fields}
+
+
+TOY_LAYERS = ([toy_layer("tok_embeddings", 0, block=False, t_b=0.0)]
+              + [toy_layer(f"layers.{i}", i + 1) for i in range(5)]
+              + [toy_layer("norm", 6, block=False),
+                 toy_layer("output", 7, block=False, shares="tok_embeddings", out_bytes=4)])
+"""Embedding, five blocks, norm, head (tied to the embedding)."""
+
+
+def toy(**fields) -> Model:
+    """A model of ``TOY_LAYERS``, with ``fields``."""
+    return Model(name="toy", layers=TOY_LAYERS, **fields)

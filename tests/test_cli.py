@@ -13,7 +13,8 @@ from conftest import zbsolve
 
 def process(*args):
     """``python -m zbsolve`` with ``args``, as a subprocess."""
-    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True,
+                          check=False)
 
 
 def test_schedule_check_roundtrip(tmp_path):

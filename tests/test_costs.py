@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, check_result
-from test_model import LAYERS, toy
+from conftest import ROOT, TOY_LAYERS, check_result, toy
 from zbsolve.app.cli import app
 from zbsolve.io.costs_section import document_costs
 from zbsolve.problem.costs import check_fits, device_static_bytes
@@ -38,7 +37,7 @@ def llama_at_a_share(tmp_path) -> Path:
     estimate(ROOT / "problems" / "models" / "configs" / "llama3-8b.json", gpu="h100", seq_len=8192,
              microbatch_size=1, efficiency=0.4, name="llama3-8b").save(path)
     return path
-STATIC = [layer["static_bytes"] for layer in LAYERS]
+STATIC = [layer["static_bytes"] for layer in TOY_LAYERS]
 
 
 def test_static_bytes_per_device_count_a_tied_weight_once():

@@ -8,29 +8,13 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, TOY_LAYERS, toy
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Layer, Link, Model
 from zbsolve.problem.partition import check_ranges, comm_time, held_static_bytes, partition, stage_profile
 from zbsolve.core.profile import MEM_FIELDS, TIME_FIELDS
 
 MODELS = sorted((ROOT / "problems" / "models").glob("*.yaml"))
-
-
-def layer(name: str, i: int, block: bool = True, **fields) -> dict:
-    """A layer whose figures differ with ``i``, so that a wrong sum shows."""
-    return {"name": name, "block": block, "t_f": 0.1 * i + 0.01, "t_b": 0.2 * i + 0.02, "t_w": 0.05 * i + 0.03,
-            "mem_f": 1000 + i, "mem_b": -600 - i, "mem_w": -400, "static_bytes": 10**9 + i, "out_bytes": 500 + i,
-            **fields}
-
-
-LAYERS = ([layer("tok_embeddings", 0, block=False, t_b=0.0)] + [layer(f"layers.{i}", i + 1) for i in range(5)]
-          + [layer("norm", 6, block=False), layer("output", 7, block=False, shares="tok_embeddings", out_bytes=4)])
-"""Embedding, five blocks, norm, head (tied to the embedding)."""
-
-
-def toy(**fields) -> Model:
-    return Model(name="toy", layers=LAYERS, **fields)
 
 
 # -- partitions ------------------------------------------------------------------------------------------------
@@ -87,7 +71,7 @@ def test_comm_time_from_the_link_at_the_largest_boundary():
 
 def test_tied_weights_held_once_per_stage():
     model = toy()
-    static = [layer["static_bytes"] for layer in LAYERS]
+    static = [layer["static_bytes"] for layer in TOY_LAYERS]
     assert held_static_bytes(model.layers) == sum(static) - static[-1]
     assert [held_static_bytes(model.layers[a:b]) for a, b in ((0, 4), (4, 8))] == [sum(static[:4]), sum(static[4:])]
 
