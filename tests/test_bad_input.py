@@ -238,7 +238,7 @@ def test_no_output_overwrites_an_input(tmp_path, monkeypatch, args, option, outp
 
 # -- zbsolve run: more ranks than cores ---------------------------------------------------------------------
 def test_oversubscription_warning(monkeypatch):
-    from zbsolve.runtime.executor import oversubscription
+    from zbsolve.execute.executor import oversubscription
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert oversubscription(2, "cpu") is None and oversubscription(8, "cuda") is None
@@ -251,7 +251,7 @@ def test_oversubscription_warning(monkeypatch):
 def test_run_warns_before_running(tmp_path, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    monkeypatch.setattr("zbsolve.runtime.executor.run_schedule", lambda schedule, options: [])
+    monkeypatch.setattr("zbsolve.execute.executor.run_schedule", lambda schedule, options: [])
     result = zbsolve("run", write_doc(tmp_path / "x.json", lambda d: None), "--json")
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == ("warning: 4 ranks on 2 CPU cores: ranks wait for a core, so the measured times "

@@ -1,4 +1,4 @@
-"""Tests of zbsolve.runtime: schedules run for real on torch.distributed (gloo, CPU), one process per rank.
+"""Tests of zbsolve.execute: schedules run for real on torch.distributed (gloo, CPU), one process per rank.
 
 Each multi-process test runs a tiny model for 1-2 steps; ranks meet through a file in a fresh temporary
 directory and gloo picks free ports, so the tests can run in parallel under pytest-xdist.
@@ -26,11 +26,11 @@ from zbsolve.base.errors import InputError
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.core.placement import sequential
 from zbsolve.core.profile import UNIT, Profile
-from zbsolve.runtime import executor
+from zbsolve.execute import executor
 from zbsolve.present.run_report import REPORT_COLUMNS, report_table
-from zbsolve.runtime.executor import RunOptions, run_schedule
-from zbsolve.runtime.launch import LaunchError
-from zbsolve.runtime.modules import ModelSpec, build_partitioned, build_stages, load_model
+from zbsolve.execute.executor import RunOptions, run_schedule
+from zbsolve.execute.launch import LaunchError
+from zbsolve.execute.modules import ModelSpec, build_partitioned, build_stages, load_model
 from zbsolve.core.schedule import BW, F, Pass, build, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import torch_actions

@@ -159,7 +159,7 @@ def test_torchtitan_runs_anything_but_all_or_none_through_planned_ac(tmp_path: P
     written, _ = export_document(doc, "torchtitan", folder, note=notes.append)
     assert written[-1] == folder / "plan.json" and (folder / "plan.json").read_text() == doc.read_text()
     config = json.loads((folder / "torchtitan.json").read_text())
-    target = "zbsolve.runtime.torchtitan_recompute.planned_recompute"
+    target = "zbsolve.execute.torchtitan_recompute.planned_recompute"
     assert config["override"] == {"imports": [[target, {"plan": "plan.json"}]]}
     assert config["activation_checkpoint"] == "full"
     args = shlex.split((folder / "torchtitan-args.txt").read_text())

@@ -431,7 +431,7 @@ def test_torchtitan_runs_per_block_recomputation_with_planned_ac(tmp_path: Path,
         f" and {selective} selectively" if selective else "")
     assert notes[-1].startswith(f"partition.recompute/selective: {counted}, which no torchtitan policy does: "
                                 f"override.imports {OVERRIDE_TARGET} runs zbsolve's PlannedAC")
-    tr = pytest.importorskip("zbsolve.runtime.torchtitan_recompute")
+    tr = pytest.importorskip("zbsolve.execute.torchtitan_recompute")
     assert tr.OVERRIDE == OVERRIDE_TARGET
     plan = read_plan(doc, "torchtitan")
     assert tr.planned_blocks(folder / PLAN_NAME) == tr.planned_blocks(plan)
@@ -445,7 +445,7 @@ def test_torchtitan_puts_planned_ac_in_place_from_the_export(tmp_path: Path, mon
     parsed = _load_torchtitan_config(args)
     from torchtitan.config.override import apply_overrides
 
-    from zbsolve.runtime import torchtitan_recompute as tr
+    from zbsolve.execute import torchtitan_recompute as tr
 
     monkeypatch.chdir(tmp_path / "tt")
     apply_overrides(parsed.override, parsed)

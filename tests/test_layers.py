@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "zbsolve"
 ENTRY = PACKAGE.parent / "zbsolve_cli" / "__init__.py"
 LAYERS = ("base", "core", "schedulers", "costmodel", "problem", "io", "optimize", "planning", "configure", "present",
-          "runtime", "app")
+          "execute", "app")
 """From the bottom up: a module may import from its own package and those before it."""
 MAX_LINES = 400
 

@@ -15,10 +15,10 @@ from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition, stage_profile
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import Profile
-from zbsolve.runtime.layer_profiler import STATE_COPIES, profile_layers
-from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.modules import ModelSpec, StagedModel, load_layers, load_model
-from zbsolve.runtime.profiler import (
+from zbsolve.execute.layer_profiler import STATE_COPIES, profile_layers
+from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.modules import ModelSpec, StagedModel, load_layers, load_model
+from zbsolve.execute.profiler import (
     NOISE_COLUMNS,
     Measurement,
     ProfileOptions,

@@ -1,5 +1,5 @@
 """Tests of ``zbsolve run`` on a plan that recomputes blocks: the runtime checkpoints exactly the plan's blocks
-(``zbsolve.runtime.recompute.checkpoint``), torch's split backward (B, then W) still gives the reference's gradients,
+(``zbsolve.execute.recompute.checkpoint``), torch's split backward (B, then W) still gives the reference's gradients,
 F keeps only the checkpointed blocks' inputs, B recomputes each block once and keeps what W reads until W, and W
 recomputes nothing, as the plan says.
 
@@ -35,10 +35,10 @@ from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import load_document, write_document
 from zbsolve.problem.costs import model_costs
 from zbsolve.costmodel.model import Model
-from zbsolve.runtime.layer_profiler import profile_layers
-from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.modules import ModelSpec, build_partitioned, load_layers, load_model
-from zbsolve.runtime.profiler import ProfileOptions
+from zbsolve.execute.layer_profiler import profile_layers
+from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.modules import ModelSpec, build_partitioned, load_layers, load_model
+from zbsolve.execute.profiler import ProfileOptions
 
 SIZES = {"hidden": 16, "seq_len": 8}
 """The tiny GPT every test here runs."""

@@ -1,5 +1,5 @@
 """Tests of selective recomputation in the runtime's GPT (``Block(selective=True)``, built on
-``zbsolve.runtime.recompute.recompute_output``): F keeps neither of a block's norm outputs nor its GELU output, the
+``zbsolve.execute.recompute.recompute_output``): F keeps neither of a block's norm outputs nor its GELU output, the
 first backward (B) recomputes each once and keeps it until the graph is freed, W recomputes nothing, and torch's
 split backward gives the gradients of the stage without recomputation."""
 
@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch e
 
 from zbsolve.base.errors import InputError
 from zbsolve.core import torch_compat
-from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.modules import GPTStage, ModelSpec, build_partitioned, build_stages, load_model
+from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.modules import GPTStage, ModelSpec, build_partitioned, build_stages, load_model
 
 HIDDEN, HEADS, SEQ_LEN, BATCH = 32, 2, 8, 2
 SIZES = {"hidden": HIDDEN, "heads": HEADS, "vocab": 64, "seq_len": SEQ_LEN, "seed": 0}

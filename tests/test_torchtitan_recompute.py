@@ -35,8 +35,8 @@ from torchtitan.config.override import apply_overrides  # noqa: E402
 from torchtitan.distributed.activation_checkpoint import FullAC  # noqa: E402
 from torchtitan.distributed.pipeline_parallel import _split_module  # noqa: E402
 
-from zbsolve.runtime import torchtitan_recompute as tr  # noqa: E402
-from zbsolve.runtime.memory import SavedBytes  # noqa: E402
+from zbsolve.execute import torchtitan_recompute as tr  # noqa: E402
+from zbsolve.execute.memory import SavedBytes  # noqa: E402
 
 BATCH, SEQ_LEN, VOCAB = 2, 16, 2048
 """The debugmodel's vocabulary, and a small batch."""
@@ -342,7 +342,7 @@ def test_the_override_reads_the_plan_first(tmp_path: Path) -> None:
 def test_the_module_imports_without_torch(documents: dict[str, Path]) -> None:
     """Without torch and torchtitan the module imports (registering no policy) and reads a plan's blocks."""
     code = ("import sys; sys.modules['torch'] = sys.modules['torchtitan'] = None\n"
-            "import zbsolve.runtime.torchtitan_recompute as tr\n"
+            "import zbsolve.execute.torchtitan_recompute as tr\n"
             "assert not hasattr(tr, 'PlannedAC')\n"
             f"print(tr.planned_blocks({str(documents['selective+per-stage:1,2'])!r}))\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

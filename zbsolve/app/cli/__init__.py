@@ -2,7 +2,7 @@
 input."""
 
 from zbsolve.app.cli import (configure, documents, estimate, families, frontier, grid, plan,  # noqa: F401
-                             predict, runtime, solve)
+                             predict, run, solve)
 from zbsolve.app.cli.common import app
 
 __all__ = ["app"]

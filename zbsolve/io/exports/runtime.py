@@ -155,5 +155,5 @@ ZBSOLVE = Runtime(
     placements={"sequential": None, "interleaved": None, "vshape": None, "bidirectional": None},
     order="planned", own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True,
     selective_experts=True, auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"),
-    pairs=True, mtp=True, grouped_microbatches=False, layout_only=False, source="zbsolve/runtime/executor.py")
+    pairs=True, mtp=True, grouped_microbatches=False, layout_only=False, source="zbsolve/execute/executor.py")
 """zbsolve's own executor runs the schedule document as it is: any placement, order, recomputation and pair."""

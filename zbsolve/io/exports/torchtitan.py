@@ -17,7 +17,7 @@ setting's keys: ``ParallelismConfig`` (``tensor_parallel_degree``, ``enable_sequ
 ``mixed_precision_param``, ``disable_cuda_graphs``: ``Trainer.Config._validate_cuda_graphs`` refuses pipeline
 parallelism without it), ``torchtitan/distributed/parallel_dims.py`` (expert parallelism borrows its ranks from
 dp_shard x cp x tp) and ``torchtitan/config/override.py`` (``OverrideConfig.imports``: a target with its keyword
-arguments, ``target={json}`` on the command line), through which ``zbsolve.runtime.torchtitan_recompute``'s
+arguments, ``target={json}`` on the command line), through which ``zbsolve.execute.torchtitan_recompute``'s
 ``PlannedAC`` recomputes a plan's blocks one by one.
 """
 
@@ -48,7 +48,7 @@ TORCHTITAN = Runtime(
     grouped_microbatches=False, layout_only=False, zero=(3,),
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
            "config/override.py; torch/distributed/pipelining/schedules.py (_PipelineScheduleRuntime, OVERLAP_F_B); "
-           "zbsolve/runtime/torchtitan_recompute.py")
+           "zbsolve/execute/torchtitan_recompute.py")
 """torchtitan runs the exported CSV (any order) on the stages its schedule's name places (looped, or a V with two
 stages per rank) and refuses MTP layers under pipeline parallelism. It overlaps no F&B pair: torch's
 ``_PipelineScheduleRuntime`` runs an OVERLAP_F_B action's F and B one after the other unless a function is
@@ -56,7 +56,7 @@ registered for it, and torchtitan 0.3.0 registers none (it removed DualPipeV's e
 not compose with selective checkpointing: pytorch/torchtitan #2774), so its plans search no pairs and its DualPipeV
 baselines are timed without overlap. Its own policies
 recompute every block or none (its op-level selective policy keeps other tensors than zbsolve's selective choice);
-zbsolve's ``PlannedAC`` (``zbsolve/runtime/torchtitan_recompute.py``, put in place by ``--override.imports``)
+zbsolve's ``PlannedAC`` (``zbsolve/execute/torchtitan_recompute.py``, put in place by ``--override.imports``)
 recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only.
 Its data parallelism is FSDP (ZeRO-3, its default): it has no ZeRO-1, and applies FSDP over the context-parallel
 ranks whenever cp > 1 (``torchtitan_notes``)."""
@@ -71,9 +71,9 @@ ARGS_NAME = "torchtitan-args.txt"
 PLAN_NAME = "plan.json"
 """The schedule document in a torchtitan export's folder, which ``PlannedAC`` reads, where the plan's recomputation
 is not one policy for every block."""
-OVERRIDE_TARGET = "zbsolve.runtime.torchtitan_recompute.planned_recompute"
+OVERRIDE_TARGET = "zbsolve.execute.torchtitan_recompute.planned_recompute"
 """The ``override.imports`` target that makes torchtitan recompute with ``PlannedAC``
-(``zbsolve.runtime.torchtitan_recompute.OVERRIDE``)."""
+(``zbsolve.execute.torchtitan_recompute.OVERRIDE``)."""
 MIXED_PRECISION = {"bf16": "bfloat16", "fp32": "float32"}
 """``training.mixed_precision_param`` of each ``Setting.dtype`` torchtitan 0.3.0 takes (no fp16)."""
 HEAD_RENAME = "output=lm_head"

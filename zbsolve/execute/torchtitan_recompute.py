@@ -9,7 +9,7 @@ before ``torch.compile`` and FSDP. ``PlannedAC`` is such a policy: its ``apply``
 part it is given and leaves the others alone. torchtitan's ``--override.imports`` (``torchtitan/config/override.py``)
 swaps it in for whatever policy the config holds:
 
-    --override.imports 'zbsolve.runtime.torchtitan_recompute.planned_recompute={"plan": "plan.json"}'
+    --override.imports 'zbsolve.execute.torchtitan_recompute.planned_recompute={"plan": "plan.json"}'
 
 where ``plan.json`` is the schedule document of a plan solved from a model description. The config must hold a
 policy for the override to replace (``activation-checkpoint:full``, say), not ``none``.
@@ -17,7 +17,7 @@ policy for the override to replace (``activation-checkpoint:full``, say), not ``
 Which blocks, from the document's ``partition`` section (``zbsolve.io.exports.plan.read_plan``): those in
 ``partition.recompute`` are wrapped whole by torch's checkpoint wrapper, with the same arguments as torchtitan's
 ``FullAC``; those in ``partition.selective`` recompute the outputs of their two norms and of their MLP's SwiGLU
-product (the input of ``w2``) inside their backward, as zbsolve's executor does (``zbsolve.runtime.recompute
+product (the input of ``w2``) inside their backward, as zbsolve's executor does (``zbsolve.execute.recompute
 .recompute_output``, docs/cost-model.md "Selective recomputation"): the block's class becomes a subclass whose
 ``forward`` runs the same operations in the same order, so its module FQNs, parameters and state dict do not change.
 Selective recomputation is built for torchtitan's ``Llama3TransformerBlock`` with a dense ``FeedForward``.
@@ -42,7 +42,7 @@ FULL = "full"
 """A block recomputed whole (``partition.recompute``)."""
 SELECTIVE = "selective"
 """A block that recomputes its norms' and its SwiGLU product's outputs (``partition.selective``)."""
-OVERRIDE = "zbsolve.runtime.torchtitan_recompute.planned_recompute"
+OVERRIDE = "zbsolve.execute.torchtitan_recompute.planned_recompute"
 """The ``--override.imports`` target that makes torchtitan run ``PlannedAC``."""
 
 
@@ -169,7 +169,7 @@ class _SelectiveForward:
     def forward(self, x: Any, attention_masks: Any, positions: Any = None) -> Any:
         from torch.nn import functional
 
-        from zbsolve.runtime.recompute import recompute_output
+        from zbsolve.execute.recompute import recompute_output
 
         block: Any = self
         ffn = block.feed_forward

@@ -55,9 +55,9 @@ def run(
         step_line,
         time_table,
     )
-    from zbsolve.runtime.executor import RunOptions, oversubscription, run_schedule
-    from zbsolve.runtime.launch import torchrun_rank
-    from zbsolve.runtime.modules import ModelSpec
+    from zbsolve.execute.executor import RunOptions, oversubscription, run_schedule
+    from zbsolve.execute.launch import torchrun_rank
+    from zbsolve.execute.modules import ModelSpec
 
     loaded = load_document(file, "zbsolve run")
     sched = loaded.schedule
@@ -121,8 +121,8 @@ def profile(
         raise InputError("--stages is missing: give the number of pipeline stages, or --per-layer")
     if stages is not None and per_layer:
         raise InputError(f"--stages {stages} with --per-layer: a per-layer profile has no stages; leave --stages out")
-    from zbsolve.runtime.modules import ModelSpec, load_layers, load_model
-    from zbsolve.runtime.profiler import (
+    from zbsolve.execute.modules import ModelSpec, load_layers, load_model
+    from zbsolve.execute.profiler import (
         NOISE_COLUMNS,
         ProfileOptions,
         latency_line,
@@ -138,7 +138,7 @@ def profile(
     header = profile_header(spec, stages, options)
     if per_layer:
         from zbsolve.present.layers import LAYER_HEADERS, layer_rows
-        from zbsolve.runtime.layer_profiler import profile_layers
+        from zbsolve.execute.layer_profiler import profile_layers
 
         gpt = (f" --layers {layers or 1} --hidden {hidden} --heads {heads} --vocab {vocab} --seq-len {seq_len}"
                if model == "gpt" else "")

@@ -1,6 +1,6 @@
 """Activation memory as the bytes of the tensors autograd saves for backward, counted through saved-tensor hooks.
 
-A block under ``zbsolve.runtime.recompute.checkpoint`` keeps its input, and once its first backward recomputes it,
+A block under ``zbsolve.execute.recompute.checkpoint`` keeps its input, and once its first backward recomputes it,
 its recomputed saved tensors, as saved tensors of their own packed by the hooks in force then: with these hooks
 around every pass (as the executor has them), its input is counted from F and its recomputed activations from the
 backward that recomputes them, each until autograd frees the block's graph."""

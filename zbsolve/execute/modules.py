@@ -11,13 +11,13 @@ import torch
 from torch import nn
 from torch.nn import functional
 from zbsolve.base.errors import InputError
-from zbsolve.runtime.recompute import checkpoint, recompute_output
+from zbsolve.execute.recompute import checkpoint, recompute_output
 
 
 class Block(nn.Module):
     """One pre-norm transformer block: causal self-attention then an MLP. ``selective``: the outputs of its norms and
     of the MLP's GELU are not kept for backward but recomputed once by the first backward that reads them
-    (``zbsolve.runtime.recompute.recompute_output``)."""
+    (``zbsolve.execute.recompute.recompute_output``)."""
 
     def __init__(self, hidden: int, heads: int, selective: bool = False) -> None:
         super().__init__()
@@ -45,7 +45,7 @@ class Block(nn.Module):
 class GPTStage(nn.Module):
     """A run of consecutive blocks: the first stage embeds token ids before them, the last ends with the final norm
     and the LM head (the norm may end the stage before it instead). The blocks at the positions ``recompute`` names
-    run under ``zbsolve.runtime.recompute.checkpoint``: their forward keeps only its input, runs again once when the
+    run under ``zbsolve.execute.recompute.checkpoint``: their forward keeps only its input, runs again once when the
     backward first needs what it saved, and what that saves stays until the graph is freed (W reuses it). Those at
     the positions ``selective`` names recompute only their norms' and GELU's outputs the same way (``Block``)."""
 
@@ -218,7 +218,7 @@ class ModelSpec:
     spread evenly over the stages. A user's model ignores it."""
     recompute: tuple[str, ...] = ()
     """The GPT's blocks (``blocks.i``, a schedule document's ``partition.recompute`` by name) that run under
-    ``zbsolve.runtime.recompute.checkpoint`` (recomputed once, by their first backward); a user's model takes none."""
+    ``zbsolve.execute.recompute.checkpoint`` (recomputed once, by their first backward); a user's model takes none."""
     selective: tuple[str, ...] = ()
     """The GPT's blocks (``blocks.i``) whose norms' and GELU's outputs are recomputed (``Block``), none of
     ``recompute``; a user's model takes none."""

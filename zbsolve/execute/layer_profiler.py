@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from zbsolve.costmodel.model import Layer, Model, Setting
-from zbsolve.runtime.modules import LayeredModel, NamedLayer
-from zbsolve.runtime.profiler import ProfileOptions, measure_chain
+from zbsolve.execute.modules import LayeredModel, NamedLayer
+from zbsolve.execute.profiler import ProfileOptions, measure_chain
 
 STATE_COPIES = 4
 """Static bytes per byte of weights: the weights, their gradients and Adam's two moments, each as large as the

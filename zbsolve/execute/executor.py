@@ -6,7 +6,7 @@ training steps (no optimizer). Every F, B (torch's I), W and BW is timed (CUDA e
 memory counted through saved-tensor hooks; the first step is a warm-up, untimed when there are more. ``check``
 compares every gradient with a single-process run of the whole model (nothing recomputed) on the same batch.
 
-The blocks the document's ``partition.recompute`` names run under ``zbsolve.runtime.recompute.checkpoint``: F keeps
+The blocks the document's ``partition.recompute`` names run under ``zbsolve.execute.recompute.checkpoint``: F keeps
 each one's input; the first backward that reads it (B; W on the first stage, whose B computes nothing in torch)
 runs its forward again and keeps what that saves until W ends, as the cost model says; those ``partition.selective``
 names recompute their norms' and GELU's outputs so (``recompute_output``); the hooks count all of it. The plan's
@@ -37,9 +37,9 @@ from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import mib
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.core.profile import paper_deltas, Profile
-from zbsolve.runtime.launch import launch, torchrun_rank
-from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.modules import ModelSpec, load_model
+from zbsolve.execute.launch import launch, torchrun_rank
+from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.modules import ModelSpec, load_model
 from zbsolve.core.schedule import BW, B, F, Schedule, W, build
 from zbsolve.core.measures import device_bubble
 from zbsolve.core.simulator import simulate

@@ -6,7 +6,7 @@ until autograd frees the graph: the later backward calls (W, one per parameter g
 recompute nothing, unlike ``torch.utils.checkpoint``, which frees them after each use and recomputes per backward
 call. The input and the recomputed tensors are held as saved tensors of their own, packed by the saved-tensor
 hooks in force when they are kept (those around F, those around the recomputing backward), so a counter there such
-as ``zbsolve.runtime.memory.SavedBytes`` sees them. ``fn`` must draw no random numbers (the GPT's blocks have no
+as ``zbsolve.execute.memory.SavedBytes`` sees them. ``fn`` must draw no random numbers (the GPT's blocks have no
 dropout): the RNG state is not replayed.
 
 ``recompute_output(fn, x, consumer)`` is the selective kind: ``consumer(fn(x))`` where what ``consumer`` saves of

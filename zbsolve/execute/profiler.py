@@ -36,8 +36,8 @@ from zbsolve.core import torch_compat
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
 from zbsolve.core.profile import STAGE_FIELDS, paper_deltas, Profile
-from zbsolve.runtime.memory import SavedBytes
-from zbsolve.runtime.modules import ModelSpec, StagedModel
+from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.modules import ModelSpec, StagedModel
 
 Batches = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 """A batch maker: (batch_size, seed) -> (inputs, target)."""

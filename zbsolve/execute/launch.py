@@ -1,4 +1,4 @@
-"""Built-in launcher: one process per rank (``python -m zbsolve.runtime.launch``), a file rendezvous
+"""Built-in launcher: one process per rank (``python -m zbsolve.execute.launch``), a file rendezvous
 in a temporary directory.
 
 When a rank fails or dies, every other rank is killed at once and the error names the rank;
@@ -124,7 +124,7 @@ def launch(fn: RankFn, world_size: int, payload: Any, *, deadline_s: float) -> l
             for r in range(world_size):
                 with open(logs[r], "wb") as log:
                     procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "zbsolve.runtime.launch", str(job), str(r), str(results[r])],
+                        [sys.executable, "-m", "zbsolve.execute.launch", str(job), str(r), str(results[r])],
                         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
             end = time.monotonic() + deadline_s
             while any(proc.poll() is None for proc in procs):
