@@ -20,7 +20,7 @@ from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import RUNTIMES
+from zbsolve.io.targets import TARGETS
 from zbsolve.configure import choose as configure_module
 from zbsolve.configure import search as configure_search
 from zbsolve.configure import space as configurations
@@ -189,7 +189,7 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
     chosen, planned = done.chosen, done.plan
     assert chosen.configuration.pp > 1 and planned is not None and done.counts.refined == 0
     assert planned.step_time == chosen.prediction.step_time_s == chosen.step_s and planned.lower_bound is None
-    assert planned.source == RUNTIMES["megatron"].label + OWN_ORDER and planned.target == "megatron"
+    assert planned.source == TARGETS["megatron"].label + OWN_ORDER and planned.target == "megatron"
     timeline = simulate(planned.timeline.schedule)
     assert timeline.makespan == planned.step_time
     check_fits(planned.costs, timeline)

@@ -16,15 +16,10 @@ import pytest
 from zbsolve.io.document import read_document, write_document
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.io.torch_csv import export_schedule, torch_csv
-from zbsolve.io.exports import (
-    Plan,
-    export_document,
-    megatron_export,
-    read_plan,
-    torchtitan_args,
-    torchtitan_config,
-    torchtitan_schedule_name,
-)
+from zbsolve.io.targets import export_document
+from zbsolve.io.targets.megatron import megatron_export
+from zbsolve.io.targets.plan import Plan, read_plan
+from zbsolve.io.targets.torchtitan import torchtitan_args, torchtitan_config, torchtitan_schedule_name
 from conftest import export_toy
 from zbsolve.schedulers.families import FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
@@ -229,7 +224,7 @@ def test_optimizer_schedule_loads_in_torch() -> None:
     assert _last_stage_forwards(actions, 2) == list(range(6))
 
 
-# -- torchtitan and Megatron exports (zbsolve.io.exports) ------------------------------------------------------
+# -- torchtitan and Megatron exports (zbsolve.io.targets) ------------------------------------------------------
 
 TORCHTITAN_PARALLELISM_KEYS = {
     "pipeline_parallel_degree",

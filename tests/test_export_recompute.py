@@ -16,7 +16,8 @@ from conftest import export_toy
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.io.exports import export_document, read_plan
+from zbsolve.io.targets import export_document
+from zbsolve.io.targets.plan import read_plan
 from zbsolve.io.document import read_document
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.optimize.solve import solve

@@ -23,8 +23,10 @@ from conftest import export_toy
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.io.document import load_document
-from zbsolve.io.exports import OVERRIDE_TARGET, PLAN_NAME, export_document, megatron_args, read_plan, \
-    torchtitan_args
+from zbsolve.io.targets import export_document
+from zbsolve.io.targets.megatron import megatron_args
+from zbsolve.io.targets.plan import read_plan
+from zbsolve.io.targets.torchtitan import OVERRIDE_TARGET, PLAN_NAME, torchtitan_args
 from zbsolve.optimize.solve import solve
 from zbsolve.costmodel.model import Model, Setting
 

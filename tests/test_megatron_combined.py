@@ -20,8 +20,9 @@ from zbsolve.core.placement import make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import BW, F, Op, Pair, Pass, pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import MEGATRON, Plan, megatron_args
-from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
+from zbsolve.io.targets.megatron import MEGATRON, megatron_args
+from zbsolve.io.targets.plan import Plan
+from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.planning.baselines import baseline_rows
 from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.planner import plan

@@ -13,7 +13,7 @@ from zbsolve.core import torch_compat
 from zbsolve.core.placement import interleaved, make_placement
 from zbsolve.core.profile import UNIT
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import megatron_schedule
+from zbsolve.io.targets.megatron import megatron_schedule
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
 from zbsolve.problem.layout import layout_counts, parse_layout

@@ -9,8 +9,8 @@ import pytest
 
 from conftest import export_toy
 
-from zbsolve.io.exports.megatron import DISPATCHER_FLAGS
-from zbsolve.io.exports.megatron_overlap import combined_refusal
+from zbsolve.io.targets.megatron import DISPATCHER_FLAGS
+from zbsolve.io.targets.megatron.overlap import combined_refusal
 from zbsolve.costmodel.model import Layer, Model, Setting
 
 

@@ -11,7 +11,7 @@ import zbsolve
 from test_moe_estimate import DEEPSEEK as SMALL_DEEPSEEK
 from zbsolve.core.schedule import Pair, pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import export_document
+from zbsolve.io.targets import export_document
 from zbsolve.costmodel.estimate import estimate
 
 DEEPSEEK = {**SMALL_DEEPSEEK, "num_hidden_layers": 5}

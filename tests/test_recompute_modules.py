@@ -17,9 +17,9 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports.megatron import megatron_recompute
-from zbsolve.io.exports.plan import read_plan
-from zbsolve.io.exports.runtime import ZBSOLVE
+from zbsolve.io.targets.megatron import megatron_recompute
+from zbsolve.io.targets.plan import read_plan
+from zbsolve.io.targets.zbsolve import ZBSOLVE
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
 from zbsolve.costmodel.estimate import estimate

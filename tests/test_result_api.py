@@ -17,7 +17,7 @@ import zbsolve
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
-from zbsolve.io.exports import FORMATS
+from zbsolve.io.targets import FORMATS
 from zbsolve.planning.baselines import baselines
 from zbsolve.costmodel.model import Layer, Model
 

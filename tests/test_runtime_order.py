@@ -12,7 +12,9 @@ from conftest import act_heavy
 from zbsolve.base.units import GIB
 from zbsolve.core.placement import make_placement
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import RUNTIMES, Runtime, megatron_schedule
+from zbsolve.io.targets import TARGETS
+from zbsolve.io.targets.megatron import megatron_schedule
+from zbsolve.io.targets.target import Target
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import OWN_ORDER
 from zbsolve.planning.targets import may_take, partition_refusal
@@ -24,15 +26,15 @@ P, M = 2, 8
 
 
 def test_the_order_column_names_the_runtimes_own_schedule():
-    assert {name for name, row in RUNTIMES.items() if row.order == "own"} == {"megatron"}
+    assert {name for name, row in TARGETS.items() if row.order == "own"} == {"megatron"}
     dense, none = act_heavy(), parse_recompute("none")
-    for row in RUNTIMES.values():
+    for row in TARGETS.values():
         assert (row.schedule_of(dense, P, 2, none) is None) == (row.order == "planned")
-    megatron = RUNTIMES["megatron"]
+    megatron = TARGETS["megatron"]
     assert megatron.schedule_of(dense, P, 1, none) == "1F1B"
     assert megatron.schedule_of(dense, P, 3, none) == "Interleaved1F1B"
     with pytest.raises(ValueError, match="own_schedule exactly when it is 'own'"):
-        Runtime(**{**RUNTIMES["megatron"].__dict__, "own_schedule": None})
+        Target(**{**TARGETS["megatron"].__dict__, "own_schedule": None})
 
 
 def _megatron_order(model, placement, chunks, counts, recompute):

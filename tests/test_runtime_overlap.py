@@ -12,7 +12,8 @@ from zbsolve.core.placement import make_placement
 from zbsolve.core.schedule import Pair, pair_count, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import unpaired
-from zbsolve.io.exports import RUNTIMES, TORCHTITAN
+from zbsolve.io.targets import TARGETS
+from zbsolve.io.targets.torchtitan import TORCHTITAN
 from zbsolve.planning.baselines import baseline_rows
 from zbsolve.planning.runs import BaselineSetting
 from zbsolve.planning.planner import plan
@@ -34,7 +35,7 @@ def experts() -> Model:
 
 
 def test_each_runtime_row_says_whether_it_overlaps_a_pair():
-    assert {name for name, row in RUNTIMES.items() if row.pairs} == {"zbsolve"}
+    assert {name for name, row in TARGETS.items() if row.pairs} == {"zbsolve"}
     assert TORCHTITAN.pairs_refusal(0) is None
     assert TORCHTITAN.pairs_refusal(3) == ("the schedule runs 3 overlapped F&B pair(s): torchtitan 0.3.0 runs a "
                                            "pair's passes one after the other, not overlapped (runtime table: "

@@ -17,7 +17,7 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import export_document
+from zbsolve.io.targets import export_document
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits

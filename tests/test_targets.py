@@ -18,7 +18,9 @@ from zbsolve.base.units import GIB
 from zbsolve.core.placement import placement_name
 from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.exports import RUNTIMES, export_document, megatron_args, read_plan
+from zbsolve.io.targets import TARGETS, export_document
+from zbsolve.io.targets.megatron import megatron_args
+from zbsolve.io.targets.plan import read_plan
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
@@ -60,7 +62,7 @@ def test_torchtitan_recomputes_only_dense_blocks_selectively():
         recompute_choices("torchtitan", "selective+per-stage", moe)
     assert not may_take("torchtitan", "auto", "selective", moe) and may_take("torchtitan", "auto", "full", moe)
     assert may_take("zbsolve", "auto", "selective", moe)
-    assert RUNTIMES["torchtitan"].selective and not RUNTIMES["torchtitan"].selective_experts
+    assert TARGETS["torchtitan"].selective and not TARGETS["torchtitan"].selective_experts
 
 
 @pytest.mark.parametrize("target", ["torchtitan", "megatron"])
@@ -108,11 +110,11 @@ FORMAT = {"zbsolve": "torch-csv", "torchtitan": "torchtitan", "megatron": "megat
 
 # megatron-core 0.16.1 warns of its own default cuda_graph_scope ("full") whatever the arguments.
 @pytest.mark.filterwarnings("ignore:full scope is deprecated:UserWarning")
-@pytest.mark.parametrize("target", list(RUNTIMES))
+@pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize("path", MODELS, ids=[path.stem for path in MODELS])
 def test_a_plan_for_a_target_is_one_its_export_accepts(tmp_path, target, path):
     model = Model.load(path)
-    row = RUNTIMES[target]
+    row = TARGETS[target]
     if any(layer.mtp for layer in model.layers) and not row.mtp:
         with pytest.raises(InputError, match=rf"runtime table: {target}\.mtp\)$"):
             plan(model, num_devices=4, num_microbatches=8, chunks="auto", target=target, device_memory="4TiB",

@@ -22,7 +22,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.profile import UNIT
 from zbsolve.core.simulator import simulate
 from zbsolve.io.document import write_document
-from zbsolve.io.exports import read_plan
+from zbsolve.io.targets.plan import read_plan
 from zbsolve.optimize.solve import solve
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.schedulers.families import make_schedule

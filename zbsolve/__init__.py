@@ -12,7 +12,7 @@ from zbsolve.core.schedule import Pair, Pass, Schedule
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.model import Model
-from zbsolve.io.exports import FORMATS, export_document
+from zbsolve.io.targets import FORMATS, export_document
 from zbsolve.optimize.frontier import frontier
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve

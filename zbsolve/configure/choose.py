@@ -29,7 +29,7 @@ from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor, start_method
 from zbsolve.base.units import gib
 from zbsolve.core.torch_compat import has_pipelining
-from zbsolve.io.exports import RUNTIMES, check_target
+from zbsolve.io.targets import TARGETS, check_target
 from zbsolve.optimize.warm_start import after_search
 from zbsolve.configure.space import Space
 from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
@@ -180,7 +180,7 @@ def predicted_plan(c: Configuration, target: str) -> tuple[PlanResult, float]:
     began = time.monotonic()
     model, name, counts, timeline, costs, _, _ = run(c)
     times, _, writing = after_search(timeline)
-    row = RUNTIMES[target]
+    row = TARGETS[target]
     recomputed = "" if c.recompute == "none" else f" recompute {c.recompute}"
     source = f"{row.label}{OWN_ORDER}" if row.order == "own" else f"baseline {c.partition} {name}{recomputed}"
     log = f"{name} on the {c.partition} split{recomputed} {list(counts)}, as predicted: {timeline.makespan:.6g}s"

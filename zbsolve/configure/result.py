@@ -14,7 +14,7 @@ from zbsolve.configure.predict import BREAKDOWN, Configuration, Prediction
 from zbsolve.planning.result import PlanResult
 
 EXPORTS = {"megatron": "megatron", "torchtitan": "torchtitan", "zbsolve": None}
-"""The export of a plan for each target (``io.exports.FORMATS``): Megatron's arguments, torchtitan's folder, and
+"""The export of a plan for each target (``io.targets.FORMATS``): Megatron's arguments, torchtitan's folder, and
 for zbsolve's own executor the schedule document itself (None)."""
 MEMORY_NOTED_GIB = 1.0
 """A peak memory differing from the chosen one's by more than this is named beside why a configuration loses."""

@@ -4,7 +4,7 @@ A search enumerates every combination of the degrees' menus (``Space.menus``): t
 within a node, context parallelism in powers of two up to ``MAX_CP``, pipeline ranks among the divisors of the GPUs
 up to the model's blocks, virtual stages with no more stages than blocks, expert parallelism among the divisors of
 the routed experts (models with experts only), micro-batch sizes in powers of two, the optimizer shardings the
-target runs (``Runtime.zero``) and the recomputation choices a plan for it times (``targets.recompute_choices``,
+target runs (``Target.zero``) and the recomputation choices a plan for it times (``targets.recompute_choices``,
 "auto", those that need no plan to decide them). What is refused is counted invalid, in the words of the rule that
 refuses it: the degrees that do not divide (``predict.degrees``), megatron-core's rule that expert parallelism
 spans the tp x cp x dp ranks of a pipeline stage, the estimate's own rules (heads over tp, the sequence over 2 cp,
@@ -27,7 +27,8 @@ from typing import Any
 
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.core.placement import make_placement
-from zbsolve.io.exports import RUNTIMES, TORCHTITAN, check_target, torchtitan_setting
+from zbsolve.io.targets import TARGETS, check_target
+from zbsolve.io.targets.torchtitan import TORCHTITAN, torchtitan_setting
 from zbsolve.configure.bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
                                                    memory_fits, step_bound)
 from zbsolve.configure.predict import Configuration, configured_model, degrees
@@ -60,7 +61,7 @@ class Space:
     setup: Configuration
     """The configuration the search starts from: its degrees and micro-batch size 1 (each searched)."""
     target: str = "megatron"
-    """The runtime the configurations are for (``io.exports.RUNTIMES``)."""
+    """The runtime the configurations are for (``io.targets.TARGETS``)."""
 
     @classmethod
     def of(cls, config: str | Path, *, target: str = "megatron", **knobs: Any) -> Space:
@@ -253,7 +254,7 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                     out.append(Dropped(len(vps), short, memory=True))
                     continue
                 recompute = parse_recompute(choice)
-                paired = any(RUNTIMES[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
+                paired = any(TARGETS[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
                 out.append(Group(chosen, dp, m, vps, group_bound(whole, m, c.pp, recompute, paired),
                                  group_likely(whole, chosen, m)))
     return out
@@ -262,12 +263,12 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
 def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
     """Every configuration of ``group``, one a virtual-stage count and split (``SPLITS``): an ``Assessed`` where the
     target runs it, else why not. The order ``predict`` times it with is the target's own where it has one
-    (Megatron's combined 1F1B, ``Runtime.schedule_of``). Run in a worker: the model is estimated again there."""
+    (Megatron's combined 1F1B, ``Target.schedule_of``). Run in a worker: the model is estimated again there."""
     base = group.configuration
     model, recompute = configured_model(base, group.dp), parse_recompute(base.recompute)
     out: list[Assessed | Dropped] = []
     for vp, split in itertools.product(group.vps, SPLITS):
-        own = RUNTIMES[space.target].schedule_of(model, base.pp, vp, recompute)
+        own = TARGETS[space.target].schedule_of(model, base.pp, vp, recompute)
         c = base.model_copy(update={"vp": vp, "schedule": COMBINED if own == COMBINED else None, "partition": split})
         name = c.schedule or megatron_builtin(vp)
         layout = builtin_placement(name, vp)

@@ -14,7 +14,7 @@ swaps it in for whatever policy the config holds:
 where ``plan.json`` is the schedule document of a plan solved from a model description. The config must hold a
 policy for the override to replace (``activation-checkpoint:full``, say), not ``none``.
 
-Which blocks, from the document's ``partition`` section (``zbsolve.io.exports.plan.read_plan``): those in
+Which blocks, from the document's ``partition`` section (``zbsolve.io.targets.plan.read_plan``): those in
 ``partition.recompute`` are wrapped whole by torch's checkpoint wrapper, with the same arguments as torchtitan's
 ``FullAC``; those in ``partition.selective`` recompute the outputs of their two norms and of their MLP's SwiGLU
 product (the input of ``w2``) inside their backward, as zbsolve's executor does (``zbsolve.execute.recompute
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.io.exports.plan import Plan, read_plan
+from zbsolve.io.targets.plan import Plan, read_plan
 from zbsolve.problem.recompute import stage_blocks
 
 FULL = "full"

@@ -13,7 +13,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
-from zbsolve.io.exports import Exportable
+from zbsolve.io.targets import Exportable
 from zbsolve.problem.costs import Costs, memory_figures
 
 BOUND_MET = 1e-5

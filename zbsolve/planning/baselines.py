@@ -24,7 +24,7 @@ from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
 from zbsolve.problem.request import Request
-from zbsolve.io.exports import MEGATRON, megatron_schedule
+from zbsolve.io.targets.megatron import MEGATRON, megatron_schedule
 from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.splits import megatron_split, megatron_uneven_split, split_ranges
 from zbsolve.schedulers.builtins import BUILTINS
@@ -176,7 +176,7 @@ def taken_baseline(setting: BaselineSetting, top: Baseline) -> tuple[Timeline, C
 
 
 def own_order_time(model: Model, request: Request, name: str) -> float:
-    """Seconds of a step of the built-in ``name`` (a runtime's own order, ``Runtime.schedule_of``) on the partition,
+    """Seconds of a step of the built-in ``name`` (a runtime's own order, ``Target.schedule_of``) on the partition,
     placement's stages per device and recomputation ``request`` asks for, infinity when it does not fit the device
     memory: how a runtime that runs its own order times a candidate."""
     # a plan's candidate: devices, device memory and partition given

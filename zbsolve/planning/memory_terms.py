@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from zbsolve.costmodel.model import Model
-from zbsolve.io.exports import check_target
+from zbsolve.io.targets import check_target
 from zbsolve.optimize.bound_terms import least_in_pair
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs

@@ -22,8 +22,8 @@ Under one time limit:
    starts hold the handcrafted families, for the formulation to improve on). The plan is the best
    schedule any phase produced, re-simulated: the schedule the search timed on its fastest candidate (kept as it
    was timed, not built again with less time), the CP-SAT solves', or a baseline that fits and beats them (the log
-   says so, and its last line names the phase kept). For a runtime that runs its own order (``Runtime.order``
-   "own": Megatron), every candidate is timed with that order (``Runtime.schedule_of``) instead of the heuristic's,
+   says so, and its last line names the phase kept). For a runtime that runs its own order (``Target.order``
+   "own": Megatron), every candidate is timed with that order (``Target.schedule_of``) instead of the heuristic's,
    no solver runs, and the plan is that order on the best candidate, or a baseline of that order that beats it;
    its search keeps ``BASELINE_SHARE`` of the time for the baselines.
 """
@@ -52,7 +52,8 @@ from zbsolve.planning.placement_choices import search_placements
 from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
 from zbsolve.planning.infeasible import nothing_fits
 from zbsolve.planning.search import Search, best_of, bounds, finished, local_search
-from zbsolve.io.exports import Runtime, check_target
+from zbsolve.io.targets import check_target
+from zbsolve.io.targets.target import Target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory
 from zbsolve.problem.layout import layout_counts
@@ -90,7 +91,7 @@ def plan(model: Model | str | os.PathLike, *, num_devices: int, num_microbatches
     (``problem.recompute.RECOMPUTE_FORMS``: norms and MLP activation function), or "auto": each
     candidate timed with each of the target's ``auto_recompute``. ``target`` (zbsolve, torchtitan, megatron) keeps
     the search to the recomputation, placements, microbatches and pairs that runtime's row of the runtime table runs
-    (``zbsolve.io.exports.RUNTIMES``, read by ``zbsolve.planning.targets``);
+    (``zbsolve.io.targets.TARGETS``, read by ``zbsolve.planning.targets``);
     ``baseline_layout``, a Megatron ``--pipeline-model-parallel-layout`` string, adds its rows to the baselines, and
     ``megatron_ends`` (Megatron's layers of the first and the last pipeline rank) Megatron's uneven split.
 
@@ -157,7 +158,7 @@ class _Run:
     """A plan under way: its search, what was asked of it, and whether an interrupt came."""
 
     search: Search
-    row: Runtime
+    row: Target
     """The target's row of the runtime table."""
     target: str
     recompute: str
@@ -279,8 +280,8 @@ class PhaseSchedule(NamedTuple):
     """Its step times, where the plan made them."""
 
 
-def _own_order(search: Search, setting: BaselineSetting, row: Runtime) -> PhaseSchedule | None:
-    """The plan of a runtime that runs its own order (``Runtime.schedule_of``): that order on the best candidate, as
+def _own_order(search: Search, setting: BaselineSetting, row: Target) -> PhaseSchedule | None:
+    """The plan of a runtime that runs its own order (``Target.schedule_of``): that order on the best candidate, as
     the search timed it, under the activation budgets; no solver runs, as the runtime would not run its order."""
     best = best_of(search, lambda x: True)
     if best is None:

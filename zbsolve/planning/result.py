@@ -14,7 +14,8 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
-from zbsolve.io.exports import Exportable, Plan, runs_as_planned
+from zbsolve.io.targets import Exportable, runs_as_planned
+from zbsolve.io.targets.plan import Plan
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import builtin_placement
 
@@ -142,7 +143,7 @@ class PlanResult(Shown, Exportable):
 
     @cached_property
     def runtimes(self) -> tuple[str, ...]:
-        """The runtimes whose export takes the plan as it is (``io.exports.runs_as_planned``)."""
+        """The runtimes whose export takes the plan as it is (``io.targets.runs_as_planned``)."""
         return runs_as_planned(Plan(self.timeline.schedule, self.costs.model, self.costs.ranges,
                                     frozenset(self.costs.recomputed), frozenset(self.costs.selective),
                                     self.costs.modules))

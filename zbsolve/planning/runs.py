@@ -34,7 +34,7 @@ class BaselineSetting:
     megatron_ends: tuple[int | None, int | None] = (None, None)
     """Megatron's layers of the first and the last pipeline rank; either given adds Megatron's uneven split."""
     overlap: bool = True
-    """Whether the runtime overlaps an F&B pair's passes (the target's ``Runtime.pairs``); else a built-in's pairs
+    """Whether the runtime overlaps an F&B pair's passes (the target's ``Target.pairs``); else a built-in's pairs
     (DualPipeV's) run their passes one after the other (``core.transforms.unpaired``)."""
 
 

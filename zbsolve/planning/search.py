@@ -74,7 +74,7 @@ class Search:
     """Whether the plan's runtime can take a partition (``targets.partition_refusal``); others are never timed."""
     own_schedule: Callable[[Model, int, int, Recompute], str | None] = lambda *_: None
     """The built-in schedule the plan's runtime runs for the model over so many devices with so many stages per
-    device and a recomputation whatever the plan's order (``Runtime.schedule_of``), every candidate timed with it;
+    device and a recomputation whatever the plan's order (``Target.schedule_of``), every candidate timed with it;
     None: each timed with the heuristic's order."""
     memory: MemoryTerms | None = None
     """What the split bounds' memory terms read: the device memory less the reserve and the recomputation the plan

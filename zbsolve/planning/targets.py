@@ -1,4 +1,4 @@
-"""What a plan for a runtime may choose (``plan --target``), read from the runtime table (``io.exports.RUNTIMES``):
+"""What a plan for a runtime may choose (``plan --target``), read from the target table (``io.targets.TARGETS``):
 the recomputation choices and the placements the search may use, so that no plan hands a runtime a decision it
 cannot run, and no export of such a plan is refused."""
 
@@ -8,13 +8,10 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from zbsolve.base.errors import InputError
-from zbsolve.io.exports import RUNTIMES, check_target
+from zbsolve.io.targets import check_target
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.splits import megatron_layout
-
-TARGETS = tuple(RUNTIMES)
-"""The runtimes a plan is for: zbsolve's own executor runs any plan; torchtitan and Megatron as their rows say."""
 
 
 def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:

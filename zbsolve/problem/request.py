@@ -58,7 +58,7 @@ class Request(BaseModel):
     """Which of a model's blocks recompute in their B, whole or selectively: ``problem.recompute.RECOMPUTE_FORMS``."""
     pairs: bool = True
     """Whether F and B may run as overlapped pairs where passes communicate (False for a runtime that does not
-    overlap a pair's passes, its ``Runtime.pairs``)."""
+    overlap a pair's passes, its ``Target.pairs``)."""
     periodic: bool = True
     """Whether the warm start searches the periodic pattern (False for the planner's candidates, which the search
     times by the heuristic alone, many of them: its finalists' solves search it)."""

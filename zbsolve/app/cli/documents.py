@@ -85,9 +85,9 @@ def export(
 
     Example: zbsolve export zb-h1.json --format torch-csv -o zb-h1.csv
     """
-    from zbsolve.io.exports import export_document
+    from zbsolve.io.targets import EXPORTS, export_document
 
-    if output is not None and fmt != "torchtitan":  # a file; torchtitan's folder is checked by its export
+    if output is not None and getattr(EXPORTS.get(fmt), "output", "file") != "folder":  # a folder: its exporter's
         check_output(output, "--output", [file])
     def note(line: str) -> None:
         if not quiet:

@@ -1,4 +1,4 @@
-"""The torchtitan export: its row of the runtime table, and a plan as torchtitan's pipeline and activation
+"""The torchtitan target: its row of the target table, and its export of a plan as torchtitan's pipeline and activation
 checkpointing settings beside the torch CSV (docs/torch.md).
 
 Checked against torchtitan 0.3.0 from PyPI: ``torchtitan/config/configs.py`` (``ParallelismConfig``,
@@ -32,15 +32,16 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.core.placement import Placement
-from zbsolve.io.exports.plan import Plan
-from zbsolve.io.exports.runtime import Runtime
+from zbsolve.io.targets.export import Export, Request
+from zbsolve.io.targets.plan import Plan
+from zbsolve.io.targets.target import Target
 from zbsolve.io.torch_csv import checked_csv
 from zbsolve.costmodel.model import Setting
 
 TORCHTITAN_VERSION = "0.3.0"
 """The torchtitan release whose config keys, stage placement and activation checkpointing the torchtitan export
 follows."""
-TORCHTITAN = Runtime(
+TORCHTITAN = Target(
     name="torchtitan", label=f"torchtitan {TORCHTITAN_VERSION}",
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
     own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
@@ -101,7 +102,7 @@ def torchtitan_checkpointing(plan: Plan) -> str:
     """The ``activation_checkpoint`` policy for ``plan``: "none" when no block recomputes (torchtitan's default is
     per-op selective checkpointing, which zbsolve's cost model does not describe), else "full": ``FullAC``, which
     recomputes every block of every model part whole, or, where ``torchtitan_planned``, the policy ``PlannedAC``
-    replaces. The runtime table's refusals (``Plan.check``) come first."""
+    replaces. The target table's refusals (``Plan.check``) come first."""
     plan.check(TORCHTITAN)
     return "full" if plan.recomputed or plan.selective else "none"
 
@@ -336,3 +337,24 @@ def _head_rename(names: Sequence[str], renames: Sequence[str]) -> list[str]:
     else ``[]``."""
     old = HEAD_RENAME.partition("=")[0]
     return [HEAD_RENAME] if old in names and not any(r.partition("=")[0] == old for r in renames) else []
+
+
+def write_folder(request: Request) -> tuple[list[Path], str]:
+    """The request's plan as ``export_torchtitan``'s folder at its output, with the document as it is (for
+    ``PlannedAC`` to read where it recomputes); returns the files written and the CSV."""
+    plan = request.plan()
+    folder = Path(request.output)  # type: ignore[arg-type]
+    files = export_torchtitan(plan, folder, request.microbatch_size, request.renames, request.inputs, request.note,
+                              request.text())
+    return list(files), files[folder / CSV_NAME]
+
+
+def takes(plan: Plan) -> object:
+    """torchtitan's settings for ``plan`` (``torchtitan_config``), which refuse what torchtitan does not run."""
+    return torchtitan_config(plan, CSV_NAME)
+
+
+EXPORT = Export(target=TORCHTITAN, format="torchtitan", rank=1, write=write_folder, takes=takes, output="folder",
+                options=("microbatch_size", "renames"))
+"""The torchtitan target in the registry: a folder of the CSV, torchtitan's settings and, where ``PlannedAC``
+recomputes, the document."""

@@ -1,5 +1,5 @@
-"""The Megatron export: its row of the runtime table, and a plan as Megatron's pipeline and recomputation
-arguments (docs/torch.md).
+"""The Megatron target: its row of the target table, and its export of a plan as Megatron's pipeline and
+recomputation arguments (docs/torch.md); Megatron's combined 1F1B is in ``overlap``.
 
 Checked against megatron-core 0.16.1 from PyPI: ``megatron/core/transformer/pipeline_parallel_layer_layout.py``
 (``PipelineParallelLayerLayout``: stage i on pipeline rank i % pp, looped only),
@@ -22,11 +22,14 @@ size x dp) microbatches).
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from zbsolve.base.errors import InputError
-from zbsolve.io.exports.megatron_overlap import COMBINED_FLAGS, combined_refusal
-from zbsolve.io.exports.plan import Plan, counted
-from zbsolve.io.exports.runtime import Runtime
+from zbsolve.base.files import write_atomic
+from zbsolve.io.targets.export import Export, Request
+from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
+from zbsolve.io.targets.plan import Plan, counted
+from zbsolve.io.targets.target import Target
 from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model, Setting
 from zbsolve.problem.recompute import Recompute, leading_counts
 from zbsolve.problem.splits import megatron_layout
@@ -71,7 +74,7 @@ def megatron_order(model: Model, num_devices: int, chunks: int, recompute: Recom
     return megatron_schedule(chunks)
 
 
-MEGATRON = Runtime(
+MEGATRON = Target(
     name="megatron", label=f"Megatron (megatron-core {MEGATRON_CORE_VERSION})",
     placements={"sequential": (1,), "interleaved": None}, order="own", own_schedule=megatron_order,
     recompute=("none", "full", "uniform"), selective=False, selective_experts=False,
@@ -101,7 +104,7 @@ def megatron_recompute(plan: Plan) -> list[str]:
     model. ``uniform`` with N > 1 keeps only each group's input and holds the whole group's recomputed activations
     at once, which the cost model does not describe, so it is never written. Megatron takes one N for every stage:
     recomputed blocks that are not the first of their stage, or a different N per stage, are an ``InputError``
-    naming the stages' counts. The runtime table's refusals (``Plan.check``) come first."""
+    naming the stages' counts. The target table's refusals (``Plan.check``) come first."""
     plan.check(MEGATRON)
     if plan.modules:
         return (["--recompute-granularity", "selective", "--recompute-modules", *plan.modules]
@@ -227,3 +230,19 @@ def megatron_notes(plan: Plan) -> list[str]:
 def megatron_export(plan: Plan) -> str:
     """``megatron_args`` as one shell line (the layout quoted)."""
     return shlex.join(megatron_args(plan))
+
+
+def write_args(request: Request) -> tuple[list[Path], str]:
+    """The request's plan as ``megatron_export``'s line, written to its output where it has one, and
+    ``megatron_notes``'s lines to its ``note``; returns the file written (if any) and the line."""
+    plan = request.plan()
+    text = megatron_export(plan)
+    if request.output is not None:
+        write_atomic(request.output, text + "\n")
+    for line in megatron_notes(plan) if request.note is not None else ():
+        request.note(line)
+    return ([] if request.output is None else [Path(request.output)]), text
+
+
+EXPORT = Export(target=MEGATRON, format="megatron", rank=2, write=write_args, takes=megatron_args, output="optional")
+"""The Megatron target in the registry: its arguments, one shell line, printed without an output."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
 from zbsolve.io.document import Loaded, load_document
-from zbsolve.io.exports.runtime import Runtime, listed, refused
+from zbsolve.io.targets.target import Target, listed, refused
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import stage_blocks
 
@@ -38,26 +38,26 @@ class Plan:
     modules: tuple[str, ...] = ()
     """Megatron-LM's modules every block recomputes ("partition.modules")."""
 
-    def check(self, runtime: Runtime) -> tuple[str, int]:
-        """(placement name, stages per device) of the plan when ``runtime``'s row of the runtime table runs it: its
+    def check(self, target: Target) -> tuple[str, int]:
+        """(placement name, stages per device) of the plan when ``target``'s row of the target table runs it: its
         placement and microbatches, its MTP layers, its overlapped pairs, its recomputed modules and its selectively
         recomputed blocks; an ``InputError`` naming the row otherwise."""
-        named = runtime.check_placement(self.schedule.placement, self.schedule.num_microbatches)
-        refused(runtime.mtp_refusal(self.model.mtp_layers))
-        refused(runtime.pairs_refusal(pair_count(self.schedule), self.schedule.name))
-        why = runtime.modules_refusal(self.modules)
+        named = target.check_placement(self.schedule.placement, self.schedule.num_microbatches)
+        refused(target.mtp_refusal(self.model.mtp_layers))
+        refused(target.pairs_refusal(pair_count(self.schedule), self.schedule.name))
+        why = target.modules_refusal(self.modules)
         if why is not None:
-            raise InputError(f"partition.modules = {list(self.modules)}: {why}; plan with --target {runtime.name}")
-        if self.selective and not runtime.selective:
+            raise InputError(f"partition.modules = {list(self.modules)}: {why}; plan with --target {target.name}")
+        if self.selective and not target.selective:
             names = [self.model.layers[i].name for i in sorted(self.selective)]
             raise InputError(f"partition.selective = {listed(names)}: "
-                             f"{runtime.label} cannot recompute just a block's norms and MLP activation function "
-                             "(runtime table: " f"{runtime.name}.selective); plan with --target {runtime.name}")
+                             f"{target.label} cannot recompute just a block's norms and MLP activation function "
+                             "(runtime table: " f"{target.name}.selective); plan with --target {target.name}")
         layers = self.model.layers
-        why = runtime.selective_refusal([layers[i].name for i in sorted(self.selective)
+        why = target.selective_refusal([layers[i].name for i in sorted(self.selective)
                                          if layers[i].experts])
         if why is not None:
-            raise InputError(f"partition.selective: {why}; plan with --target {runtime.name}")
+            raise InputError(f"partition.selective: {why}; plan with --target {target.name}")
         return named
 
     def stage_recompute(self) -> list[tuple[list[int], list[int]]]:

@@ -1,7 +1,7 @@
-"""The table of what each runtime runs, one row a runtime, each declared beside its exporter: the placements with
-the stages per device it builds, whose order of passes it runs, the recomputation it can apply, overlapped F&B
-pairs, MTP layers and its conditions on the microbatches. ``plan --target``, the baselines and the exports all read
-it, and a refusal names the row and the column it comes from."""
+"""The row of the target table: what a target runs, declared in its module beside its exporter (``io.targets``
+finds them): the placements with the stages per device it builds, whose order of passes it runs, the recomputation
+it can apply, overlapped F&B pairs, MTP layers and its conditions on the microbatches. ``plan --target``, the
+baselines and the exports all read it, and a refusal names the row and the column it comes from."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from zbsolve.problem.recompute import Recompute
 
 
 ORDERS = ("planned", "own")
-"""Whose order of passes a runtime runs (``Runtime.order``)."""
+"""Whose order of passes a target runs (``Target.order``)."""
 
 
 @dataclass(frozen=True)
-class Runtime:
-    """One row of the runtime table."""
+class Target:
+    """One row of the target table: a runtime a plan is for."""
 
     name: str
     """The target's name (``plan --target``)."""
@@ -148,12 +148,3 @@ def refused(why: str | None) -> None:
     """An ``InputError`` of ``why`` when there is one."""
     if why is not None:
         raise InputError(why)
-
-
-ZBSOLVE = Runtime(
-    name="zbsolve", label="zbsolve's executor (zbsolve run)",
-    placements={"sequential": None, "interleaved": None, "vshape": None, "bidirectional": None},
-    order="planned", own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True,
-    selective_experts=True, auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"),
-    pairs=True, mtp=True, grouped_microbatches=False, layout_only=False, source="zbsolve/execute/executor.py")
-"""zbsolve's own executor runs the schedule document as it is: any placement, order, recomputation and pair."""
