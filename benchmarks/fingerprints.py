@@ -32,7 +32,8 @@ from zbsolve.core.placement import sequential, vshape
 from zbsolve.problem.problem_file import Problem
 from zbsolve.core.simulator import simulate
 from zbsolve.planning.split_bound import split_bound
-from zbsolve.problem.splits import megatron_layout, megatron_split, torchtitan_split
+from zbsolve.problem.splits import megatron_split, torchtitan_split
+from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.core.step_time import step_times
 from zbsolve.schedulers.vgreedy import v_greedy
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.partition import partition, untimed
-from zbsolve.problem.splits import megatron_layout
+from zbsolve.io.targets.megatron.layout import megatron_layout
 
 
 def _layer(name: str, block: bool, f: float, b: float, w: float) -> Layer:

@@ -26,7 +26,7 @@ from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.planning.baselines import baseline_rows
 from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.planner import plan
-from zbsolve.problem.layout import layout_counts
+from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_schedule, megatron_builtin

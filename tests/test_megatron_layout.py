@@ -1,4 +1,4 @@
-"""Megatron's --pipeline-model-parallel-layout read over a model (zbsolve.problem.layout), its uneven first and last
+"""Megatron's --pipeline-model-parallel-layout read over a model (zbsolve.io.targets.megatron.layout), its uneven first and last
 pipeline ranks (splits.megatron_uneven_blocks_per_stage), and Megatron's baselines (planning.baselines): counts
 worked by hand from megatron-core 0.16.1's rules, one-line errors, and every fitting row judged again by the
 simulator."""
@@ -16,10 +16,11 @@ from zbsolve.core.simulator import simulate
 from zbsolve.io.targets.megatron import megatron_schedule
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
-from zbsolve.problem.layout import layout_counts, parse_layout
+from zbsolve.io.targets.megatron.layout import layout_counts, parse_layout
 from zbsolve.costmodel.model import Layer, Model, ModuleCost
 from zbsolve.problem.recompute import FULL, Recompute, parse_recompute
-from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_layout, megatron_uneven_blocks_per_stage
+from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_uneven_blocks_per_stage
+from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.schedulers.builtins import builtin_schedule
 from zbsolve.schedulers.families.classic import interleaved_1f1b
 

@@ -1,5 +1,5 @@
 """Megatron's layout symbol m (a multi-token prediction layer) over DeepSeek-V3's model file: layouts read into
-layers per stage (zbsolve.problem.layout), written back (splits.megatron_layout), megatron-core 0.16.1's
+layers per stage (zbsolve.io.targets.megatron.layout), written back (megatron.layout.megatron_layout), megatron-core 0.16.1's
 ``validate_layer_layout`` rules on m as one-line errors, and Megatron's own validator where it is installed."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 from conftest import ROOT
 
 from zbsolve.base.errors import InputError
-from zbsolve.problem.layout import layer_symbols, layout_counts
+from zbsolve.io.targets.megatron.layout import layer_symbols, layout_counts
 from zbsolve.costmodel.model import Layer, Model
-from zbsolve.problem.splits import megatron_layout, torchtitan_split
+from zbsolve.problem.splits import torchtitan_split
+from zbsolve.io.targets.megatron.layout import megatron_layout
 
 DEEPSEEK = Model.load(ROOT / "problems" / "models" / "deepseek-v3.yaml")
 """tok_embeddings, layers.0..60 (61 blocks), mtp.0, norm, output: 65 layers."""

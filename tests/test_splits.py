@@ -10,13 +10,8 @@ import pytest
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
-from zbsolve.problem.splits import (
-    megatron_blocks_per_stage,
-    megatron_layout,
-    megatron_split,
-    torchtitan_blocks_per_stage,
-    torchtitan_split,
-)
+from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_split, torchtitan_blocks_per_stage, torchtitan_split
+from zbsolve.io.targets.megatron.layout import megatron_layout
 
 
 def layer(name: str, block: bool = True) -> Layer:

@@ -25,7 +25,7 @@ from zbsolve.problem.splits import split_ranges
 from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.setup import Setup
-from zbsolve.problem.layout import layout_counts
+from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute

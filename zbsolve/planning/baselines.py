@@ -19,7 +19,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.planning.result import Baseline
 from zbsolve.planning.targets import recompute_choices
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.problem.layout import layout_counts
+from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute

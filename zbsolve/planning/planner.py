@@ -56,7 +56,7 @@ from zbsolve.io.targets import check_target
 from zbsolve.io.targets.target import Target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory
-from zbsolve.problem.layout import layout_counts
+from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import untimed
 from zbsolve.problem.recompute import described, parse_recompute, selective_known

@@ -11,7 +11,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.io.targets import check_target
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
-from zbsolve.problem.splits import megatron_layout
+from zbsolve.io.targets.megatron.layout import megatron_layout
 
 
 def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""The stage splits two training frameworks make by default, reproduced over a ``Model``, and the
-``--pipeline-model-parallel-layout`` string Megatron takes for any split (``layout.py`` reads one back).
+"""The stage splits two training frameworks make by default, reproduced over a ``Model`` (Megatron's
+``--pipeline-model-parallel-layout`` string of any split, and back: ``io.targets.megatron.layout``).
 
 Every split is half-open ranges of ``model.layers`` per stage (what ``zbsolve.costmodel.model.partition`` returns); the
 frameworks deal out only the repeated blocks (``Layer.block``), so the layers before the first block (the
@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Model
-from zbsolve.problem.layout import layer_symbols
 from zbsolve.problem.partition import check_ranges, partition
 
 # -- torchtitan ------------------------------------------------------------------------------------------------
@@ -171,51 +170,6 @@ def megatron_uneven_split(model: Model, num_devices: int, first: int | None, las
     ranges: the embedding on the first stage, the final norm and the head on the last."""
     counts = megatron_uneven_blocks_per_stage(num_devices, _num_blocks(model), first, last, chunks)
     return _ranges(model, counts, "Megatron's uneven split")
-
-
-def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: int) -> str:
-    """The ``--pipeline-model-parallel-layout`` string of ``ranges`` placed looped, stage s on device
-    s % ``num_devices`` (``--pipeline-model-parallel-size`` = num_devices; the virtual stages per device follow
-    from the number of stages), e.g. ``"Et*3|t*4|t*4|t*2L"``, or ``"Et*3|t*4|t*4|tmL"`` with an MTP layer.
-
-    The grammar (``PipelineParallelLayerLayout.parse_str_to_list`` in
-    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): stages separated by ``|`` in layer order,
-    stage i on pipeline rank i % pp in virtual stage i // pp; ``E`` the embedding, ``t`` a transformer block,
-    ``m`` an MTP layer, ``L`` the loss (with the final norm and the head); ``x*n`` repeats one symbol, ``(...)*n``
-    a group, commas are ignored. ``E`` must come first and ``L`` last, each once; ``validate_layer_layout`` keeps
-    every ``m`` after the last ``t``, in one virtual stage, the last of its rank.
-
-    Here the layers before the first block are the ``E`` of the first stage, each block a ``t``, each MTP layer
-    (``mtp.*``) an ``m``, those after the last block and MTP layer the ``L`` of the last stage (written even where
-    the model lists no such layer: Megatron always has them). A stage boundary among the layers before the first
-    block, among the MTP layers or after them, an MTP stage that is not the last virtual stage of its device, and
-    layers out of Megatron's order (``layout.layer_symbols``) have no layout: an ``InputError``; so is a stage
-    count that ``num_devices`` does not divide.
-    """
-    ranges = check_ranges(model, ranges)
-    check_count("num_devices", num_devices)
-    if len(ranges) % num_devices:
-        raise InputError(f"num_devices = {num_devices} does not divide the {len(ranges)} stages: Megatron's layout "
-                         "places stage i on device i % num_devices with the same stages on every device")
-    symbols = layer_symbols(model)
-    names = [layer.name for layer in model.layers]
-    first, tail = symbols.index("t"), len(symbols) - symbols.count("L")
-    mtp = range(symbols.find("m"), tail) if "m" in symbols else range(0)
-    for s, (a, _) in enumerate(ranges[1:], 1):
-        if a < first or a > tail or a in mtp[1:]:
-            where = ("the layers before the first block (one E)" if a < first else "the MTP layers (one virtual "
-                     "stage)" if a in mtp else f"the layers after the last {'MTP layer' if mtp else 'block'} (one L)")
-            raise InputError(f"stage {s} starts at layer {names[a]}, splitting {where}: Megatron's layout cannot "
-                             "express that boundary")
-    stages = []
-    for s, (a, b) in enumerate(ranges):
-        runs = "".join(x if n == 1 else f"{x}*{n}" if n else "" for x, n in
-                       (("t", symbols[a:b].count("t")), ("m", symbols[a:b].count("m"))))
-        if "m" in runs and s < len(ranges) - num_devices:
-            raise InputError(f"stage {s} holds MTP layer {names[mtp[0]]} but is not the last virtual stage of device "
-                             f"{s % num_devices}: Megatron keeps the MTP layers there")
-        stages.append(("E" if s == 0 else "") + runs + ("L" if s == len(ranges) - 1 else ""))
-    return "|".join(stages)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Megatron's ``--pipeline-model-parallel-layout`` string read into a split of a ``Model`` (``splits.megatron_layout``
-writes one).
+"""Megatron's ``--pipeline-model-parallel-layout`` string read into a split of a ``Model``, and written for any split
+(``megatron_layout``).
 
 Source read: megatron-core 0.16.1 from PyPI, ``megatron/core/transformer/pipeline_parallel_layer_layout.py``:
 ``PipelineParallelLayerLayout.parse_str_to_list`` (the grammar), ``__init__`` (the stage count a multiple of the
@@ -19,11 +19,13 @@ DeepSeek-V3's), ``L`` for the layers after the last block and MTP layer.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Model
+from zbsolve.problem.partition import check_ranges
 
 SYMBOLS = "EtmL"
 """The layer symbols Megatron knows: embedding, transformer block, MTP layer, loss."""
@@ -160,3 +162,48 @@ def _check_mtp(model: Model, text: str, stages: list[str], p: int, mtp: int) -> 
     if len(held) > 1:
         raise InputError(f"layout = {text!r}: the m lie in stages {', '.join(map(str, held))}; Megatron keeps all "
                          "MTP layers in one virtual stage")
+
+
+def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: int) -> str:
+    """The ``--pipeline-model-parallel-layout`` string of ``ranges`` placed looped, stage s on device
+    s % ``num_devices`` (``--pipeline-model-parallel-size`` = num_devices; the virtual stages per device follow
+    from the number of stages), e.g. ``"Et*3|t*4|t*4|t*2L"``, or ``"Et*3|t*4|t*4|tmL"`` with an MTP layer.
+
+    The grammar (``PipelineParallelLayerLayout.parse_str_to_list`` in
+    ``megatron/core/transformer/pipeline_parallel_layer_layout.py``): stages separated by ``|`` in layer order,
+    stage i on pipeline rank i % pp in virtual stage i // pp; ``E`` the embedding, ``t`` a transformer block,
+    ``m`` an MTP layer, ``L`` the loss (with the final norm and the head); ``x*n`` repeats one symbol, ``(...)*n``
+    a group, commas are ignored. ``E`` must come first and ``L`` last, each once; ``validate_layer_layout`` keeps
+    every ``m`` after the last ``t``, in one virtual stage, the last of its rank.
+
+    Here the layers before the first block are the ``E`` of the first stage, each block a ``t``, each MTP layer
+    (``mtp.*``) an ``m``, those after the last block and MTP layer the ``L`` of the last stage (written even where
+    the model lists no such layer: Megatron always has them). A stage boundary among the layers before the first
+    block, among the MTP layers or after them, an MTP stage that is not the last virtual stage of its device, and
+    layers out of Megatron's order (``layer_symbols``) have no layout: an ``InputError``; so is a stage
+    count that ``num_devices`` does not divide.
+    """
+    ranges = check_ranges(model, ranges)
+    check_count("num_devices", num_devices)
+    if len(ranges) % num_devices:
+        raise InputError(f"num_devices = {num_devices} does not divide the {len(ranges)} stages: Megatron's layout "
+                         "places stage i on device i % num_devices with the same stages on every device")
+    symbols = layer_symbols(model)
+    names = [layer.name for layer in model.layers]
+    first, tail = symbols.index("t"), len(symbols) - symbols.count("L")
+    mtp = range(symbols.find("m"), tail) if "m" in symbols else range(0)
+    for s, (a, _) in enumerate(ranges[1:], 1):
+        if a < first or a > tail or a in mtp[1:]:
+            where = ("the layers before the first block (one E)" if a < first else "the MTP layers (one virtual "
+                     "stage)" if a in mtp else f"the layers after the last {'MTP layer' if mtp else 'block'} (one L)")
+            raise InputError(f"stage {s} starts at layer {names[a]}, splitting {where}: Megatron's layout cannot "
+                             "express that boundary")
+    stages = []
+    for s, (a, b) in enumerate(ranges):
+        runs = "".join(x if n == 1 else f"{x}*{n}" if n else "" for x, n in
+                       (("t", symbols[a:b].count("t")), ("m", symbols[a:b].count("m"))))
+        if "m" in runs and s < len(ranges) - num_devices:
+            raise InputError(f"stage {s} holds MTP layer {names[mtp[0]]} but is not the last virtual stage of device "
+                             f"{s % num_devices}: Megatron keeps the MTP layers there")
+        stages.append(("E" if s == 0 else "") + runs + ("L" if s == len(ranges) - 1 else ""))
+    return "|".join(stages)
