@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import export_toy
 from typer.testing import CliRunner
 
-from conftest import export_toy
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.io import targets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,10 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.io.document import load_document
 from zbsolve.present.tables import text_table
+
+if TYPE_CHECKING:
+    from zbsolve.execute.modules import ModelSpec
+    from zbsolve.execute.profiler import ProfileOptions
 
 MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
 LAYERS = typer.Option(None, "--layers", help="GPT blocks (default: the document's partition's, else one per "
@@ -121,7 +125,7 @@ def profile(
         raise InputError("--stages is missing: give the number of pipeline stages, or --per-layer")
     if stages is not None and per_layer:
         raise InputError(f"--stages {stages} with --per-layer: a per-layer profile has no stages; leave --stages out")
-    from zbsolve.execute.modules import ModelSpec, load_layers, load_model
+    from zbsolve.execute.modules import ModelSpec, load_model
     from zbsolve.execute.profiler import (
         NOISE_COLUMNS,
         ProfileOptions,
@@ -137,22 +141,30 @@ def profile(
                              device=device, threads=threads, seed=seed, memory_model=memory_model)
     header = profile_header(spec, stages, options)
     if per_layer:
-        from zbsolve.present.layers import LAYER_HEADERS, layer_rows
-        from zbsolve.execute.layer_profiler import profile_layers
-
-        gpt = (f" --layers {layers or 1} --hidden {hidden} --heads {heads} --vocab {vocab} --seq-len {seq_len}"
-               if model == "gpt" else "")
-        command = (f"zbsolve profile --model {model} --per-layer --microbatch-size {microbatch_size} --repeats "
-                   f"{repeats} --warmup {warmup} --{'' if latency else 'no-'}latency --device {device} --threads "
-                   f"{threads} --memory-model {memory_model}{gpt} --seed {seed} -o {output}")
-        described = profile_layers(load_layers(spec), options, name=model, source=command,
-                                   seq_len=seq_len if model == "gpt" else None)
-        described.save(output)
-        if not quiet:
-            out.print(text_table(LAYER_HEADERS, layer_rows(described), header), highlight=False)
+        _profile_layers(spec, options, output, header, quiet)
         return
     measurement = measure(load_model(spec, stages), options)
     write_profile(measurement, output, header)
     if quiet:
         return
     out.print(text_table(NOISE_COLUMNS, noise_table(measurement), header, latency_line(measurement)))
+
+
+def _profile_layers(spec: ModelSpec, options: ProfileOptions, output: Path, header: str, quiet: bool) -> None:
+    """``zbsolve profile --per-layer``: each layer of ``spec`` measured with ``options``, written to ``output`` as a
+    model description whose source is the command that made it, and shown under ``header`` unless ``quiet``."""
+    from zbsolve.execute.layer_profiler import profile_layers
+    from zbsolve.execute.modules import load_layers
+    from zbsolve.present.layers import LAYER_HEADERS, layer_rows
+
+    gpt = (f" --layers {spec.layers or 1} --hidden {spec.hidden} --heads {spec.heads} --vocab {spec.vocab} "
+           f"--seq-len {spec.seq_len}" if spec.name == "gpt" else "")
+    o = options
+    command = (f"zbsolve profile --model {spec.name} --per-layer --microbatch-size {o.microbatch_size} --repeats "
+               f"{o.repeats} --warmup {o.warmup} --{'' if o.latency else 'no-'}latency --device {o.device} --threads "
+               f"{o.threads} --memory-model {o.memory_model}{gpt} --seed {spec.seed} -o {output}")
+    described = profile_layers(load_layers(spec), options, name=spec.name, source=command,
+                               seq_len=spec.seq_len if spec.name == "gpt" else None)
+    described.save(output)
+    if not quiet:
+        out.print(text_table(LAYER_HEADERS, layer_rows(described), header), highlight=False)

@@ -239,8 +239,9 @@ def write_args(request: Request) -> tuple[list[Path], str]:
     text = megatron_export(plan)
     if request.output is not None:
         write_atomic(request.output, text + "\n")
-    for line in megatron_notes(plan) if request.note is not None else ():
-        request.note(line)
+    note = request.note
+    for line in megatron_notes(plan) if note is not None else ():
+        note(line)
     return ([] if request.output is None else [Path(request.output)]), text
 
 
