@@ -1,5 +1,5 @@
-"""Megatron's --pipeline-model-parallel-layout read over a model (zbsolve.io.targets.megatron.layout), its uneven first and last
-pipeline ranks (splits.megatron_uneven_blocks_per_stage), and Megatron's baselines (planning.baselines): counts
+"""Megatron's --pipeline-model-parallel-layout read over a model (zbsolve.io.targets.megatron.layout), its uneven
+first and last pipeline ranks (splits.megatron_uneven_blocks_per_stage), and Megatron's baselines (planning.baselines): counts
 worked by hand from megatron-core 0.16.1's rules, one-line errors, and every fitting row judged again by the
 simulator."""
 

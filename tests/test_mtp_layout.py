@@ -1,5 +1,5 @@
 """Megatron's layout symbol m (a multi-token prediction layer) over DeepSeek-V3's model file: layouts read into
-layers per stage (zbsolve.io.targets.megatron.layout), written back (megatron.layout.megatron_layout), megatron-core 0.16.1's
+layers per stage and written back (zbsolve.io.targets.megatron.layout), megatron-core 0.16.1's
 ``validate_layer_layout`` rules on m as one-line errors, and Megatron's own validator where it is installed."""
 
 from __future__ import annotations

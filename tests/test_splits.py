@@ -10,8 +10,13 @@ import pytest
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.partition import check_ranges
-from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_split, torchtitan_blocks_per_stage, torchtitan_split
 from zbsolve.io.targets.megatron.layout import megatron_layout
+from zbsolve.problem.splits import (
+    megatron_blocks_per_stage,
+    megatron_split,
+    torchtitan_blocks_per_stage,
+    torchtitan_split,
+)
 
 
 def layer(name: str, block: bool = True) -> Layer:

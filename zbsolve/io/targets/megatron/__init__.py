@@ -151,7 +151,7 @@ SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--e
 
 def megatron_args(plan: Plan) -> list[str]:
     """Megatron's arguments for ``plan``: ``--pipeline-model-parallel-size`` p, ``--pipeline-model-parallel-layout``
-    (``zbsolve.io.targets.megatron.layout.megatron_layout``), ``megatron_recompute``'s and, where the document has the setting
+    (``layout.megatron_layout``), ``megatron_recompute``'s and, where the document has the setting
     the costs are for, ``megatron_setting``'s (the valued ones first, the flags that take no value last), with
     ``COMBINED_FLAGS`` before those flags where Megatron runs combined 1F1B (``combined_refusal`` is None, as
     ``megatron_order`` decides). Megatron places stage i on pipeline rank i % p, so any other placement (a V-shape,
