@@ -1,6 +1,6 @@
-"""Issue 32's targets, each printed met or missed, in two sections.
+"""The targets on plans' gaps and on the limits at scale, each printed met or missed, in two sections.
 
-- plans: each plan of the issue at its time limit (300 s): Llama-3-70B TP4 (``zbsolve estimate``'s costs), p = 8,
+- plans: each plan below at its time limit (300 s): Llama-3-70B TP4 (``zbsolve estimate``'s costs), p = 8,
   m = 64, ``--chunks auto --recompute auto`` with Megatron-Bridge's layout as a baseline, at 80 and 64 GiB, for each
   target (zbsolve, megatron, torchtitan): gap <= 5% at 80 GiB and <= 8% at 64 GiB, never a zero bound;
   Llama-3-8B p = 8, m = 32 at 40 GiB, ``--recompute auto``: gap <= 10%; DeepSeek-V3 (problems/models) p = 16,

@@ -1,4 +1,4 @@
-"""The calibration table of issue 30: every published run of ``problems/calibration/`` predicted with
+"""The calibration table: every published run of ``problems/calibration/`` predicted with
 ``zbsolve predict`` (``configure.predict``) and held against its measured tokens/s/GPU, then the targets printed met
 or missed.
 
@@ -247,7 +247,7 @@ def pairs(rows: list[Row], files: list[dict]) -> list[dict]:
 
 
 def targets(rows: list[Row], found: list[dict]) -> list[dict]:
-    """The issue's targets over the scored rows that are not held back, met or missed."""
+    """The calibration targets over the scored rows that are not held back, met or missed."""
     scored = [r for r in rows if r.scored and not r.held_back]
     pipeline = [r for r in scored if r.pipeline]
     median = median_error(pipeline)

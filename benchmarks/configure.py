@@ -1,4 +1,4 @@
-"""The configure table of issue 31: for each published recipe, the configuration ``zbsolve configure`` chooses at the
+"""The configure table: for each published recipe, the configuration ``zbsolve configure`` chooses at the
 recipe's GPUs, global batch, sequence length and dtype against the recipe's own, both predicted by ``zbsolve predict``
 (``configure.predict``), and a toy model on which every configuration is planned; the targets printed met or missed.
 
@@ -52,10 +52,10 @@ RECIPES = {"Llama-3-70B": "llama3-70b-h100-64-fp8-gbs128", "Llama-3.1-405B": "ll
            "DeepSeek-V3": "deepseek-v3-h100-1024-fp8", "Qwen3-30B-A3B": "qwen3-30b-a3b-h100-16-fp8-dropless"}
 """Each published recipe by the calibration file of its run."""
 TIME_LIMIT = 600.0
-"""Seconds each recipe's search may take (the issue's)."""
+"""Seconds each recipe's search may take (the target's)."""
 SLACK, SLACK_SECONDS = 0.05, 2.0
 """How far a search may run past its time limit and still count as within it: the share of the limit, at least the
-seconds (issue 32's rule)."""
+seconds (the rule benchmarks/bounds.py's limits hold too)."""
 AIM = 1.1
 """The ratio aimed at where the recipe leaves room."""
 TOY = dict(config=ROOT / "tests" / "data" / "tiny-llama.json", gpus=8, global_batch=4, seq_len=256,
@@ -340,7 +340,7 @@ def print_rows(console: Console, rows: list[Row]) -> None:
 
 
 def targets(rows: list[Row], toy: dict | None) -> list[dict]:
-    """The issue's targets, met or missed."""
+    """The configure targets, met or missed."""
     found = []
     for r in rows:
         if r.ratio is None:

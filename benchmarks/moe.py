@@ -1,4 +1,4 @@
-"""Mixture-of-experts pipelines (issue 20's targets):
+"""Mixture-of-experts pipelines, their targets:
 
 1. DeepSeek-V3 (61 blocks + 1 MTP layer; problems/models/deepseek-v3.yaml: TP2, EP64, seq 4096, microbatch 1, H100)
    on p=16, m=64 at 80 GiB, planned with ``--chunks auto --recompute auto``, against the published PP16 layout

@@ -1,4 +1,4 @@
-"""Plans where memory binds (issue 19's targets), on the costs of ``zbsolve estimate``:
+"""Plans where memory binds, their targets, on the costs of ``zbsolve estimate``:
 
 1. Llama-3-70B as Megatron-Bridge's recipe shapes it (TP4, PP8, m=64, seq 8192, microbatch 1, H100), planned with
    ``--chunks auto --recompute auto`` at 80 and 64 GiB, against the uniform and torchtitan splits with every block

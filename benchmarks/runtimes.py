@@ -30,7 +30,7 @@ from zbsolve.costmodel.model import Model
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUT_70B = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
-"""Llama-3-70B's layout over 8 ranks with 5 virtual stages each, as the issue's recipe gives it."""
+"""Llama-3-70B's layout over 8 ranks with 5 virtual stages each, as Megatron-Bridge's perf recipe gives it."""
 LAYOUT_V3 = "Et|(tt|)*30mL"
 """DeepSeek-V3's published layout over 8 ranks with 4 virtual stages each (Megatron-Bridge's perf recipe)."""
 

@@ -1,4 +1,4 @@
-"""The published runs of problems/calibration/ (issue 30): every file carries the keys the README's schema requires,
+"""The published runs of problems/calibration/ (the calibration table's input): every file carries the keys the README's schema requires,
 its parallel degrees divide its GPUs and its batch, each figure names the table row it came from, and the held-back
 and schedule-pair markers the calibration benchmark reads are consistent."""
 

@@ -124,7 +124,7 @@ def test_a_command_given_another_kind_of_file_says_which_it_takes(files, tmp_pat
     assert not any(out.iterdir())
 
 
-def test_the_issues_two_examples(files):
+def test_a_model_as_profile_and_a_problem_as_model_are_refused(files):
     line = refused(zbsolve_cli("compare", "--devices", "8", "--microbatches", "24", "--profile", MODEL_FILE))
     assert line == (f"error: {MODEL_FILE} is a model description; --profile takes a profile (t_f, t_b, ...): use "
                     "zbsolve plan/solve for a model description")

@@ -24,8 +24,8 @@ from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.schedulers.builtins import builtin_schedule
 from zbsolve.schedulers.families.classic import interleaved_1f1b
 
-ISSUE_70B = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
-ISSUE_MTP = "Et|(tt|)*30mL"
+RECIPE_70B = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
+RECIPE_MTP = "Et|(tt|)*30mL"
 
 
 def llm(blocks: int, head: tuple[str, ...] = ("tok_embeddings",), tail: tuple[str, ...] = ("norm", "output"),
@@ -43,10 +43,10 @@ def llm(blocks: int, head: tuple[str, ...] = ("tok_embeddings",), tail: tuple[st
 # -- the parser ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, stages", [
-    # The issue's 70B layout: Et*2 | 34 x t*2 | t*3 | 3 x t*2 | tL (the commas are cosmetic): 40 stages, 80 t.
-    (ISSUE_70B, ["Ett"] + ["tt"] * 34 + ["ttt"] + ["tt"] * 3 + ["tL"]),
+    # Megatron-Bridge's Llama-3-70B layout: Et*2 | 34 x t*2 | t*3 | 3 x t*2 | tL (the commas are cosmetic): 40 stages, 80 t.
+    (RECIPE_70B, ["Ett"] + ["tt"] * 34 + ["ttt"] + ["tt"] * 3 + ["tL"]),
     # (tt|)*30 ends with a |, so mL is a stage of its own: 1 + 30 + 1 = 32 stages.
-    (ISSUE_MTP, ["Et"] + ["tt"] * 30 + ["mL"]),
+    (RECIPE_MTP, ["Et"] + ["tt"] * 30 + ["mL"]),
     # parse_str_to_list's docstring: [["E","t","t","t"]]+[["t","t"]]*29+[["m"],["L"]].
     ("Ettt|(tt|)*29,m|L", ["Ettt"] + ["tt"] * 29 + ["m", "L"]),
     # (t|tt|)*2 -> t|tt|t|tt|, then t*2 -> tt: Ett|t|tt|t|tt|tL.
@@ -83,16 +83,16 @@ def test_megatron_core_parses_the_same_stages():
     from megatron.core.transformer.enums import LayerType
 
     symbol = {LayerType.embedding: "E", LayerType.decoder: "t", LayerType.mtp: "m", LayerType.loss: "L"}
-    for text in (ISSUE_70B, ISSUE_MTP, "Ettt|(tt|)*29,m|L", "Et*2|(t|tt|)*2,tL", "(|tt)*2,tL", "Et|*2tL"):
+    for text in (RECIPE_70B, RECIPE_MTP, "Ettt|(tt|)*29,m|L", "Et*2|(t|tt|)*2,tL", "(|tt)*2,tL", "Et|*2tL"):
         theirs = layout_module.PipelineParallelLayerLayout.parse_str_to_list(text)
         assert ["".join(symbol[x] for x in stage) for stage in theirs] == parse_layout(text)
 
 
 # -- a layout over a model -------------------------------------------------------------------------------------
 
-def test_the_issue_layout_over_an_80_block_model():
+def test_the_70b_recipe_layout_over_an_80_block_model():
     model = llm(80)
-    layout = layout_counts(model, ISSUE_70B, 8)
+    layout = layout_counts(model, RECIPE_70B, 8)
     # 40 stages on 8 devices: 5 virtual stages each. Stage 0 is E (the embedding, one layer) + 2 blocks; stage 35
     # holds 3 blocks; stage 39 one block + L (norm and head, two layers).
     assert layout.chunks == 5
@@ -130,10 +130,10 @@ def test_layout_counts_reads_back_megatron_layout():
 
 
 @pytest.mark.parametrize("model, text, p, message", [
-    (llm(80), ISSUE_70B, 3, r"^layout = '.*' has 40 stages, not a multiple of num_devices = 3 \(Megatron places "
+    (llm(80), RECIPE_70B, 3, r"^layout = '.*' has 40 stages, not a multiple of num_devices = 3 \(Megatron places "
                             r"stage i on device i % num_devices\)$"),
-    (llm(61), ISSUE_MTP, 8, r"^model llm has no MTP layers \(mtp\.\*\) for the m of layout = 'Et\|\(tt\|\)\*30mL'$"),
-    (llm(79), ISSUE_70B, 8, r"^layout = '.*' has 80 t, but model llm has 79 blocks$"),
+    (llm(61), RECIPE_MTP, 8, r"^model llm has no MTP layers \(mtp\.\*\) for the m of layout = 'Et\|\(tt\|\)\*30mL'$"),
+    (llm(79), RECIPE_70B, 8, r"^layout = '.*' has 80 t, but model llm has 79 blocks$"),
     (llm(4), "t*4L", 1, r"^layout = 't\*4L': the embedding E must appear once, but appears 0 times$"),
     (llm(4), "EEt*4L", 1, r"the embedding E must appear once, but appears 2 times$"),
     (llm(4), "tEt*3L", 1, r"^layout = 'tEt\*3L': the embedding E must be the first layer, but t is$"),

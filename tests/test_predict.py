@@ -84,7 +84,7 @@ def test_a_configuration_that_does_not_divide_is_refused_naming_the_numbers(chan
         degrees(SMALL.replace(**change))
 
 
-def test_the_command_prints_exactly_the_issue_s_json_keys():
+def test_the_command_prints_exactly_its_json_keys():
     run = CliRunner().invoke(app, ["predict", *ARGS, "--json"])
     assert run.exit_code == 0, run.output
     figures = json.loads(run.output)
