@@ -69,11 +69,13 @@ class Setup(InputModel):
     overlap_param_gather: bool = False
     """Parameters all-gathered during the next forward (Megatron's --overlap-param-gather)."""
     tp_comm_overlap: bool = False
-    """Hide each tensor-parallel collective behind the product beside it (Megatron's --tp-comm-overlap)."""
+    """Hide each tensor-parallel collective behind the product beside it (Megatron's --tp-comm-overlap,
+    torchtitan's AsyncTP)."""
     dispatcher: str = "alltoall"
     """Expert all-to-all: alltoall (a copy per expert) or flex (DeepEP: a copy per node, then NVLink)."""
     a2a_link: str | None = None
-    """Link of every byte of the experts' all-to-all (None: within the node over NVLink, across the network)."""
+    """Link of every byte of the experts' all-to-all: nvlink or network (None: the copies within the node over
+    NVLink, the others over the network)."""
     link: str = "nvlink"
     """Link between stages: nvlink or network."""
     efficiency: float | None = None
@@ -81,7 +83,7 @@ class Setup(InputModel):
     flash_attention: bool = True
     """Flash attention, which keeps no s x s attention probabilities."""
     method: str = "formula"
-    """formula (the closed form) or count (torch on the transformers model)."""
+    """formula (the closed form: fused kernels) or count (torch on transformers' eager modules: an upper bound)."""
 
     def __init__(self, /, **data: Any) -> None:
         for name, value in data.items():  # each knob's own rule first, in its words

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -20,13 +20,12 @@ from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.base.inputs import load_mapping
 from zbsolve.base.interrupt import exit_code, signals_as_interrupt
-from zbsolve.base.units import GIB
 from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.optimize.result import status_text
 from zbsolve.present.figures import UNIT_PROFILE, Units, shown
 from zbsolve.present.tables import LAYER_LABELS, PER_DEVICE, device_memory_table, figures_table
-from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
+from zbsolve.problem.costs import Costs
 
 app = typer.Typer(help="Find and check pipeline-parallel training schedules (zero bubble).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -62,22 +61,33 @@ err = Console(stderr=True)
 wide = Console(width=max(out.width, 180))
 """For tables with many columns, with ``--wide``: they fit 100 columns otherwise."""
 
-DEVICES = typer.Option(None, "--devices", "-p", min=1, show_default=False,
-                       help="Number of pipeline devices p (required).")
+def _shared(*flags: str, **fixed: Any) -> Callable[..., Any]:
+    """An option several commands take, its ``flags`` (and ``fixed`` settings) declared here once: each command
+    gives its default and its help (``option(default, help, **settings)``)."""
+    def option(default: Any, help: str, **settings: Any) -> Any:
+        return typer.Option(default, *flags, help=help, **{**fixed, **settings})
+    return option
+
+
+devices_option = _shared("--devices", "-p", min=1)
+microbatches_option = _shared("--microbatches", "-m", min=1)
+time_limit_option = _shared("--time-limit")
+jobs_option = _shared("--jobs", "-j")
+executor_option = _shared("--executor")
+target_option = _shared("--target")
+output_option = _shared("--output", "-o")
+chart_option = _shared("--chart")
+
+DEVICES = devices_option(None, "Number of pipeline devices p (required).", show_default=False)
 DEVICES_ALIAS = typer.Option(None, "--stages", min=1, hidden=True, help="Another name of --devices.")
-MICROBATCHES = typer.Option(..., "--microbatches", "-m", min=1, help="Number of microbatches m.")
+MICROBATCHES = microbatches_option(..., "Number of microbatches m.")
 PROFILE = typer.Option(None, "--profile", help="Profile YAML/JSON (default: unit times, no communication, M_B=1).")
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table.")
 WIDE = typer.Option(False, "--wide", help="Print the tables whole, every column, over 100 columns wide.")
 QUIET = typer.Option(False, "--quiet", "-q", help="Print nothing but errors.")
-RESERVE = typer.Option(f"{DEFAULT_RESERVE / GIB:g}GiB", "--reserve",
-                       help="Memory per device kept free of stages and activations.")
-DISPATCHER = typer.Option("alltoall", "--dispatcher", metavar="NAME",
-                          help="Expert all-to-all: alltoall (a copy per expert) or flex (DeepEP: a copy per "
-                               "node, then NVLink).")
-TP_COMM_OVERLAP = typer.Option(False, "--tp-comm-overlap",
-                               help="Hide each tensor-parallel collective behind the product beside it "
-                                    "(Megatron's --tp-comm-overlap, torchtitan's AsyncTP).")
+CONFIG = typer.Argument(..., metavar="CONFIG", help="Hugging Face config.json of the model.")
+SCHEDULE_OUTPUT = output_option(None, "Write the schedule document (JSON).")
+GANTT_CHART = chart_option(None, "Write a Gantt chart (.png or .svg).")
 
 
 def cli_errors(fn: Callable) -> Callable:

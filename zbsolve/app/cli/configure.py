@@ -5,55 +5,53 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import (DISPATCHER, JSON, RESERVE, TP_COMM_OVERLAP, app, cli_errors,
-                                    command_began, err, interruptible, out, progress)
+from zbsolve.app.cli.common import (CONFIG, JSON, app, chart_option, cli_errors, command_began, err, executor_option,
+                                    interruptible, jobs_option, out, output_option, progress, target_option,
+                                    time_limit_option)
+from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
-from zbsolve.base.units import parse_bytes
+from zbsolve.configure.predict import Configuration
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.configure_table import configure_table, lines
 from zbsolve.present.plot import check_chart_path
 
 
+FIELDS = ("gpus", "global_batch", "seq_len", "gpu", "dtype", "device_memory", "reserve", "tp_comm_overlap",
+          "dispatcher")
+"""The setup's fields ``zbsolve configure`` takes as options (the rest it searches)."""
+
+
 @app.command()
 @cli_errors
+@setup_options(Configuration, FIELDS)
 def configure(
-    config: Path = typer.Argument(..., help="Hugging Face config.json of the model."),
-    gpus: int = typer.Option(..., "--gpus", min=1, metavar="N", help="GPUs of the run."),
-    global_batch: int = typer.Option(..., "--global-batch", min=1, metavar="N", help="Sequences per step."),
-    seq_len: int = typer.Option(..., "--seq-len", min=1, metavar="N", help="Tokens per sequence."),
-    gpu: str = typer.Option("h100", "--gpu", metavar="GPU", help="GPU preset: h100, h200, a100 or b200."),
-    dtype: str = typer.Option("bf16", "--dtype", metavar="DTYPE", help="Type of the matrix products."),
-    target: str = typer.Option("megatron", "--target", metavar="NAME",
-                               help="The runtime: megatron, torchtitan or zbsolve; only what it runs is searched."),
+    config: Path = CONFIG,
+    target: str = target_option("megatron", "The runtime: megatron, torchtitan or zbsolve; only what it runs is "
+                                "searched.", metavar="NAME"),
     top: int = typer.Option(10, "--top", min=1, metavar="K", help="Configurations ranked (and searched for)."),
     refine: int = typer.Option(3, "--refine", min=0, metavar="N", help="Best configurations planned (zbsolve plan)."),
-    time_limit: float = typer.Option(600.0, "--time-limit", metavar="SECONDS",
-                                     help="Seconds the whole search may take, refining included."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N",
-                                       help="Processes timing configurations (default: all cores)."),
-    executor: Optional[str] = typer.Option(None, "--executor", metavar="URL",
-                                           help="dask://HOST:PORT to time configurations on a Dask cluster."),
-    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
-                                                help="Memory per device, e.g. 80GiB (default: the GPU's)."),
-    reserve: str = RESERVE,
-    tp_comm_overlap: bool = TP_COMM_OVERLAP,
-    dispatcher: str = DISPATCHER,
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="Write the chosen configuration's plan (a schedule document)."),
+    time_limit: float = time_limit_option(600.0, "Seconds the whole search may take, refining included.",
+                                          metavar="SECONDS"),
+    jobs: Optional[int] = jobs_option(None, "Processes timing configurations (default: all cores).", min=1,
+                                      metavar="N"),
+    executor: Optional[str] = executor_option(None, "dask://HOST:PORT to time configurations on a Dask cluster.",
+                                              metavar="URL"),
+    output: Optional[Path] = output_option(None, "Write the chosen configuration's plan (a schedule document)."),
     export: Optional[Path] = typer.Option(None, "--export", metavar="PATH",
                                           help="Write the target's export of the plan: Megatron's arguments (a "
                                                "file), torchtitan's folder, or zbsolve's schedule document."),
-    chart: Optional[Path] = typer.Option(None, "--chart", metavar="FILE",
-                                         help="Write the chart of every configuration timed: tokens/s/GPU against "
-                                              "peak memory per device, the chosen one marked (.png or .svg)."),
+    chart: Optional[Path] = chart_option(None, "Write the chart of every configuration timed: tokens/s/GPU against "
+                                         "peak memory per device, the chosen one marked (.png or .svg).",
+                                         metavar="FILE"),
     as_json: bool = JSON,
+    knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:
     """Search every parallel configuration (tp, pp, vp, cp, ep, dp, micro-batch size, ZeRO, recomputation) the
     target runs: pruned by memory and by a bound on the step, timed with predict's model, the best planned
@@ -65,19 +63,13 @@ def configure(
     began = command_began()  # loading counts against the limit
     from zbsolve.configure.choose import configure as run
 
-    memory = None if device_memory is None else parse_bytes(device_memory, "--device-memory")
-    spare = parse_bytes(reserve, "--reserve", zero=True)
-    for path, option in ((output, "--output"), (export, "--export")):
-        if path is not None and (option == "--output" or target != "torchtitan"):
-            check_output(path, option, [config])
-    if chart is not None:
-        check_chart_path(chart, "--chart", [config, output, export])
+    _check_paths(config, target, output, export, chart)
+    gpu = knobs.get("gpu", Configuration.model_fields["gpu"].default)
     with interruptible("before any configuration that fits was timed", "nothing ranked, nothing written"):
-        with progress(f"{escape(config.stem)}: configure on {gpus} x {gpu}, limit {time_limit:g}s", as_json) as update:
-            result = run(config, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu, dtype=dtype,
-                         target=target, top=top, refine=refine, time_limit=time_limit, jobs=jobs, executor=executor,
-                         progress=update, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,
-                         device_memory=memory, reserve=spare, began=began)
+        with progress(f"{escape(config.stem)}: configure on {knobs['gpus']} x {gpu}, limit {time_limit:g}s",
+                      as_json) as update:
+            result = run(config, **knobs, target=target, top=top, refine=refine, time_limit=time_limit, jobs=jobs,
+                         executor=executor, progress=update, began=began)
     with deferred() as late:  # the result is final: an interrupt now is answered once the files are whole
         if output is not None and result.plan is not None:
             result.plan.to_json(output)
@@ -95,6 +87,17 @@ def configure(
     if result.interrupted or late:
         err.print("interrupted: the best configurations found so far", highlight=False, markup=False)
         raise typer.Exit(exit_code())
+
+
+def _check_paths(config: Path, target: str, output: Optional[Path], export: Optional[Path],
+                 chart: Optional[Path]) -> None:
+    """The files to write checked before the search: each writable and none of them the config (torchtitan's
+    export, a folder, apart)."""
+    for path, option in ((output, "--output"), (export, "--export")):
+        if path is not None and (option == "--output" or target != "torchtitan"):
+            check_output(path, option, [config])
+    if chart is not None:
+        check_chart_path(chart, "--chart", [config, output, export])
 
 
 def _print(result: ConfigureResult) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import typer
 
+from zbsolve.base.errors import InputError
 from zbsolve.base.units import parse_bytes
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.setup import RULES, SIZES, Setup
@@ -29,60 +30,110 @@ class Option:
     """A short form, e.g. -b."""
     help: str | None = None
     """The help, where the field's docstring is not it."""
+    negative: bool = False
+    """A flag on by default that the command line turns off: ``--no-FLAG`` shown, ``--FLAG`` (the default) hidden,
+    the two together refused."""
 
 
 OPTIONS: dict[str, Option] = {
     "gpu": Option(str, "GPU", help=f"GPU preset: {', '.join(GPUS)}."), "dtype": Option(str, "DTYPE"),
     "seq_len": Option(int, "N"), "microbatch_size": Option(int, "N", "-b"), "global_batch": Option(int, "N"),
     "gpus": Option(int, "N"), "tp": Option(int, "N"), "pp": Option(int, "N"), "vp": Option(int, "N"),
-    "dp": Option(int, "N"), "cp": Option(int, "N"), "ep": Option(int, "N"), "zero": Option(int, "N"),
+    "dp": Option(int, "N", help="Data-parallel degree (shards the optimizer under --zero 1)."),
+    "cp": Option(int, "N"), "ep": Option(int, "N"), "zero": Option(int, "N"),
     "layout": Option(str, "STR"), "partition": Option(str, "SPLIT"), "schedule": Option(str, "NAME"),
-    "recompute": Option(str, "CHOICE"), "device_memory": Option(str, "SIZE"), "reserve": Option(str, "SIZE"),
+    "recompute": Option(str, "CHOICE"),
+    "device_memory": Option(str, "SIZE", help="Memory per device, e.g. 80GiB, 80GB or bytes (default: the GPU's)."),
+    "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations."),
     "overlap_grad_reduce": Option(bool), "overlap_param_gather": Option(bool), "tp_comm_overlap": Option(bool),
     "dispatcher": Option(str, "NAME"), "a2a_link": Option(str, "LINK"), "link": Option(str, "LINK"),
-    "efficiency": Option(float, "SHARE"), "flash_attention": Option(bool), "method": Option(str, "METHOD")}
+    "efficiency": Option(float, "SHARE"), "method": Option(str, "METHOD"),
+    "flash_attention": Option(bool, negative=True, help="Keep the s x s attention probabilities (default: flash "
+                                                        "attention keeps none).")}
 """Each field's option, by field."""
 
 
-def _parameter(model: type[Setup], name: str) -> inspect.Parameter:
-    """The typer parameter of field ``name``: required where the model requires it, else None (not given)."""
+def flag(name: str) -> str:
+    """Field ``name``'s flag: ``--seq-len`` for ``seq_len``."""
+    return "--" + name.replace("_", "-")
+
+
+def _default(model: type[Setup], name: str) -> tuple[Any, bool]:
+    """Field ``name``'s typer default (required: ``...``; a size: as text, 4GiB) and whether the help shows it."""
+    field = model.model_fields[name]
+    if field.is_required():
+        return ..., False
+    if field.default is None:
+        return None, False
+    return (f"{field.default // 2**30}GiB" if name in SIZES else field.default), True
+
+
+def _parameters(model: type[Setup], name: str) -> list[inspect.Parameter]:
+    """The typer parameters of field ``name``: one option (``--flag/--no-flag`` for a switch), or for a
+    ``negative`` one its ``--no-`` form and, hidden, the flag itself."""
     option, field = OPTIONS[name], model.model_fields[name]
-    flag = "--" + name.replace("_", "-")
-    flags = [f"{flag}/--no-{flag[2:]}"] if option.kind is bool else [flag, *([option.short] if option.short else [])]
-    required = field.is_required()
-    shown = False if required or field.default is None else (
-        f"{field.default // 2**30}GiB" if name in SIZES else str(field.default))
-    default = typer.Option(... if required else None, *flags, metavar=option.metavar or None, show_default=shown,
-                           help=option.help or field.description)
-    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                             annotation=option.kind if required else Optional[option.kind])
+    about = " ".join((option.help or field.description or "").split()).replace("(None: ", "(default: ")
+    if option.negative:
+        return [inspect.Parameter(f"no_{name}", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+                    False, flag(f"no_{name}"), metavar="", show_default=False, help=about)),
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+                    False, flag(name), hidden=True, help="The default."))]
+    flags = ([f"{flag(name)}/--no-{flag(name)[2:]}"] if option.kind is bool
+             else [flag(name), *([option.short] if option.short else [])])
+    default, shown = _default(model, name)
+    kind = option.kind if default is not None else Optional[option.kind]
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=typer.Option(
+        default, *flags, metavar=option.metavar or None, show_default=shown, help=about))]
 
 
 def given(name: str, value: Any) -> Any:
     """An option's value checked by its field's rule under its flag, sizes read as bytes."""
-    flag = "--" + name.replace("_", "-")
     if name in SIZES:
-        return parse_bytes(value, flag, zero=name == "reserve")
+        return parse_bytes(value, flag(name), zero=name == "reserve")
     if name in RULES:
-        RULES[name](flag, value)
+        RULES[name](flag(name), value)
     return value
 
 
-def setup_options(model: type[Setup], fields: tuple[str, ...]) -> Callable[[Callable], Callable]:
+def _knobs(fields: tuple[str, ...], values: dict[str, Any], context: typer.Context, read: bool) -> dict[str, Any]:
+    """The options of ``fields`` taken out of ``values``: with ``read``, those given on the command line, checked
+    (``given``); else each as the command line has it, its default included (sizes as text: the command reads
+    them)."""
+    knobs = {}
+    for name in fields:
+        value = values.pop(name)
+        if OPTIONS[name].negative:
+            off = values.pop(f"no_{name}")
+            if value and off:
+                raise InputError(f"{flag(name)} and {flag(f'no_{name}')}: give one ({flag(name)} is the default)")
+            if value or off:
+                knobs[name] = not off
+        elif not read:
+            if value is not None:
+                knobs[name] = value
+        elif context.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP"):  # type: ignore[union-attr]
+            knobs[name] = given(name, value)
+    return knobs
+
+
+def setup_options(model: type[Setup], fields: tuple[str, ...], read: bool = True) -> Callable[[Callable], Callable]:
     """A command that also takes the options of ``fields`` (``OPTIONS``), their defaults ``model``'s, after its
-    own parameters; it receives those given, checked (``given``), as its parameter ``knobs``."""
+    first parameter; it receives those given on the command line, checked (``given``), as its parameter ``knobs``
+    (without ``read``: each as the command line has it, defaults and sizes as text, e.g. 4GiB)."""
     def decorate(command: Callable) -> Callable:
         own = [p for p in inspect.signature(command).parameters.values() if p.name != "knobs"]
-        added = [_parameter(model, name) for name in fields]
+        added = [p for name in fields for p in _parameters(model, name)]
+        context = inspect.Parameter("setup_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
 
         @functools.wraps(command)
         def bound(**values: Any) -> Any:
-            options = {name: values.pop(name) for name in fields}
-            knobs = {name: given(name, value) for name, value in options.items() if value is not None}
+            knobs = _knobs(fields, values, values.pop("setup_context"), read)
             return command(**values, knobs=knobs)
 
-        bound.__signature__ = inspect.Signature(own[:1] + added + own[1:])  # type: ignore[attr-defined]
+        keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        bound.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            keyword[:1] + added + keyword[1:] + [context])
         bound.__annotations__ = {**{k: v for k, v in command.__annotations__.items() if k != "knobs"},
-                                 **{p.name: p.annotation for p in added}}
+                                 **{p.name: p.annotation for p in (*added, context)}}
         return bound
     return decorate

@@ -10,8 +10,10 @@ from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (JSON, QUIET, RESERVE, WIDE, app, cli_errors, command_began, err, interruptible, out,
-                                    print_result, progress, wide)
+from zbsolve.app.cli.common import (JSON, QUIET, WIDE, app, chart_option, cli_errors, command_began, devices_option, err,
+                                    executor_option, interruptible, jobs_option, microbatches_option, out,
+                                    output_option, print_result, progress, target_option, time_limit_option, wide)
+from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -23,6 +25,7 @@ from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_cha
 from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import baselines_table, records_table
 from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.setup import Setup
 from zbsolve.problem.request import PLAN_TIME_LIMIT
 
 
@@ -41,7 +44,7 @@ class PlanArgs:
     time_limit: float
     """Seconds the whole plan, or the whole frontier, may take."""
     reserve: str
-    """``--reserve`` as given, e.g. 4GiB."""
+    """``--reserve`` as given (or its default), e.g. 4GiB."""
     jobs: Optional[int]
     """Processes timing candidates (None: all cores)."""
     executor: Optional[str]
@@ -60,51 +63,51 @@ class PlanArgs:
         return {**asdict(self), "chunks": _chunks(self.chunks)}
 
 
+PLACEMENT = typer.Option("auto", "--placement", help="auto (the best of the others), sequential, interleaved or vshape.")
+CHUNKS = typer.Option(None, "--chunks", show_default=False, help="Stages per device of interleaved and vshape "
+                      "(default 2), or auto: every count from 2 to 8.")
+RECOMPUTE = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: none, full, "
+                         "uniform:N (the first N of every stage), per-stage:N,N,... (the first N_s of stage s), "
+                         "per-stage (the counts chosen for each candidate), selective (every block's norms and MLP "
+                         "activation; 'selective+' before uniform or per-stage: the blocks not recomputed whole), or "
+                         "auto (each candidate timed with what the target runs).")
+TARGET = target_option("zbsolve", "The runtime the plan is for: zbsolve (any plan), torchtitan (recompute none or "
+                       "full) or megatron (none, full or uniform:N; no V-shape); the search keeps to what it can run.")
+BASELINE_LAYOUT = typer.Option(None, "--baseline-layout", show_default=False,
+                               help="A Megatron --pipeline-model-parallel-layout string, e.g. "
+                                    "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with Megatron's schedule and "
+                                    "its best recomputation.")
+FIRST_LAYERS = typer.Option(None, "--num-layers-in-first-pipeline-stage", min=1, show_default=False,
+                            help="Megatron's blocks on the first pipeline rank: adds Megatron's uneven split to the "
+                                 "baselines.")
+LAST_LAYERS = typer.Option(None, "--num-layers-in-last-pipeline-stage", min=1, show_default=False,
+                           help="Megatron's blocks on the last pipeline rank: adds Megatron's uneven split to the "
+                                "baselines.")
+FRONTIER = typer.Option(None, "--frontier", show_default=False,
+                        help="Device memories, e.g. 40GiB,48GiB,64GiB,80GiB: the plan at each (the time limit "
+                             "shared) beside the baselines and V-Half/V-Min; --chart draws step time against memory.")
+
+
 @app.command()
 @cli_errors
+@setup_options(Setup, ("device_memory", "reserve"), read=False)
 def plan(
-    model: Path = typer.Argument(..., help="Model description (YAML/JSON), e.g. problems/models/llama3-8b.yaml."),
-    devices: int = typer.Option(..., "--devices", "-p", min=1, help="Pipeline devices p."),
-    microbatches: int = typer.Option(..., "--microbatches", "-m", min=1, help="Microbatches m."),
-    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
-                                                help="Memory per device, e.g. 80GiB (default: the model's GPU's)."),
-    placement: str = typer.Option("auto", "--placement",
-                                  help="auto (the best of the others), sequential, interleaved or vshape."),
-    chunks: Optional[str] = typer.Option(None, "--chunks", show_default=False,
-                                         help="Stages per device of interleaved and vshape (default 2), or auto: "
-                                              "every count from 2 to 8."),
-    time_limit: float = typer.Option(PLAN_TIME_LIMIT, "--time-limit", help="Seconds the whole plan may take."),
-    reserve: str = RESERVE,
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Processes timing candidates (default: "
-                                                                          "all cores)."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to time candidates on Dask."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the plan (a schedule document)."),
-    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the plan's Gantt chart beside the baselines' "
-                                                               "step times (.png or .svg)."),
-    recompute: str = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: "
-                                  "none, full, uniform:N (the first N of every stage), per-stage:N,N,... (the first "
-                                  "N_s of stage s), per-stage (the counts chosen for each candidate), selective (every "
-                                  "block's norms and MLP activation; 'selective+' before uniform or per-stage: the "
-                                  "blocks not recomputed whole), or auto (each candidate timed with what the target "
-                                  "runs)."),
-    target: str = typer.Option("zbsolve", "--target", help="The runtime the plan is for: zbsolve (any plan), "
-                               "torchtitan (recompute none or full) or megatron (none, full or uniform:N; no "
-                               "V-shape); the search keeps to what it can run."),
-    baseline_layout: Optional[str] = typer.Option(None, "--baseline-layout", show_default=False,
-                                                  help="A Megatron --pipeline-model-parallel-layout string, e.g. "
-                                                       "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with "
-                                                       "Megatron's schedule and its best recomputation."),
-    first_layers: Optional[int] = typer.Option(None, "--num-layers-in-first-pipeline-stage", min=1,
-                                               show_default=False, help="Megatron's blocks on the first pipeline "
-                                               "rank: adds Megatron's uneven split to the baselines."),
-    last_layers: Optional[int] = typer.Option(None, "--num-layers-in-last-pipeline-stage", min=1,
-                                              show_default=False, help="Megatron's blocks on the last pipeline "
-                                              "rank: adds Megatron's uneven split to the baselines."),
-    frontier: Optional[str] = typer.Option(None, "--frontier", show_default=False,
-                                           help="Device memories, e.g. 40GiB,48GiB,64GiB,80GiB: the plan at each "
-                                                "(the time limit shared) beside the baselines and V-Half/V-Min; "
-                                                "--chart draws step time against memory."),
+    model: Path = typer.Argument(..., metavar="MODEL",
+                                 help="Model description (YAML/JSON), e.g. problems/models/llama3-8b.yaml."),
+    devices: int = devices_option(..., "Pipeline devices p."),
+    microbatches: int = microbatches_option(..., "Microbatches m."),
+    placement: str = PLACEMENT, chunks: Optional[str] = CHUNKS,
+    time_limit: float = time_limit_option(PLAN_TIME_LIMIT, "Seconds the whole plan may take."),
+    jobs: Optional[int] = jobs_option(None, "Processes timing candidates (default: all cores).", min=1),
+    executor: Optional[str] = executor_option(None, "dask://HOST:PORT to time candidates on Dask."),
+    output: Optional[Path] = output_option(None, "Write the plan (a schedule document)."),
+    chart: Optional[Path] = chart_option(None, "Write the plan's Gantt chart beside the baselines' step times (.png "
+                                         "or .svg)."),
+    recompute: str = RECOMPUTE, target: str = TARGET, baseline_layout: Optional[str] = BASELINE_LAYOUT,
+    first_layers: Optional[int] = FIRST_LAYERS, last_layers: Optional[int] = LAST_LAYERS,
+    frontier: Optional[str] = FRONTIER,
     as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE,
+    knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
 
@@ -115,23 +118,32 @@ def plan(
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
     args = PlanArgs(num_devices=devices, num_microbatches=microbatches, placement=placement, chunks=chunks,
-                    time_limit=time_limit, reserve=reserve, jobs=jobs, executor=executor, recompute=recompute,
-                    target=target, baseline_layout=baseline_layout, megatron_ends=(first_layers, last_layers))
-    if frontier is not None:
-        if output:
-            raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
-        if device_memory is not None:
-            raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
-        _frontier(model, parse_memories(frontier), chart, quiet, as_json, args, whole)
+                    time_limit=time_limit, reserve=knobs["reserve"], jobs=jobs, executor=executor,
+                    recompute=recompute, target=target, baseline_layout=baseline_layout,
+                    megatron_ends=(first_layers, last_layers))
+    device_memory = knobs.get("device_memory")
+    if frontier is None:
+        _plan(model, device_memory, args, output, chart, quiet, as_json, whole)
         return
     if output:
-        check_output(output, "--output", [model])
+        raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
+    if device_memory is not None:
+        raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
+    _frontier(model, parse_memories(frontier), chart, quiet, as_json, args, whole)
+
+
+def _plan(path: Path, device_memory: Optional[str], args: PlanArgs, output: Optional[Path], chart: Optional[Path],
+          quiet: bool, as_json: bool, whole: bool) -> None:
+    """``plan`` at one device memory: the plan written, its figures and the baselines' printed (``whole``: every
+    column)."""
+    if output:
+        check_output(output, "--output", [path])
     if chart:
-        check_chart_path(chart, "--chart", [model])
+        check_chart_path(chart, "--chart", [path])
     began = command_began()  # loading counts against the limit
     with interruptible("before the search timed a partition that fits", "nothing planned yet, nothing written"):
-        loaded = Model.load(model, "zbsolve plan")
-        with progress(f"{loaded.name}: plan, limit {time_limit:g}s", quiet or as_json) as update:
+        loaded = Model.load(path, "zbsolve plan")
+        with progress(f"{loaded.name}: plan, limit {args.time_limit:g}s", quiet or as_json) as update:
             result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, quiet), began=began,
                               **args.keywords())
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, app, cli_errors, out
+from zbsolve.app.cli.common import CONFIG, JSON, app, cli_errors, out
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration
@@ -20,7 +19,7 @@ from zbsolve.present.tables import text_table
 @cli_errors
 @setup_options(Configuration, Configuration.OPTIONS)
 def predict(
-    config: Path = typer.Argument(..., help="Hugging Face config.json of the model."),
+    config: Path = CONFIG,
     as_json: bool = JSON,
     knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:

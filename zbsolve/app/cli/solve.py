@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (
-    JSON,
-    QUIET,
-    RESERVE,
-    app,
-    cli_errors,
-    command_began,
-    err,
-    file_units,
-    interruptible,
-    print_result,
-    progress,
-)
+from zbsolve.app.cli.common import (GANTT_CHART, JSON, QUIET, SCHEDULE_OUTPUT, app, cli_errors, command_began,
+                                    devices_option, err, file_units, interruptible, microbatches_option, print_result,
+                                    progress, time_limit_option)
+from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -32,44 +23,48 @@ from zbsolve.present.figures import Units, published_rows
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.setup import Setup
+from zbsolve.optimize.result import SolveResult
 from zbsolve.problem.problem_file import Problem, load_input
 from zbsolve.problem.request import SOLVERS, TIME_LIMIT, Request
 
 
+PARTITION = typer.Option("uniform", "--partition",
+                         help="A model's layers per stage: uniform, or counts such as 5,4,4,4,4,4,4,6.")
+OBJECTIVE = typer.Option(OBJECTIVES[0], "--objective",
+                         help=f"One of {', '.join(OBJECTIVES)}: makespan is the step time with an optimizer barrier, "
+                              "span the paper's objective (a runtime without one).")
+PLACEMENT = typer.Option(None, "--placement", help=f"One of {', '.join(SUPPORTED_PLACEMENTS)} (default: the "
+                         "problem's, else sequential).")
+RECOMPUTE = typer.Option("none", "--recompute", help="A model's blocks that run their forward again inside their B: "
+                         "none, full (every block), uniform:N (the first N of every stage), per-stage:N,N,... (the "
+                         "first N_s of stage s), per-stage (the counts chosen for the shortest step), selective "
+                         "(every block's norms and MLP activation function; 'selective+' before uniform or per-stage: "
+                         "the blocks not recomputed whole).")
+
+
 @app.command()
 @cli_errors
+@setup_options(Setup, ("device_memory", "reserve"), read=False)
 def solve(
-    problem: Path = typer.Argument(..., help="Problem, model or per-stage profile file (YAML/JSON)."),
-    devices: Optional[int] = typer.Option(None, "--devices", "-p", min=1, show_default=False,
-                                          help="Pipeline devices p (required for a model or a profile)."),
-    microbatches: Optional[int] = typer.Option(None, "--microbatches", "-m", min=1, show_default=False,
-                                               help="Microbatches m (required for a model or a profile)."),
-    device_memory: Optional[str] = typer.Option(None, "--device-memory", show_default=False,
-                                                help="Memory per device, e.g. 80GiB, 80GB or bytes (default for a "
-                                                     "model: its GPU's)."),
-    reserve: str = RESERVE,
-    partition: str = typer.Option("uniform", "--partition",
-                                  help="A model's layers per stage: uniform, or counts such as 5,4,4,4,4,4,4,6."),
+    problem: Path = typer.Argument(..., metavar="PROBLEM", help="Problem, model or per-stage profile file (YAML/JSON)."),
+    devices: Optional[int] = devices_option(None, "Pipeline devices p (required for a model or a profile).",
+                                            show_default=False),
+    microbatches: Optional[int] = microbatches_option(None, "Microbatches m (required for a model or a profile).",
+                                                      show_default=False),
+    partition: str = PARTITION,
     mem_limit: Optional[float] = typer.Option(None, "--mem-limit", help="Memory limit in the profile's unit."),
     mem_factor: Optional[float] = typer.Option(None, "--mem-factor", help="Memory limit as K x 1F1B's peak."),
     solver: str = typer.Option(SOLVERS[0], "--solver", help=f"One of {', '.join(SOLVERS)}."),
-    time_limit: float = typer.Option(TIME_LIMIT, "--time-limit", help="Solver time limit in seconds."),
-    objective: str = typer.Option(OBJECTIVES[0], "--objective",
-                                  help=f"One of {', '.join(OBJECTIVES)}: makespan is the step time with an optimizer "
-                                       "barrier, span the paper's objective (a runtime without one)."),
+    time_limit: float = time_limit_option(TIME_LIMIT, "Solver time limit in seconds."),
+    objective: str = OBJECTIVE,
     workers: Optional[int] = typer.Option(None, "--workers", help="Solver threads (default: all cores)."),
     seed: int = typer.Option(0, "--seed", help="Solver random seed."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
-    chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
-    as_json: bool = JSON, quiet: bool = QUIET,
-    placement: Optional[str] = typer.Option(None, "--placement", help=f"One of {', '.join(SUPPORTED_PLACEMENTS)} "
-                                            "(default: the problem's, else sequential)."),
+    output: Optional[Path] = SCHEDULE_OUTPUT, chart: Optional[Path] = GANTT_CHART,
+    as_json: bool = JSON, quiet: bool = QUIET, placement: Optional[str] = PLACEMENT,
     chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
-    recompute: str = typer.Option("none", "--recompute", help="A model's blocks that run their forward again inside "
-                                  "their B: none, full (every block), uniform:N (the first N of every stage), "
-                                  "per-stage:N,N,... (the first N_s of stage s), per-stage (the counts chosen for the "
-                                  "shortest step), selective (every block's norms and MLP activation function; "
-                                  "'selective+' before uniform or per-stage: the blocks not recomputed whole)."),
+    recompute: str = RECOMPUTE,
+    knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:
     """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
 
@@ -84,53 +79,72 @@ def solve(
         check_output(output, "--output", [problem])
     if chart:
         check_chart_path(chart, "--chart", [problem])
+    wanted = dict(num_microbatches=microbatches, num_devices=devices, placement=placement, chunks=chunks,
+                  mem_limit=mem_limit, mem_factor=mem_factor, partition=partition, objective=objective, solver=solver,
+                  time_limit=time_limit, workers=workers, seed=seed, recompute=recompute, **knobs)
     with interruptible("before the first schedule was built"):
-        given = load_input(problem, "zbsolve solve")
-        published: dict[str, float] = {}
-        table = (0, 0)  # the (p, m) of the paper's table, for a problem that holds its figures
-        if isinstance(given, Problem):
-            costs: Profile | Model = given.profile
-            name, published = given.name, given.published
-            table = (given.num_devices, given.num_microbatches)
-            p, m = devices or given.num_devices, microbatches or given.num_microbatches
-            if mem_limit is None and mem_factor is None and device_memory is None:
-                mem_limit, mem_factor = given.mem_limit, given.mem_factor
-            placement = placement or given.placement
-        else:
-            if devices is None or microbatches is None:
-                raise InputError(f"{problem}: give --devices and --microbatches to solve a "
-                                 f"{'model' if isinstance(given, Model) else 'profile'}")
-            if isinstance(given, Model) and mem_factor is not None:
-                raise InputError("--mem-factor applies to a problem or a profile; give --device-memory for a model")
-            costs, name, p, m = given, problem.stem, devices, microbatches
-        request = Request(num_microbatches=m, num_devices=p, placement=placement or "sequential", chunks=chunks,
-                          mem_limit=mem_limit, mem_factor=mem_factor, device_memory=device_memory, reserve=reserve,
-                          partition=partition, objective=objective, solver=solver, time_limit=time_limit,
-                          workers=workers, seed=seed, recompute=recompute)
+        costs, name, published, table, keywords = _load(problem, wanted)
+        request = Request(**keywords)
         with progress(f"{name}: {solver}, limit {time_limit:g}s", quiet or as_json) as update:
             result = solve_request(costs, request, update, began, check=True)  # loading counts against the limit
     stated = file_units(problem)
     units = Units.of(result.costs, stated.time, stated.memory)
+    interrupted = _write(result, result.title(name), units, output, chart)
+    if not quiet:
+        rows = published_rows(published, table, (request.num_devices, request.num_microbatches), objective)
+        _print(result, name, f"{name}: {solver}", units, as_json, rows)
+    if interrupted:
+        raise typer.Exit(exit_code())
+
+
+def _load(problem: Path, wanted: dict[str, Any]) -> tuple[Profile | Model, str, dict[str, float], tuple[int, int],
+                                                          dict[str, Any]]:
+    """The costs in the file at ``problem``, its name, the figures it publishes and the (p, m) of their table, and
+    the request's fields ``wanted`` completed by what a problem file states (its p and m, its memory limit and its
+    placement where the command line gives none)."""
+    given = load_input(problem, "zbsolve solve")
+    fields = dict(wanted)
+    if isinstance(given, Problem):
+        fields["num_devices"] = fields["num_devices"] or given.num_devices
+        fields["num_microbatches"] = fields["num_microbatches"] or given.num_microbatches
+        if fields["mem_limit"] is None and fields["mem_factor"] is None and fields.get("device_memory") is None:
+            fields.update(mem_limit=given.mem_limit, mem_factor=given.mem_factor)
+        fields["placement"] = fields["placement"] or given.placement or "sequential"
+        return given.profile, given.name, given.published, (given.num_devices, given.num_microbatches), fields
+    if fields["num_devices"] is None or fields["num_microbatches"] is None:
+        raise InputError(f"{problem}: give --devices and --microbatches to solve a "
+                         f"{'model' if isinstance(given, Model) else 'profile'}")
+    if isinstance(given, Model) and fields["mem_factor"] is not None:
+        raise InputError("--mem-factor applies to a problem or a profile; give --device-memory for a model")
+    fields["placement"] = fields["placement"] or "sequential"
+    return given, problem.stem, {}, (0, 0), fields
+
+
+def _write(result: SolveResult, title: str, units: Units, output: Optional[Path], chart: Optional[Path]) -> bool:
+    """The schedule written to ``output`` and charted to ``chart`` whole, even when interrupted meanwhile; whether
+    the solve or the writing was interrupted (one line on stderr says what was written)."""
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
         if chart:
-            save_chart(result.timeline, chart, memory=True, costs=result.costs, title=result.title(name), units=units)
+            save_chart(result.timeline, chart, memory=True, costs=result.costs, title=title, units=units)
     interrupted = result.interrupted or bool(late)
     if interrupted:
         written = [str(path) for path in (output, chart) if path]
         err.print(f"interrupted: the best schedule found so far{' is in ' + ', '.join(written) if written else ''}",
                   highlight=False, markup=False, soft_wrap=True)
-    if not quiet:
-        summary = {"problem": name, **_costs_figures(result.costs, result.schedule.mem_limit), **result.summary()}
-        if as_json:
-            print(json.dumps({**summary, "units": {"time": units.time, "memory": units.memory}}, indent=1,
-                             default=str))
-        else:
-            rows, note = published_rows(published, table, (p, m), objective)
-            print_result(summary, result.costs, f"{name}: {solver}", units=units, extra=rows, note=note)
-    if interrupted:
-        raise typer.Exit(exit_code())
+    return interrupted
+
+
+def _print(result: SolveResult, name: str, title: str, units: Units, as_json: bool,
+           rows: tuple[dict[str, float], Optional[str]]) -> None:
+    """The solve's figures as a table under ``title`` (with the figures its problem publishes, ``rows``, and their
+    note) or as JSON."""
+    summary = {"problem": name, **_costs_figures(result.costs, result.schedule.mem_limit), **result.summary()}
+    if as_json:
+        print(json.dumps({**summary, "units": {"time": units.time, "memory": units.memory}}, indent=1, default=str))
+    else:
+        print_result(summary, result.costs, title, units=units, extra=rows[0], note=rows[1])
 
 
 def _costs_figures(costs: Costs, limit: object) -> dict[str, object]:
