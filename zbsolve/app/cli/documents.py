@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, out, print_result
+from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, out, output_option, print_result
 from zbsolve.base.files import check_output
 from zbsolve.core.simulator import simulate
 from zbsolve.io.document import drift_matters, load_document, planned_drift
@@ -48,7 +48,7 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
 @app.command()
 @cli_errors
 def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
-         output: Path = typer.Option(..., "--output", "-o", help="Chart file (.png or .svg)."),
+         output: Path = output_option(..., "Chart file (.png or .svg)."),
          memory: bool = typer.Option(False, "--memory", help="Add a panel of memory over time per device."),
          quiet: bool = QUIET) -> None:
     """Draw a schedule document as a Gantt chart.
@@ -71,8 +71,8 @@ def export(
     fmt: str = typer.Option("torch-csv", "--format", "-f", help="Export format: torch-csv, torchtitan (the CSV and "
                             "torchtitan's pipeline and activation checkpointing settings) or megatron (Megatron's "
                             "pipeline and recomputation arguments)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", show_default=False,
-                                          help="Output file; a folder for torchtitan; megatron prints without it."),
+    output: Optional[Path] = output_option(None, "Output file; a folder for torchtitan; megatron prints without it.",
+                                           show_default=False),
     microbatch_size: Optional[int] = typer.Option(None, "--microbatch-size", min=1, show_default=False,
                                                   help="torchtitan: sequences per microbatch (default: the "
                                                        "setting's, else 1)."),

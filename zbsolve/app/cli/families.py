@@ -10,6 +10,8 @@ import typer
 
 from zbsolve.app.cli.common import (
     DEVICES,
+    GANTT_CHART,
+    SCHEDULE_OUTPUT,
     DEVICES_ALIAS,
     JSON,
     MICROBATCHES,
@@ -38,8 +40,7 @@ from zbsolve.schedulers.families import FAMILIES, make_schedule
 def schedule(
     family: str = typer.Argument(..., help=f"Family: {', '.join(FAMILIES)}."),
     devices: Optional[int] = DEVICES, microbatches: int = MICROBATCHES, profile: Optional[Path] = PROFILE,
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schedule document (JSON)."),
-    chart: Optional[Path] = typer.Option(None, "--chart", help="Write a Gantt chart (.png or .svg)."),
+    output: Optional[Path] = SCHEDULE_OUTPUT, chart: Optional[Path] = GANTT_CHART,
     as_json: bool = JSON, quiet: bool = QUIET, stages: Optional[int] = DEVICES_ALIAS,
 ) -> None:
     """Build a handcrafted schedule and print its figures.

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, interruptible, numbers, out, progress
+from zbsolve.app.cli.common import (JSON, QUIET, app, chart_option, cli_errors, err, interruptible, jobs_option, numbers,
+                                    out, output_option, progress, time_limit_option)
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS
@@ -27,10 +28,10 @@ def frontier(
     factors: str = typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors", help="Memory limits as K x 1F1B's peak."),
     placements: str = typer.Option(",".join(DEFAULT_PLACEMENTS), "--placements",
                                    help=f"Comma-separated placements from {', '.join(SUPPORTED_PLACEMENTS)}."),
-    time_limit: float = typer.Option(FRONTIER_TIME_LIMIT, "--time-limit", help="Time limit of each solve in seconds."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel solver processes (default: all cores)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write rows and family points (JSON)."),
-    chart: Optional[Path] = typer.Option(None, "--chart", help="Write the frontier plot (.png, .svg or .pdf)."),
+    time_limit: float = time_limit_option(FRONTIER_TIME_LIMIT, "Time limit of each solve in seconds."),
+    jobs: Optional[int] = jobs_option(None, "Parallel solver processes (default: all cores)."),
+    output: Optional[Path] = output_option(None, "Write rows and family points (JSON)."),
+    chart: Optional[Path] = chart_option(None, "Write the frontier plot (.png, .svg or .pdf)."),
     as_json: bool = JSON, quiet: bool = QUIET,
 ) -> None:
     """The best paper bubble at each memory limit, per placement, beside the handcrafted families.

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import QUIET, app, cli_errors, err, interruptible, out
+from zbsolve.app.cli.common import QUIET, app, cli_errors, err, executor_option, interruptible, jobs_option, out, output_option
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 
@@ -16,9 +16,9 @@ from zbsolve.base.files import check_output
 @cli_errors
 def grid(
     file: Path = typer.Argument(..., help="Grid YAML (e.g. problems/grids/smoke.yaml)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Parallel solver processes (one thread each)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Results file (JSONL); a rerun resumes from it."),
-    executor: Optional[str] = typer.Option(None, "--executor", help="dask://HOST:PORT to run on a Dask cluster."),
+    jobs: int = jobs_option(1, "Parallel solver processes (one thread each).", min=1),
+    output: Path = output_option(..., "Results file (JSONL); a rerun resumes from it."),
+    executor: Optional[str] = executor_option(None, "dask://HOST:PORT to run on a Dask cluster."),
     schedules: Optional[Path] = typer.Option(None, "--schedules", help="Folder for each job's schedule document."),
     summary: Optional[Path] = typer.Option(None, "--summary", help="Also write a flat CSV table of all results."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also run again the jobs recorded as failed."),
@@ -90,7 +90,7 @@ def grid(
 @cli_errors
 def summarize(
     file: Path = typer.Argument(..., help="Results file (JSONL) from zbsolve grid."),
-    output: Path = typer.Option(..., "--output", "-o", help="CSV table to write."),
+    output: Path = output_option(..., "CSV table to write."),
     quiet: bool = QUIET,
 ) -> None:
     """Write a grid's results as a flat CSV table (pandas.read_csv reads it directly).

@@ -30,9 +30,8 @@ class Option:
     """A short form, e.g. -b."""
     help: str | None = None
     """The help, where the field's docstring is not it."""
-    negative: bool = False
-    """A flag on by default that the command line turns off: ``--no-FLAG`` shown, ``--FLAG`` (the default) hidden,
-    the two together refused."""
+    off: str | None = None
+    """A switch's help for its ``--no-`` form, shown where the model's default is on."""
 
 
 OPTIONS: dict[str, Option] = {
@@ -45,11 +44,15 @@ OPTIONS: dict[str, Option] = {
     "recompute": Option(str, "CHOICE"),
     "device_memory": Option(str, "SIZE", help="Memory per device, e.g. 80GiB, 80GB or bytes (default: the GPU's)."),
     "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations."),
-    "overlap_grad_reduce": Option(bool), "overlap_param_gather": Option(bool), "tp_comm_overlap": Option(bool),
+    "overlap_grad_reduce": Option(bool, off="Gradients reduced after the backward (not Megatron's "
+                                            "--overlap-grad-reduce)."),
+    "overlap_param_gather": Option(bool, off="Parameters all-gathered before the forward (not Megatron's "
+                                             "--overlap-param-gather)."),
+    "tp_comm_overlap": Option(bool),
     "dispatcher": Option(str, "NAME"), "a2a_link": Option(str, "LINK"), "link": Option(str, "LINK"),
     "efficiency": Option(float, "SHARE"), "method": Option(str, "METHOD"),
-    "flash_attention": Option(bool, negative=True, help="Keep the s x s attention probabilities (default: flash "
-                                                        "attention keeps none).")}
+    "flash_attention": Option(bool, off="Keep the s x s attention probabilities (default: flash attention keeps "
+                                        "none).")}
 """Each field's option, by field."""
 
 
@@ -69,21 +72,23 @@ def _default(model: type[Setup], name: str) -> tuple[Any, bool]:
 
 
 def _parameters(model: type[Setup], name: str) -> list[inspect.Parameter]:
-    """The typer parameters of field ``name``: one option (``--flag/--no-flag`` for a switch), or for a
-    ``negative`` one its ``--no-`` form and, hidden, the flag itself."""
+    """The typer parameters of field ``name``: one option, or for a switch the form that turns it from ``model``'s
+    default (``--flag``, or ``--no-flag`` with its ``off`` help) and, hidden, the default's form."""
     option, field = OPTIONS[name], model.model_fields[name]
     about = " ".join((option.help or field.description or "").split()).replace("(None: ", "(default: ")
-    if option.negative:
-        return [inspect.Parameter(f"no_{name}", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
-                    False, flag(f"no_{name}"), metavar="", show_default=False, help=about)),
-                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
-                    False, flag(name), hidden=True, help="The default."))]
-    flags = ([f"{flag(name)}/--no-{flag(name)[2:]}"] if option.kind is bool
-             else [flag(name), *([option.short] if option.short else [])])
-    default, shown = _default(model, name)
+    if option.kind is bool:
+        on, off = flag(name), flag(f"no_{name}")
+        change = off if field.default else on
+        helps = {change: (option.off or "") if change == off else about}
+        return [inspect.Parameter(form[2:].replace("-", "_"), inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                                  default=typer.Option(False, form, hidden=form != change,
+                                                       help=helps.get(form, "The default.")))
+                for form in (on, off)]
+    default, show = _default(model, name)
     kind = option.kind if default is not None else Optional[option.kind]
+    flags = [flag(name), *([option.short] if option.short else [])]
     return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=typer.Option(
-        default, *flags, metavar=option.metavar or None, show_default=shown, help=about))]
+        default, *flags, metavar=option.metavar or None, show_default=show, help=about))]
 
 
 def given(name: str, value: Any) -> Any:
@@ -102,10 +107,10 @@ def _knobs(fields: tuple[str, ...], values: dict[str, Any], context: typer.Conte
     knobs = {}
     for name in fields:
         value = values.pop(name)
-        if OPTIONS[name].negative:
+        if OPTIONS[name].kind is bool:
             off = values.pop(f"no_{name}")
             if value and off:
-                raise InputError(f"{flag(name)} and {flag(f'no_{name}')}: give one ({flag(name)} is the default)")
+                raise InputError(f"{flag(name)} and {flag(f'no_{name}')}: give one")
             if value or off:
                 knobs[name] = not off
         elif not read:

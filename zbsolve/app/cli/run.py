@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, err, out, wide
+from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, err, out, output_option, wide
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.io.document import load_document
@@ -99,8 +99,7 @@ def profile(
     per_layer: bool = typer.Option(False, "--per-layer", help="Measure each layer; write a model description "
                                                               "(problems/models/) instead of a per-stage Profile."),
     microbatch_size: int = typer.Option(1, "--microbatch-size", "-b", min=1, help="Microbatch size."),
-    output: Path = typer.Option(..., "--output", "-o", help="Profile (--per-layer: model description) to write "
-                                                            "(.yaml or .json)."),
+    output: Path = output_option(..., "Profile (--per-layer: model description) to write (.yaml or .json)."),
     repeats: int = typer.Option(10, "--repeats", min=1, help="Measurements per figure (medians are kept)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs first."),
     latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure point-to-point latency (t_comm)."),
