@@ -15,7 +15,8 @@ from zbsolve.configure.predict import Configuration
 from zbsolve.costmodel.setup import Setup
 
 CLI = Path(__file__).resolve().parent.parent / "zbsolve" / "app" / "cli"
-HOMONYMS = {("run", "--seq-len"), ("profile", "--seq-len"), ("profile", "--microbatch-size"), ("export", "--microbatch-size"),
+HOMONYMS = {("run", "--seq-len"), ("profile", "--seq-len"), ("profile", "--microbatch-size"),
+            ("export", "--microbatch-size"),
             ("solve", "--partition"), ("solve", "--recompute"), ("plan", "--recompute")}
 """Options named as a setup's field that are another thing: the runtime's small GPT's sequence and microbatch, an
 export's microbatch size, and the split and recomputation a solve or a plan takes (layer counts; per-stage, auto)."""

@@ -24,6 +24,7 @@ from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Setting
 from zbsolve.costmodel.moe import DISPATCHERS
 
+
 class Setup(InputModel):
     """A training run's knobs, each once: what the estimate, ``predict`` and ``configure`` read."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,6 @@ from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.base.inputs import load_mapping
 from zbsolve.base.interrupt import exit_code, signals_as_interrupt

@@ -10,10 +10,24 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import (CONFIG, JSON, app, chart_option, cli_errors, command_began, err, executor_option,
-                                    interruptible, jobs_option, out, output_option, progress, target_option,
-                                    time_limit_option)
+from zbsolve.app.cli.common import (
+    CONFIG,
+    JSON,
+    app,
+    chart_option,
+    cli_errors,
+    err,
+    executor_option,
+    interruptible,
+    jobs_option,
+    out,
+    output_option,
+    progress,
+    target_option,
+    time_limit_option,
+)
 from zbsolve.app.cli.options import setup_options
+from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
@@ -21,7 +35,6 @@ from zbsolve.configure.predict import Configuration
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.configure_table import configure_table, lines
 from zbsolve.present.plot import check_chart_path
-
 
 FIELDS = ("gpus", "global_batch", "seq_len", "gpu", "dtype", "device_memory", "reserve", "tp_comm_overlap",
           "dispatcher")

@@ -17,7 +17,6 @@ from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
 from zbsolve.present.tables import text_table
 
-
 FIELDS = ("gpu", "seq_len", "microbatch_size", "tp", "dp", "zero", "cp", "dtype", "efficiency", "flash_attention",
           "link", "ep", "dispatcher", "a2a_link", "tp_comm_overlap", "method")
 """The setup's fields ``zbsolve estimate`` takes as options, in the order its model's source writes them."""

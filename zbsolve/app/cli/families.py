@@ -10,13 +10,13 @@ import typer
 
 from zbsolve.app.cli.common import (
     DEVICES,
-    GANTT_CHART,
-    SCHEDULE_OUTPUT,
     DEVICES_ALIAS,
+    GANTT_CHART,
     JSON,
     MICROBATCHES,
     PROFILE,
     QUIET,
+    SCHEDULE_OUTPUT,
     app,
     cli_errors,
     device_count,

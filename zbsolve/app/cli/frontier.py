@@ -8,8 +8,21 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import (JSON, QUIET, app, chart_option, cli_errors, err, interruptible, jobs_option, numbers,
-                                    out, output_option, progress, time_limit_option)
+from zbsolve.app.cli.common import (
+    JSON,
+    QUIET,
+    app,
+    chart_option,
+    cli_errors,
+    err,
+    interruptible,
+    jobs_option,
+    numbers,
+    out,
+    output_option,
+    progress,
+    time_limit_option,
+)
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS

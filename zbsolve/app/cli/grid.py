@@ -7,7 +7,17 @@ from typing import Optional
 
 import typer
 
-from zbsolve.app.cli.common import QUIET, app, cli_errors, err, executor_option, interruptible, jobs_option, out, output_option
+from zbsolve.app.cli.common import (
+    QUIET,
+    app,
+    cli_errors,
+    err,
+    executor_option,
+    interruptible,
+    jobs_option,
+    out,
+    output_option,
+)
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 
@@ -35,8 +45,14 @@ def grid(
     import signal
     from contextlib import closing
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from zbsolve.base.interrupt import exit_code, signals_as_interrupt
 

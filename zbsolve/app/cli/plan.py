@@ -10,22 +10,41 @@ from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (JSON, QUIET, WIDE, app, chart_option, cli_errors, command_began, devices_option, err,
-                                    executor_option, interruptible, jobs_option, microbatches_option, out,
-                                    output_option, print_result, progress, target_option, time_limit_option, wide)
+from zbsolve.app.cli.common import (
+    JSON,
+    QUIET,
+    WIDE,
+    app,
+    chart_option,
+    cli_errors,
+    devices_option,
+    err,
+    executor_option,
+    interruptible,
+    jobs_option,
+    microbatches_option,
+    out,
+    output_option,
+    print_result,
+    progress,
+    target_option,
+    time_limit_option,
+    wide,
+)
 from zbsolve.app.cli.options import setup_options
+from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import gib, parse_bytes
+from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.setup import Setup
 from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
 from zbsolve.planning.placement_choices import NOT_SEARCHED
 from zbsolve.planning.planner import plan as run_plan
 from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
 from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import baselines_table, records_table
-from zbsolve.costmodel.model import Model
-from zbsolve.costmodel.setup import Setup
 from zbsolve.problem.request import PLAN_TIME_LIMIT
 
 
@@ -63,7 +82,8 @@ class PlanArgs:
         return {**asdict(self), "chunks": _chunks(self.chunks)}
 
 
-PLACEMENT = typer.Option("auto", "--placement", help="auto (the best of the others), sequential, interleaved or vshape.")
+PLACEMENT = typer.Option("auto", "--placement",
+                         help="auto (the best of the others), sequential, interleaved or vshape.")
 CHUNKS = typer.Option(None, "--chunks", show_default=False, help="Stages per device of interleaved and vshape "
                       "(default 2), or auto: every count from 2 to 8.")
 RECOMPUTE = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: none, full, "
@@ -206,7 +226,8 @@ def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: boo
     rows = [{"device memory": f"{gib(p.device_memory):g} GiB", "plan step (s)": p.step_time, "plan": p.plan,
              "carried from": f"{gib(p.carried):g} GiB" if p.carried else "", "best baseline (s)": p.baseline,
              "best baseline recomputing (s)": p.baseline_recomputed} for p in points]
-    marks = [{"block": b.name, "recompute": b.recompute, "device memory needed (with the reserve)": f"{gib(b.memory):.2f} GiB",
+    marks = [{"block": b.name, "recompute": b.recompute,
+              "device memory needed (with the reserve)": f"{gib(b.memory):.2f} GiB",
               "step (s)": b.step_time} for b in blocks]
     if as_json:
         print(json.dumps({"model": loaded.name, "frontier": rows, "building blocks": marks}, indent=1, default=str))

@@ -29,7 +29,8 @@ def predict(
     Example: zbsolve predict problems/models/configs/llama3-70b.json --gpu h100 --dtype bf16 --seq-len 8192
     --microbatch-size 1 --global-batch 128 --gpus 64 --tp 4 --pp 8 --vp 5
     """
-    from zbsolve.configure.predict import BREAKDOWN_NOTE, predict as run
+    from zbsolve.configure.predict import BREAKDOWN_NOTE
+    from zbsolve.configure.predict import predict as run
 
     if "layout" in knobs and "partition" in knobs:
         raise InputError("--layout and --partition: give one")

@@ -49,6 +49,9 @@ def run(
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
+    from zbsolve.execute.executor import RunOptions, oversubscription, run_schedule
+    from zbsolve.execute.launch import torchrun_rank
+    from zbsolve.execute.modules import ModelSpec
     from zbsolve.present.figures import Units
     from zbsolve.present.run_report import (
         MEMORY_COLUMNS,
@@ -59,9 +62,6 @@ def run(
         step_line,
         time_table,
     )
-    from zbsolve.execute.executor import RunOptions, oversubscription, run_schedule
-    from zbsolve.execute.launch import torchrun_rank
-    from zbsolve.execute.modules import ModelSpec
 
     loaded = load_document(file, "zbsolve run")
     sched = loaded.schedule

@@ -8,26 +8,39 @@ from typing import Any, Optional
 
 import typer
 
-from zbsolve.app.cli.common import (GANTT_CHART, JSON, QUIET, SCHEDULE_OUTPUT, app, cli_errors, command_began,
-                                    devices_option, err, file_units, interruptible, microbatches_option, print_result,
-                                    progress, time_limit_option)
+from zbsolve.app.cli.common import (
+    GANTT_CHART,
+    JSON,
+    QUIET,
+    SCHEDULE_OUTPUT,
+    app,
+    cli_errors,
+    devices_option,
+    err,
+    file_units,
+    interruptible,
+    microbatches_option,
+    print_result,
+    progress,
+    time_limit_option,
+)
 from zbsolve.app.cli.options import setup_options
+from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
+from zbsolve.core.objective import OBJECTIVES
 from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS
 from zbsolve.core.profile import Profile
-from zbsolve.core.objective import OBJECTIVES
+from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.setup import Setup
+from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve_request
 from zbsolve.present.figures import Units, published_rows
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
-from zbsolve.costmodel.model import Model
-from zbsolve.costmodel.setup import Setup
-from zbsolve.optimize.result import SolveResult
 from zbsolve.problem.problem_file import Problem, load_input
 from zbsolve.problem.request import SOLVERS, TIME_LIMIT, Request
-
 
 PARTITION = typer.Option("uniform", "--partition",
                          help="A model's layers per stage: uniform, or counts such as 5,4,4,4,4,4,4,6.")
@@ -47,7 +60,8 @@ RECOMPUTE = typer.Option("none", "--recompute", help="A model's blocks that run 
 @cli_errors
 @setup_options(Setup, ("device_memory", "reserve"), read=False)
 def solve(
-    problem: Path = typer.Argument(..., metavar="PROBLEM", help="Problem, model or per-stage profile file (YAML/JSON)."),
+    problem: Path = typer.Argument(..., metavar="PROBLEM",
+                                   help="Problem, model or per-stage profile file (YAML/JSON)."),
     devices: Optional[int] = devices_option(None, "Pipeline devices p (required for a model or a profile).",
                                             show_default=False),
     microbatches: Optional[int] = microbatches_option(None, "Microbatches m (required for a model or a profile).",
