@@ -46,7 +46,7 @@ WITHIN = 0.25
 """Largest |predicted/measured - 1| of any scored run."""
 PAIR = 0.10
 """Largest |predicted ratio / measured ratio - 1| of an interleaving pair's step times."""
-GPUS = {"h100-sxm-80gb": "h100", "h100-hbm2e-96gb-500w": "h100"}
+GPUS = {"h100-sxm-80gb": "h100", "h100-hbm2e-96gb-500w": "h100", "h200-sxm-141gb": "h200"}
 """The preset each calibration GPU is predicted with."""
 SUBSTITUTES = {"h100-hbm2e-96gb-500w": "no preset for the H100 96 GB HBM2e at 500 W: the h100 (SXM 80 GB, 700 W) "
                                        "preset's peaks and memory"}

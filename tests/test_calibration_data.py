@@ -1,6 +1,7 @@
 """The published runs of problems/calibration/ (the calibration table's input): every file carries the keys the README's schema requires,
-its parallel degrees divide its GPUs and its batch, each figure names the table row it came from, and the held-back
-and schedule-pair markers the calibration benchmark reads are consistent."""
+its parallel degrees divide its GPUs and its batch, each figure names the table row it came from (a measured peak
+memory too, with which figure it is), and the held-back and schedule-pair markers the calibration benchmark reads are
+consistent."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ RUNS = sorted((PROBLEMS / "calibration").glob("*.yaml"))
 REQUIRED = {"name", "held_back", "scored", "model", "hardware", "precision", "parallelism", "batch", "recompute",
             "measured", "source"}
 DEGREES = ("tp", "pp", "cp", "ep")
-GPUS = {"h100-sxm-80gb", "h100-hbm2e-96gb-500w"}
+GPUS = {"h100-sxm-80gb", "h100-hbm2e-96gb-500w", "h200-sxm-141gb"}
 GRANULARITIES = {"none", "selective", "full", "unknown"}
+MEMORY_KINDS = {"reserved", "allocated", "active", "nvidia-smi"}
+MEMORY_DEVICES = {"max", "logging-rank"}
+MEMORY_KEYS = {"peak_memory_gib", "memory_kind", "memory_gib_per", "memory_device"}
 
 
 def load(path: Path) -> dict:
@@ -97,3 +101,29 @@ def test_schedule_pairs_point_at_each_other():
         for key in ("model", "hardware", "precision", "batch"):
             assert a[key] == b[key], key
         assert {a["schedule"]["name"], b["schedule"]["name"]} == {"1f1b", "interleaved-1f1b"}
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
+def test_a_measured_peak_memory_is_a_published_device_figure(path):
+    run = load(path)
+    measured = run["measured"]
+    assert "memory_gib" not in measured, "the peak memory is measured.peak_memory_gib"
+    peak = measured.get("peak_memory_gib")
+    if peak is None:
+        assert not MEMORY_KEYS & set(measured), "memory keys without a peak memory"
+        return
+    assert MEMORY_KEYS <= set(measured), MEMORY_KEYS - set(measured)
+    assert isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0
+    assert measured["memory_kind"] is None or measured["memory_kind"] in MEMORY_KINDS
+    assert measured["memory_gib_per"] == "device"
+    assert measured["memory_device"] is None or measured["memory_device"] in MEMORY_DEVICES
+    assert "peak_memory_gib" not in measured["derived"], "a peak memory is published, never derived"
+    assert str(peak) in run["source"]["row"], "the peak memory is in the quoted row as published"
+
+
+def test_memory_runs_include_held_back_and_pipeline_ones():
+    runs = [load(path) for path in RUNS]
+    memory = [run for run in runs if run["measured"].get("peak_memory_gib") is not None]
+    assert len(memory) >= 6
+    assert sum(run["held_back"] for run in memory) >= 2
+    assert sum(run["parallelism"]["pp"] > 1 and run["scored"] and not run["held_back"] for run in memory) >= 2
