@@ -6,7 +6,7 @@ import json
 import math
 import numbers
 from pathlib import Path
-from typing import Annotated, ClassVar, TypeGuard, Union
+from typing import Annotated, ClassVar, TypeGuard, TypeVar, Union
 
 import yaml
 from pydantic import (
@@ -55,7 +55,11 @@ PerStage = Annotated[Union[float, list[float]], BeforeValidator(_per_stage)]
 """One value for every stage, or one per stage."""
 
 
-def paper_deltas(m_b: float, m_w: float) -> tuple[float, float, float]:
+Amount = TypeVar("Amount", int, float)
+"""Bytes, whole or not: the deltas are of the type M_B and M_W are."""
+
+
+def paper_deltas(m_b: Amount, m_w: Amount) -> tuple[Amount, Amount, Amount]:
     """The memory deltas of F, B and W from the paper's M_B (what F holds) and M_W (what remains after B):
     M_B, M_W - M_B and -M_W, which sum to 0."""
     return m_b, m_w - m_b, -m_w

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Matmul
@@ -45,10 +46,10 @@ class Part:
 
     def __add__(self, other: Part) -> Part:
         """Both parts, run one after the other."""
-        def joined(a: object, b: object, name: str) -> object:
+        def joined(a: Any, b: Any, name: str) -> Any:  # a field of either part: a number, a tuple or the matmuls
             if name == "matmuls":
-                return a + b  # type: ignore[operator]
-            return tuple(map(sum, zip(a, b))) if isinstance(a, tuple) else a + b  # type: ignore[operator, arg-type]
+                return a + b
+            return tuple(map(sum, zip(a, b))) if isinstance(a, tuple) else a + b
         return Part(**{f.name: joined(getattr(self, f.name), getattr(other, f.name), f.name)
                        for f in dataclasses.fields(self)})
 
@@ -99,7 +100,8 @@ def _heads(arch: Architecture, e: int) -> Part:
     rotary, norms = 2 * (qd + kd) * e, (qd + kd) * e * arch.qk_norm
     return Part(flops=(2 * weights,) * 3, saved=e * (h + 2 * qd + 2 * kd + (qd + kd) * arch.qk_norm),
                 for_w=e * (h + qd + 2 * kd + qd + h), split=weights + biases, whole=2 * arch.head_dim * arch.qk_norm,
-                collectives=(2, 2, 1), matmuls=(Matmul(h, qd + 2 * kd, fused_norm=True), Matmul(qd, h, "row", shared_input=True)),
+                collectives=(2, 2, 1),
+                matmuls=(Matmul(h, qd + 2 * kd, fused_norm=True), Matmul(qd, h, "row", shared_input=True)),
                 elementwise=(rotary + 2 * norms, rotary + 3 * norms, 0))
 
 
@@ -153,7 +155,8 @@ def mlp(arch: Architecture, e: int) -> Part:
     matrices = 3 if arch.gated else 2
     return Part(flops=(2 * matrices * h * f,) * 3, saved=e * (h + matrices * f), for_w=e * (2 * h + matrices * f),
                 split=matrices * h * f + (f + h) * arch.biases, whole=0, collectives=(2, 2, 1),
-                recomputed=(e * matrices * f, e * f), matmuls=(Matmul(h, (matrices - 1) * f, fused_norm=True), Matmul(f, h, "row")),
+                recomputed=(e * matrices * f, e * f),
+                matmuls=(Matmul(h, (matrices - 1) * f, fused_norm=True), Matmul(f, h, "row")),
                 elementwise=activation(f, e, arch.gated))
 
 

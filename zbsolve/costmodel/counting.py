@@ -83,12 +83,15 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
     if dtype not in DTYPES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPES)}")
     data, where = read_config(config)
+    kind = data.get("model_type")
+    if not isinstance(kind, str):
+        raise InputError(f"{where}: model_type = {kind!r}: should name a transformers model type")
     settings = {key: value for key, value in data.items() if key != "model_type"}
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # transformers' remarks on a config (token ids, loss type) are not ours to print
     try:
         AttentionInterface.register(FLASH, _flash_attention)
-        hf_config = AutoConfig.for_model(data.get("model_type"), **settings)
+        hf_config = AutoConfig.for_model(kind, **settings)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf_config, attn_implementation=FLASH if flash_attention
                                                      else ATTENTION,
@@ -162,7 +165,7 @@ def count_layers(model: Any, input_ids: Any) -> list[Counts]:
         x, rest = args[0], args[1:]
         shared = held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values()))
                          if isinstance(t, torch.Tensor)]
-        counted.append(_count(lambda x: _first(layer(x, *rest, **kwargs)), [x], layer.parameters(), shared)[0])
+        counted.append(_count(_calling(layer, rest, kwargs), [x], layer.parameters(), shared)[0])
     return counted
 
 
@@ -186,6 +189,11 @@ def _decoder_parts(base: Any, where: str) -> tuple[Any, Any, Any]:
 def _tensors(values: Iterable[Any]) -> list[Any]:
     """The items of the tuples and lists among ``values`` (rotary embeddings come as a (cos, sin) pair)."""
     return [item for value in values if isinstance(value, (tuple, list)) for item in value]
+
+
+def _calling(layer: Any, rest: tuple, kwargs: dict) -> Callable[[Any], Any]:
+    """``layer`` as a function of its first input, the other arguments it was called with fixed."""
+    return lambda x: _first(layer(x, *rest, **kwargs))
 
 
 def _first(output: Any) -> Any:

@@ -22,11 +22,18 @@ from zbsolve.base.errors import InputError
 from zbsolve.costmodel import context, counting, moe, recompute_modules
 from zbsolve.costmodel.block import Part, core_flops
 from zbsolve.costmodel.communication import expert_exchange, group_link, link_of, ring_step, tp_collective
-from zbsolve.costmodel.constants import (BUCKET_PARAMS, DTYPE_BYTES, FP8_WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES,
-                                         WEIGHT_BYTES)
+from zbsolve.costmodel.constants import (
+    BUCKET_PARAMS,
+    DTYPE_BYTES,
+    FP8_WEIGHT_BYTES,
+    GRAD_BYTES,
+    OPTIMIZER_BYTES,
+    WEIGHT_BYTES,
+)
 from zbsolve.costmodel.hf_config import Architecture, architecture, attended_pairs
 from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved
 from zbsolve.costmodel.layer_costs import (
+    Hiding,
     LayerCosts,
     Shard,
     embedding_costs,
@@ -178,7 +185,7 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
 def _step_end(setup: Setup) -> StepEnd:
     """How a step of ``setup`` ends: its data-parallel synchronisation over its group's link, and the optimizer."""
     replicas = setup.replicas
-    return StepEnd(dp=replicas, zero=setup.zero, link=group_link(setup.device, setup.tp * replicas),
+    return StepEnd(dp=replicas, zero=setup.zero_stage, link=group_link(setup.device, setup.tp * replicas),
                    hbm_bytes_per_s=setup.device.hbm_bytes_per_s, overlap_grad_reduce=setup.overlap_grad_reduce,
                    overlap_param_gather=setup.overlap_param_gather,
                    bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
@@ -198,16 +205,20 @@ def _layers(costs: list[tuple[str, LayerCosts]], arch: Architecture, timing: Tim
 
 def _layer(n: str, c: LayerCosts, arch: Architecture, timing: Timing, memory: Memory) -> Layer:
     """Layer ``n`` of costs ``c``: its passes' seconds, its activation and static bytes, its recomputation's."""
-    selective = {} if c.selective is None else {"t_sel": c.selective[0] / timing.memory_rate,
-                                               "mem_sel": memory.dropped(c, c.selective[1])}
-    modules = {} if c.modules is None else {"recompute_modules": {
+    t_sel, mem_sel = (None, None) if c.selective is None else (c.selective[0] / timing.memory_rate,
+                                                               memory.dropped(c, c.selective[1]))
+    modules = None if c.modules is None else {
         module: ModuleCost(t=timing.seconds(again, 0), mem=memory.dropped(c, saved))
-        for module, (again, saved) in c.modules.items()}}
+        for module, (again, saved) in c.modules.items()}
+    mem_f, mem_b, mem_w = memory.activations(c)
+    comm_f, comm_b = timing.comm(c)
     return Layer(name=n, block=n.startswith("layers."), t_f=timing.pass_time(c, 0), t_b=timing.pass_time(c, 1),
-                 t_w=timing.pass_time(c, 2), **memory.activations(c), static_bytes=memory.static_bytes(c),
-                 params=c.params + c.expert_params, gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes,
-                 flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2], **selective, **modules,
-                 shares="tok_embeddings" if n == "output" and arch.tied else None, **timing.comm(c))
+                 t_w=timing.pass_time(c, 2), mem_f=mem_f, mem_b=mem_b, mem_w=mem_w,
+                 static_bytes=memory.static_bytes(c), params=c.params + c.expert_params,
+                 gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes,
+                 flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2], t_sel=t_sel, mem_sel=mem_sel,
+                 recompute_modules=modules, shares="tok_embeddings" if n == "output" and arch.tied else None,
+                 comm_f=comm_f, comm_b=comm_b)
 
 
 def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e: int,
@@ -276,7 +287,7 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
         times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
         return tuple(map(sum, zip(*times))) if times else (0.0, 0.0, 0.0)  # type: ignore[return-value]
 
-    def hidden(matmuls: tuple[Matmul, ...], collectives: tuple[int, int, int]) -> tuple[tuple[float, ...], ...]:
+    def hidden(matmuls: tuple[Matmul, ...], collectives: tuple[int, int, int]) -> Hiding:
         return (((), (), ()) if t == 1 else
                 hiding(matmuls, [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls], collectives, t))
 
@@ -286,7 +297,7 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
         return (LayerCosts(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
                        all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0),
-                       hiding=hidden(r.matmuls, (r.collectives, 0, 0))),  # type: ignore[arg-type]
+                       hiding=hidden(r.matmuls, (r.collectives, 0, 0))),
                 shard.bytes(r.saved + probabilities * r.core))
 
     def casts(matmuls: tuple[Matmul, ...]) -> tuple[int, int, int]:
@@ -300,10 +311,11 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
     return LayerCosts(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
-                  hiding=hidden(part.matmuls, part.collectives),  # type: ignore[arg-type]
+                  hiding=hidden(part.matmuls, part.collectives),
                   m_b=shard.bytes(part.saved + fp8[0] + probabilities),
                   m_w=shard.bytes(part.for_w + fp8[1]), params=-(-part.split // t) + part.whole,
-                  out_bytes=shard.bytes(arch.hidden * e), selective=tuple(map(shard.bytes, part.recomputed)),
+                  out_bytes=shard.bytes(arch.hidden * e),
+                  selective=(shard.bytes(part.recomputed[0]), shard.bytes(part.recomputed[1])),
                   expert_params=part.experts // shard.ep,
                   all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
                   modules=None if redone is None else {name: again(r) for name, r in redone.items()},

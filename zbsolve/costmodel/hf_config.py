@@ -46,8 +46,9 @@ EXPERT_KEYS = {"mixtral": {"num_local_experts", "num_experts_per_tok"},
                "deepseek_v2": _DEEPSEEK_KEYS, "deepseek_v3": _DEEPSEEK_KEYS}
 """The keys of ``EXPERTS`` the estimate reads of each mixture-of-experts model_type; any other with a value is
 refused."""
-ROUTING = {"deepseek_v2": {"scoring_func": ("softmax",), "topk_method": ("greedy", "group_limited_greedy")},
-           "deepseek_v3": {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",)}}
+ROUTING: dict[str, dict[str, tuple[str, ...]]] = {
+    "deepseek_v2": {"scoring_func": ("softmax",), "topk_method": ("greedy", "group_limited_greedy")},
+    "deepseek_v3": {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",)}}
 """The routing transformers' DeepSeek models run, by key: a config asking for another is refused."""
 LATENT_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                    "v_head_dim": 128}
@@ -58,7 +59,7 @@ DEEPSEEK_DEFAULTS = {"deepseek_v2": {"n_shared_experts": 2, "first_k_dense_repla
                      "deepseek_v3": {"n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1}}
 """transformers' defaults of the DeepSeek keys a config may leave out (V3's ``num_mtp_layers`` is
 ``num_nextn_predict_layers``)."""
-WINDOW = {"mistral": 4096, "qwen2": 4096, "mixtral": None}
+WINDOW: dict[str, int | None] = {"mistral": 4096, "qwen2": 4096, "mixtral": None}
 """transformers' default ``sliding_window`` of the model types that have one."""
 QWEN2_MAX_WINDOW_LAYERS = 28
 """transformers' default ``max_window_layers`` of Qwen2: the blocks from there on have the window."""
@@ -186,6 +187,7 @@ def _architecture(config: dict | str | Path) -> Architecture:
         raise InputError(f"{where}: model_type = {kind!r}: should be one of {', '.join(MODEL_TYPES)} (dense "
                          f"decoders) or {', '.join(MOE_TYPES)} (mixture of experts)")
     _check_layers(data, kind, where)
+    arch: dict[str, Any]  # the Architecture's fields, by name
     if kind == "gpt2":
         h = integer(data, "n_embd", where)
         heads = integer(data, "n_head", where)
@@ -338,7 +340,8 @@ def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None
     if (kind not in WINDOW or kind == "qwen2" and not boolean(data, "use_sliding_window", False, where)
             or data.get("sliding_window", WINDOW[kind]) is None):
         return (None,) * layers
-    window = integer(data, "sliding_window", where, WINDOW[kind])
+    default = WINDOW[kind]  # None: the config names its window (else it has none, as checked above)
+    window = integer(data, "sliding_window", where, MISSING if default is None else default)
     if kind in ("mistral", "mixtral"):
         return (window,) * layers
     types = data.get("layer_types")

@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 
 from zbsolve.costmodel.calibration import Calibration
-from zbsolve.costmodel.constants import (ATTENTION_B_FLOPS, ATTENTION_REFERENCE, K_HALF_BYTES, SPLIT_K_DEPTH,
-                                         TILE)
+from zbsolve.costmodel.constants import ATTENTION_B_FLOPS, ATTENTION_REFERENCE, K_HALF_BYTES, SPLIT_K_DEPTH, TILE
 from zbsolve.costmodel.gpus import GPUS, Gpu
 from zbsolve.costmodel.measured import kernel_table
+
 
 @dataclass(frozen=True)
 class Matmul:

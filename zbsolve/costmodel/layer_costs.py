@@ -14,6 +14,9 @@ from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Kernels, Matmul
 
+Hiding = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+"""Per pass (F, B, W), seconds each of its first collectives can hide behind (``LayerCosts.hiding``)."""
+
 
 @dataclass(frozen=True)
 class LayerCosts:
@@ -37,7 +40,7 @@ class LayerCosts:
     """Seconds of each pass's kernels under the kernel model (products, attention core, memory-bound kernels)."""
     fp8_params: int = 0
     """Parameters of its FP8 products on the device (under ``dtype="fp8"``)."""
-    hiding: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
+    hiding: Hiding = ((), (), ())
     """Per pass, seconds each of its first collectives can hide behind under TP communication overlap
     (``hiding``); a collective past them hides behind none."""
     ring: tuple[float, float] = (0.0, 0.0)
@@ -45,7 +48,7 @@ class LayerCosts:
 
 
 def hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]], collectives: tuple[int, int, int],
-            tp: int) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+            tp: int) -> Hiding:
     """Per pass, the seconds each collective can hide behind: (tp - 1)/tp of the product it overlaps, which the
     overlap runs in tp chunks, one of them without a transfer beside it. The products: in F and B the column- and
     row-parallel ones in order (an all-gather before a column-parallel product, a reduce-scatter after a
@@ -56,7 +59,8 @@ def hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]],
         kinds = ("column", "row") if p < 2 else ("column",)
         products = [t[p] * (tp - 1) / tp for mm, t in zip(matmuls, times) if mm.split in kinds]
         hiding.append(tuple(products[:count]))
-    return tuple(hiding)  # type: ignore[return-value]
+    f, b, w = hiding
+    return f, b, w
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,9 @@ class Memory:
         return (c.params + c.expert_params) * (self.weight + self.grad) if self.zero == 3 else None
 
     @staticmethod
-    def activations(c: LayerCosts) -> dict[str, int]:
+    def activations(c: LayerCosts) -> tuple[int, int, int]:
         """A layer's activation deltas (``mem_f``, ``mem_b``, ``mem_w``) from its M_B and M_W."""
-        return dict(zip(("mem_f", "mem_b", "mem_w"), paper_deltas(max(c.m_b, c.m_w), c.m_w)))
+        return paper_deltas(max(c.m_b, c.m_w), c.m_w)
 
     @staticmethod
     def dropped(c: LayerCosts, saved: int) -> int:

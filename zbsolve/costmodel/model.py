@@ -31,6 +31,10 @@ def _whole(value: object) -> object:
 
 Bytes = Annotated[int, BeforeValidator(_whole)]
 """A whole number of bytes."""
+Zero = Literal[0, 1, 3]
+"""A ZeRO stage: 0 (DDP), 1 (the optimizer sharded) or 3 (FSDP)."""
+Dispatcher = Literal["alltoall", "flex"]
+"""How the expert all-to-all sends a token (``moe.DISPATCHERS``)."""
 BLOCK = re.compile(r"layers\.\d+")
 """Names of the repeated blocks in torchtitan's FQNs (``layers.0``, ``layers.1``, ...), which tables shorten."""
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
@@ -198,10 +202,10 @@ class Setting(InputModel):
     sequence's tokens (None: 1)."""
     ep: Optional[PositiveInt] = None
     """Expert-parallel degree of a model with experts (None for a dense model)."""
-    dispatcher: Optional[Literal["alltoall", "flex"]] = None
+    dispatcher: Optional[Dispatcher] = None
     """How the expert all-to-all sends a token, as the costs count it (``estimate.moe.DISPATCHERS``; None:
     "alltoall")."""
-    zero: Literal[0, 1, 3] = 0
+    zero: Zero = 0
     """ZeRO stage: 1 shards the optimizer states over the dp x cp replicas, 3 (FSDP) also the weights and
     gradients."""
     dtype: str = "bf16"
@@ -230,7 +234,7 @@ class StepEnd(InputModel):
 
     dp: PositiveInt = 1
     """Data-parallel replicas the gradients are synchronised over."""
-    zero: Literal[0, 1, 3] = 0
+    zero: Zero = 0
     """0: gradients all-reduced; 1: reduce-scattered, the optimizer sharded, the parameters all-gathered (Megatron's
     distributed optimizer); 3: FSDP, parameters all-gathered before each pass and gradients reduce-scattered."""
     link: Link
@@ -300,10 +304,12 @@ class Model(InputModel):
 
     def total_flops(self) -> float:
         """FLOPs of F, B and W over every layer, for one microbatch on one device."""
-        missing = [layer.name for layer in self.layers if None in (layer.flops_f, layer.flops_b, layer.flops_w)]
-        if missing:
-            raise InputError(f"model {self.name}: layer {missing[0]} has no FLOPs (only estimates record them)")
-        return sum(layer.flops_f + layer.flops_b + layer.flops_w for layer in self.layers)  # type: ignore[operator]
+        total = 0.0
+        for layer in self.layers:
+            if layer.flops_f is None or layer.flops_b is None or layer.flops_w is None:
+                raise InputError(f"model {self.name}: layer {layer.name} has no FLOPs (only estimates record them)")
+            total += layer.flops_f + layer.flops_b + layer.flops_w
+        return total
 
     def flops_per_token(self) -> float:
         """Training FLOPs (F + B + W) per token of the whole model, over every device of a tensor- and

@@ -80,6 +80,6 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
         return found
     found["moe"] = checkpointed(moe.router(arch, e) + moe.routed(arch, e) + moe.shared(arch, e), e * arch.hidden)
     found["moe_act"] = discarded(moe.routed(arch, e))
-    if arch.experts.shared_ffn:
+    if arch.experts is not None and arch.experts.shared_ffn:
         found["shared_experts"] = checkpointed(moe.shared(arch, e), 0)
     return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import ConfigDict, InstanceOf
 
@@ -21,7 +21,7 @@ from zbsolve.base.inputs import InputModel
 from zbsolve.base.units import GIB, MIB
 from zbsolve.costmodel.constants import DEFAULT_RESERVE, DTYPE_BYTES
 from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
-from zbsolve.costmodel.model import Setting
+from zbsolve.costmodel.model import Dispatcher, Setting, Zero
 from zbsolve.costmodel.moe import DISPATCHERS
 
 
@@ -105,6 +105,16 @@ class Setup(InputModel):
         return self.gpu.lower() if isinstance(self.gpu, str) else self.gpu.name
 
     @property
+    def zero_stage(self) -> Zero:
+        """``zero`` as the stage it is (its rule admits 0, 1 and 3 alone)."""
+        return cast(Zero, self.zero)
+
+    @property
+    def dispatcher_kind(self) -> Dispatcher:
+        """``dispatcher`` as the kind it is (its rule admits ``moe.DISPATCHERS`` alone)."""
+        return cast(Dispatcher, self.dispatcher)
+
+    @property
     def replicas(self) -> int:
         """Replicas the gradients are synchronised over: dp x cp."""
         return self.dp * self.cp
@@ -148,7 +158,7 @@ class Setup(InputModel):
         model has experts (its ep and dispatcher are recorded)."""
         return Setting(seq_len=self.seq_len, microbatch_size=self.microbatch_size, tp=self.tp, dp=self.dp,
                        cp=self.cp if self.cp > 1 else None, ep=self.ep if experts else None,
-                       dispatcher=self.dispatcher if experts else None, zero=self.zero, dtype=self.dtype,
+                       dispatcher=self.dispatcher_kind if experts else None, zero=self.zero_stage, dtype=self.dtype,
                        gpu=self.gpu_name, efficiency=self.efficiency)
 
 

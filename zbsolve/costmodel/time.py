@@ -56,8 +56,8 @@ class Timing:
         moved = (c.params + c.expert_params) * self.moved[p == 2]
         return t + max(0.0, self.fsdp.collective(moved, self.replicas) - t)
 
-    def comm(self, c: LayerCosts) -> dict[str, float]:
+    def comm(self, c: LayerCosts) -> tuple[float, float] | tuple[None, None]:
         """The seconds of F and B that are expert all-to-all (``Layer.comm_f``, ``comm_b``), where it has any."""
         if c.all_to_all is None:
-            return {}
-        return {"comm_f": c.all_to_all[0] * self.exchange, "comm_b": c.all_to_all[1] * self.exchange}
+            return None, None
+        return c.all_to_all[0] * self.exchange, c.all_to_all[1] * self.exchange
