@@ -1,1 +1,2 @@
-"""Schedules built without a solver: the handcrafted families, the Zero Bubble heuristic, ZB-V's greedy generator and torch's built-in orders."""
+"""Schedules built without a solver: the handcrafted families, the Zero Bubble heuristic, ZB-V's greedy generator
+and torch's built-in orders."""

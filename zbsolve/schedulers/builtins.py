@@ -17,19 +17,18 @@ Beside them, Megatron's combined 1F1B (``COMBINED``) is the order of one of them
 from __future__ import annotations
 
 import functools
-
 from dataclasses import replace
 from typing import NamedTuple
 
-from zbsolve.core import torch_compat
 from zbsolve.base.checks import check_count, check_size
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families import make_schedule
-from zbsolve.schedulers.families.classic import interleaved_1f1b
+from zbsolve.core import torch_compat
 from zbsolve.core.placement import make_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
 from zbsolve.core.transforms import combined
+from zbsolve.schedulers.families import make_schedule
+from zbsolve.schedulers.families.classic import interleaved_1f1b
 
 
 class Builtin(NamedTuple):

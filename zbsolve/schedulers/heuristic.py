@@ -22,11 +22,11 @@ from typing import NamedTuple
 
 from zbsolve.base.checks import check_count, check_limit, check_size, device_limits, room
 from zbsolve.base.errors import BudgetError
+from zbsolve.core.objective import device_share, step
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
+from zbsolve.core.schedule import B, F, Kind, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
-from zbsolve.core.objective import device_share, step
 from zbsolve.schedulers.heuristic_problem import EPS, INF, HeuristicProblem, warmup_counts
 from zbsolve.schedulers.one_at_a_time import check_feasible, check_one_route, one_at_a_time
 
@@ -221,7 +221,7 @@ class _Run:
                 return True
         return False
 
-    def _arrival(self, kind: str, s: int, mb: int, d: int, now: float) -> tuple[float | None, float]:
+    def _arrival(self, kind: Kind, s: int, mb: int, d: int, now: float) -> tuple[float | None, float]:
         """When the inputs of pass (``kind``, ``mb``, ``s``) on device ``d`` arrive, and that time again; while
         a producer is not placed, None and the earliest it could arrive (infinity when the producer is on ``d``
         itself)."""

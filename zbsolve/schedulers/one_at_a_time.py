@@ -10,7 +10,7 @@ from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.core.memory import peak
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, W, Pass, build
+from zbsolve.core.schedule import B, F, Pass, W, build
 
 
 def one_at_a_time(placement: Placement, num_microbatches: int) -> list[list[Pass]]:

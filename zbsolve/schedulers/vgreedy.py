@@ -25,12 +25,12 @@ from collections import deque
 from collections.abc import Sequence
 
 from zbsolve.base.checks import check_count, check_size, device_limits, room
-from zbsolve.core.dependencies import dependencies, lag
 from zbsolve.base.errors import BudgetError
+from zbsolve.core.dependencies import dependencies, lag
+from zbsolve.core.memory import need
 from zbsolve.core.placement import vshape
 from zbsolve.core.profile import Profile
-from zbsolve.core.memory import need
-from zbsolve.core.schedule import B, F, Pass, Schedule, W, build
+from zbsolve.core.schedule import B, F, Kind, Pass, Schedule, W, build
 from zbsolve.core.simulator import simulate
 
 ROUNDS = 16
@@ -60,7 +60,7 @@ class _Run:
                      for k in (F, B, W)}
         self.allowed = allowed or [0.0] * p
         self.most_allowed = max(self.allowed)
-        self.end: dict[str, list[list[float]]] = {k: [[] for _ in range(self.S)] for k in (F, B, W)}
+        self.end: dict[Kind, list[list[float]]] = {k: [[] for _ in range(self.S)] for k in (F, B, W)}
         self.cur = [0.0] * p
         self.first = [0.0] * p
         self.mem = [0.0] * p
@@ -78,15 +78,15 @@ class _Run:
         """Device d's chunk-1 stage."""
         return self.S - 1 - d
 
-    def count(self, kind: str, s: int) -> int:
+    def count(self, kind: Kind, s: int) -> int:
         return len(self.end[kind][s])
 
-    def done(self, kind: str, s: int, mb: int) -> float | None:
+    def done(self, kind: Kind, s: int, mb: int) -> float | None:
         """End time of pass (kind, mb, s), None if not placed yet."""
         ends = self.end[kind][s]
         return ends[mb] if mb < len(ends) else None
 
-    def arrival(self, kind: str, s: int, mb: int) -> float | None:
+    def arrival(self, kind: Kind, s: int, mb: int) -> float | None:
         """When pass (kind, mb, s)'s input from another device arrives; None if it has no such input
         or it is not placed yet."""
         for dep_kind, dep_stage, across, gap in self.deps[kind][s]:
@@ -99,7 +99,7 @@ class _Run:
         """The bubble a device may reach before a gap counts as the largest."""
         return max(self.top_bubble, self.most_allowed - self.allowed[d])
 
-    def put(self, kind: str, s: int) -> None:
+    def put(self, kind: Kind, s: int) -> None:
         d, mb = self.dev(s), self.count(kind, s)
         if mb >= self.m:
             raise _Stuck
@@ -146,7 +146,9 @@ class _Run:
             self.put(F, d)
         for d in reversed(range(p)):
             if d < p - 1:
-                arrival = self.done(F, self.up(d + 1), 0) + self.comm
+                sent = self.done(F, self.up(d + 1), 0)
+                assert sent is not None, "device d + 1 placed its chunk-1 F of microbatch 0 the round before"
+                arrival = sent + self.comm
                 reserve = (d + 1) * (self.delta[F][d] + self.delta[F][self.up(d)])
                 while (self.mem[d] + reserve <= self.rooms[d] and self.cur[d] + self.time[F][d] <= arrival
                        and self.count(F, d) < m):

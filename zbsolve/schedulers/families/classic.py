@@ -11,11 +11,10 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 from __future__ import annotations
 
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import CHUNKS, interleaved, sequential
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import BW, F, Pass, Schedule, build
-
+from zbsolve.schedulers.families.registry import register
 
 
 @register("gpipe")
@@ -63,21 +62,21 @@ def interleaved_1f1b(profile: Profile, num_devices: int, num_microbatches: int, 
     placement = interleaved(p, v)
     prof = profile.per_chunk(p, v, "1f1b-i")
     total = m * v
+
+    def f(k: int, d: int) -> Pass:
+        mb, chunk = _virtual(k, p, v, True)
+        return Pass(F, mb, chunk * p + d)
+
+    def b(k: int, d: int) -> Pass:
+        mb, chunk = _virtual(k, p, v, False)
+        return Pass(BW, mb, chunk * p + d)
+
     devices = []
     for d in range(p):
         warm = min(2 * (p - 1 - d) + (v - 1) * p, total)
-
-        def f(k: int) -> Pass:
-            mb, chunk = _virtual(k, p, v, True)
-            return Pass(F, mb, chunk * p + d)
-
-        def b(k: int) -> Pass:
-            mb, chunk = _virtual(k, p, v, False)
-            return Pass(BW, mb, chunk * p + d)
-
-        ops = [f(k) for k in range(warm)]
+        ops = [f(k, d) for k in range(warm)]
         for k in range(total - warm):
-            ops += [f(warm + k), b(k)]
-        ops += [b(k) for k in range(total - warm, total)]
+            ops += [f(warm + k, d), b(k, d)]
+        ops += [b(k, d) for k in range(total - warm, total)]
         devices.append(ops)
     return build("1f1b-i", placement, m, prof, devices)

@@ -28,10 +28,10 @@ from collections import deque
 from typing import Sequence
 
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import bidirectional, vshape
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, BW, F, W, Op, Pair, Pass, Schedule, build
+from zbsolve.core.schedule import BW, B, F, Op, Pair, Pass, Schedule, W, build
+from zbsolve.schedulers.families.registry import register
 
 
 class _Device:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule
 
 Family = Callable[[Profile, int, int], Schedule]
+Generator = TypeVar("Generator", bound=Family)
 
 FAMILIES: dict[str, Family] = {}
 """CLI name -> generator, filled in by the family modules (imported by the package)."""
@@ -20,9 +21,10 @@ the most memory and fewest bubbles to the least memory: the floor and warm start
 is the best of them on every problem in problems/) and the points beside a frontier."""
 
 
-def register(name: str, chunks: int = 1) -> Callable[[Family], Family]:
-    """Decorator: add a generator to ``FAMILIES`` under its CLI name, with ``chunks`` stages per device."""
-    def deco(fn: Family) -> Family:
+def register(name: str, chunks: int = 1) -> Callable[[Generator], Generator]:
+    """Decorator: add a generator to ``FAMILIES`` under its CLI name, with ``chunks`` stages per device; the
+    generator keeps its own signature (``interleaved_1f1b`` takes its chunks too)."""
+    def deco(fn: Generator) -> Generator:
         FAMILIES[name] = fn
         CHUNKS_OF[name] = chunks
         return fn

@@ -23,11 +23,11 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 
 from zbsolve.core.dependencies import dependencies
-from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import vshape
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, W, Pass, Schedule, build
+from zbsolve.core.schedule import B, F, Kind, Pass, Schedule, W, build
 from zbsolve.core.timing import asap
+from zbsolve.schedulers.families.registry import register
 
 Slots = list[list[int]]
 """One device's slot times: slots[kind][mb] for the kinds below."""
@@ -44,10 +44,10 @@ PERIOD = 6
 def _zb_v_order(p: int, r: int, n: int) -> list[Pass]:
     """Device r's ZB-V order over n microbatches (torch's ScheduleZBVZeroBubble)."""
     down, up = r, 2 * p - 1 - r
-    taken: dict[tuple[str, int], int] = defaultdict(int)
+    taken: dict[tuple[Kind, int], int] = defaultdict(int)
     order: list[Pass] = []
 
-    def run(*ops: tuple[str, int]) -> None:
+    def run(*ops: tuple[Kind, int]) -> None:
         for kind, stage in ops:
             order.append(Pass(kind, taken[kind, stage], stage))
             taken[kind, stage] += 1
@@ -106,7 +106,7 @@ def _fill_w(slots: Slots, split: bool) -> Slots:
                 pending[c] -= 1
                 return
 
-    for t, kind in sorted((t, kind) for kind in (F0, F1, B1, B0) for t in slots[kind]):
+    for t, kind in sorted((u, k) for k in (F0, F1, B1, B0) for u in slots[k]):
         while slot < t:
             place()
             slot += 1

@@ -10,10 +10,10 @@ With the unit profile (T_F = T_B = T_W = 1, no communication) and m microbatches
 from __future__ import annotations
 
 from zbsolve.core.dependencies import dependencies
-from zbsolve.schedulers.families.registry import register
 from zbsolve.core.placement import sequential
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, W, Pass, Schedule, build
+from zbsolve.core.schedule import B, F, Kind, Pass, Schedule, W, build
+from zbsolve.schedulers.families.registry import register
 
 
 @register("zb-h1")
@@ -58,10 +58,10 @@ def _unit_greedy(p: int, m: int, in_flight: int) -> list[list[Pass]]:
     deps = {kind: [tuple((dep.kind, dep.stage) for dep in dependencies(Pass(kind, 0, s), p)) for s in range(p)]
             for kind in kinds}
     # end[kind][s][j]: end of stage s's j-th pass of ``kind``, which is microbatch j's
-    end: dict[str, list[list[int]]] = {kind: [[] for _ in range(p)] for kind in kinds}
+    end: dict[Kind, list[list[int]]] = {kind: [[] for _ in range(p)] for kind in kinds}
     orders: list[list[Pass]] = [[] for _ in range(p)]
 
-    def ready(kind: str, s: int, now: int) -> bool:
+    def ready(kind: Kind, s: int, now: int) -> bool:
         """Whether stage s's next ``kind`` pass may start at time ``now``."""
         j = len(end[kind][s])
         if kind == F and (j == m or j - len(end[W][s]) >= in_flight):
