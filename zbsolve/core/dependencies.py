@@ -7,7 +7,12 @@ change here alone.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from zbsolve.core.schedule import BACKWARD, B, F, Pass
+
+Time = TypeVar("Time", int, float)
+"""Seconds, or the solver's integer time units: a lag is of the type the transfer time is."""
 
 
 def dependencies(p: Pass, num_stages: int) -> tuple[Pass, ...]:
@@ -25,6 +30,6 @@ def identity(p: Pass) -> Pass:
     return Pass(B, p.mb, p.stage) if p.kind in BACKWARD else p
 
 
-def lag(t_comm: float, producer_device: int, consumer_device: int) -> float:
+def lag(t_comm: Time, producer_device: int, consumer_device: int) -> Time:
     """Time between a dependency's end and its consumer's earliest start: ``t_comm`` across devices."""
     return t_comm if producer_device != consumer_device else 0

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from zbsolve.optimize.bound_terms import route_stages
-from zbsolve.optimize.formulation import Formulation
 from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.schedule import B, F, W
+from zbsolve.optimize.bound_terms import route_stages
+from zbsolve.optimize.formulation import Formulation
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,9 @@ def _multi_stage_idle(form: Formulation, d: int, lags: dict[tuple[int, int], int
     forwards = [form.index_of(F, 0, s) for s in stages]
     held = [form.mem_delta[i] for i in forwards if form.mem_delta[i] > 0]
     room = len(stages) * m
-    if form.limit[d] is not None and len(held) == len(forwards):
-        room = min(room, form.limit[d] // min(held))
+    limit = form.limit[d]
+    if limit is not None and len(held) == len(forwards):
+        room = min(room, limit // min(held))
     head = max(head, first_b - begin - room * max(form.duration[i] for i in forwards))
     path = [form.index_of(B, m - 1, s) for s in range(s2, s1 - 1, -1)]
     trip = _path_time(form, path, lags)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from zbsolve.base.checks import check_count, check_limit, slack
-from zbsolve.core.dependencies import dependencies, identity, lag
 from zbsolve.base.errors import InputError
+from zbsolve.core.dependencies import dependencies, identity, lag
+from zbsolve.core.memory import need
+from zbsolve.core.objective import check_objective, device_share, offset, step
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.memory import need
 from zbsolve.core.schedule import B, F, Pair, Pass, Schedule, W, build
-from zbsolve.core.objective import check_objective, device_share, offset, step
 from zbsolve.core.timing import asap
 from zbsolve.core.transforms import split_bw
 
@@ -158,12 +158,12 @@ class Formulation:
 
     def memory_ok(self, order: Sequence[Sequence[int]]) -> bool:
         """Whether every device's running memory stays within its limit."""
-        for d, seq in enumerate(order):
-            if self.limit[d] is None:
+        for limit, seq in zip(self.limit, order):
+            if limit is None:
                 continue
             level = 0
             for i in seq:
-                if level + need(self.mem_delta[i], self.mem_held[i]) > self.limit[d]:  # type: ignore[operator]
+                if level + need(self.mem_delta[i], self.mem_held[i]) > limit:
                     return False
                 level += self.mem_delta[i]
         return True
@@ -245,12 +245,13 @@ def _scaled_limit(limit: float | None, unit: Fraction) -> int | None:
     if limit is None:
         return None
     x = Fraction(limit).limit_denominator(10**9) / unit
-    return math.floor(x + Fraction(1, 10**9) * max(1, abs(x)))
+    return math.floor(x + Fraction(1, 10**9) * max(Fraction(1), abs(x)))
 
 
 def formulate(profile: Profile, placement: Placement, num_microbatches: int,
               mem_limit: float | Sequence[float] | None = None, objective: str = "span") -> Formulation:
-    """The integer formulation of a problem (one route; F, B, W passes; memory counted from F starts and B, W ends, and inside a recomputing B)."""
+    """The integer formulation of a problem (one route; F, B, W passes; memory counted from F starts and B, W ends,
+    and inside a recomputing B)."""
     check_objective(objective)
     if len(placement.routes) != 1:
         raise InputError(f"placement with {len(placement.routes)} routes is not supported by the optimizer")

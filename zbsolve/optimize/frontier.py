@@ -18,18 +18,18 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import check_positive
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
-from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.base.parallel import ProcessPool, shutdown_pool
-from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.core import measures
 from zbsolve.core.placement import CHUNKS, SUPPORTED_PLACEMENTS, check_placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule, build
 from zbsolve.core.simulator import simulate
+from zbsolve.core.spec import make_spec
 from zbsolve.optimize.result import meets_bound
 from zbsolve.optimize.solve import solve_request
+from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.request import FRONTIER_TIME_LIMIT, Request
-from zbsolve.core.spec import make_spec
+from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 
 DEFAULT_PLACEMENTS = ("sequential", "vshape")
 """Placements solved when none are given."""
@@ -129,7 +129,9 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
     if (mem_limits is None) == (factors is None):
         raise InputError("give mem_limits or factors, exactly one")
     kind = "mem_limit" if mem_limits is not None else "factor"
-    values = sorted(set(mem_limits if mem_limits is not None else factors))
+    given = mem_limits if mem_limits is not None else factors
+    assert given is not None, "exactly one of mem_limits and factors is given"
+    values = sorted(set(given))
     if not values:
         raise InputError(f"{kind}s is empty: give at least one memory limit")
     for x in values:
@@ -169,16 +171,17 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
                                                           (name, None, math.inf, "interrupted", math.nan))
             timeline = simulate(schedule) if schedule is not None else None
             carried = best is not None and (timeline is None or best_span < max(timeline.span))
-            if carried:
+            if best is not None and carried:
                 schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
                 timeline, status = simulate(schedule), "carried"
             if schedule is None or timeline is None:
                 rows.append(FrontierRow(name, x, factor, None, None, status, None, None))
                 continue
             span = max(timeline.span)
+            shown: float | None = gap  # a carried schedule's gap is to this limit's bound
             if carried:
-                gap = max(0.0, measures.gap(span, bound)) if math.isfinite(bound) else None
-            rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, gap,
+                shown = max(0.0, measures.gap(span, bound)) if math.isfinite(bound) else None
+            rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, shown,
                                     schedule))
             best, best_span = schedule, span
     return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from zbsolve.base.interrupt import solve_or_interrupt
-from zbsolve.core.schedule import B, BW, F, Pass, Schedule, W, build
+from zbsolve.core.schedule import BW, B, F, Pass, Schedule, W, build
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.spec import Spec
 from zbsolve.optimize.formulation import Formulation, formulate
@@ -123,8 +123,9 @@ def pattern(form: Formulation, quantum: int, period: int, time_limit: float, wor
             return None
         model.add_no_overlap([model.new_fixed_size_interval_var(phase[x] + k * T, duration[x], f"i{x}_{k}")
                               for x in xs for k in (0, 1)])
-        if form.limit[d] is not None:
-            _add_memory(model, form, duration, xs, start, T, form.limit[d], horizon)
+        limit = form.limit[d]
+        if limit is not None:
+            _add_memory(model, form, duration, xs, start, T, limit, horizon)
 
     # objective: one microbatch's span
     span = model.new_int_var(0, horizon, "span")

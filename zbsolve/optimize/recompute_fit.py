@@ -17,12 +17,12 @@ from functools import partial
 
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import ZbsolveError
-from zbsolve.core.placement import CHUNKS, Placement
 from zbsolve.core.memory import peak
+from zbsolve.core.placement import CHUNKS, Placement
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.spec import Spec
-from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.costmodel.model import Model
+from zbsolve.problem.memory_factor import reference_peak
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, first_blocks, parse_recompute, stage_blocks
 from zbsolve.problem.request import Request, resolve

@@ -11,8 +11,8 @@ from zbsolve.core.measures import FIGURES, OBJECTIVE_FIGURES
 from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
-from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
+from zbsolve.io.document import to_document, write_document
 from zbsolve.io.targets import Exportable
 from zbsolve.problem.costs import Costs, memory_figures
 

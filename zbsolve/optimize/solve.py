@@ -31,27 +31,27 @@ from collections.abc import Callable, Sequence
 from zbsolve.base.errors import InfeasibleError
 from zbsolve.base.interrupt import deferred
 from zbsolve.core.measures import gap
+from zbsolve.core.objective import Objective
 from zbsolve.core.placement import CHUNKS, PlacementName
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
 from zbsolve.core.spec import Spec
 from zbsolve.core.step_time import step_times
-from zbsolve.core.objective import Objective
+from zbsolve.costmodel.model import Model
 from zbsolve.optimize.backends import BACKENDS, BackendResult, Log
 from zbsolve.optimize.bound import lower_bound, warmup_bound
 from zbsolve.optimize.budget import Budget
 from zbsolve.optimize.formulation import Formulation, formulate
+from zbsolve.optimize.pairing import overlap_pairs, pairs_possible
 from zbsolve.optimize.recompute_fit import fit_recompute
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.warm_start import Best, check_time, first, floor, measure, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.problem_file import load_costs
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
-from zbsolve.optimize.pairing import overlap_pairs, pairs_possible
 
 BOUND_SHARE, BOUND_SECONDS = 0.15, 15.0
 """The warm-up relaxation bound gets this share of the time left, at most this many seconds."""
@@ -185,6 +185,7 @@ def _solver_search(form: Formulation, lower: int, request: Request, budget: Budg
             log.append("the solver's schedule is worse than the warm start: keeping the warm start")
     if result.bound is not None:
         best.proven(form.to_time(result.bound), form.exact_time)
+    assert best.timeline is not None, "the warm start is kept"
     if result.optimal and form.exact_time and best.timeline.schedule.name == solver:
         best.proven(best.value, True)
 
@@ -212,7 +213,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     unlimited) within ``time_limit`` seconds.
 
     ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), or the path of
-    a file holding either, cut into the placement's stages by ``partition`` ("uniform", "balanced" or layer counts per stage).
+    a file holding either, cut into the placement's stages by ``partition`` ("uniform", "balanced" or layer counts
+    per stage).
     ``device_memory`` (bytes, or text such as "80GiB") replaces ``mem_limit``: each device's activation budget is
     the device memory minus the static bytes of the stages it holds minus ``reserve``; a model whose setting names
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
@@ -271,18 +273,19 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
         best.interrupted = True
     if best.optimal():
         best.status = "optimal"
-    value = best.value
+    timeline, value = best.timeline, best.value
+    assert timeline is not None, "the first schedule is offered before the search, or the interrupt is raised"
     bound = min(best.bound, value)
     measured, times = best.measured or (None, None)
-    if measured is not best.timeline:
+    if measured is not timeline:
         times = None  # made when first read, unless the result becomes a document
         if document:
             try:
-                times = step_times(best.timeline)  # in the time kept for it
+                times = step_times(timeline)  # in the time kept for it
             except KeyboardInterrupt:  # the search is over: the figures of its result are finished all the same
                 best.interrupted = True
-                times = step_times(best.timeline)
+                times = step_times(timeline)
     if best.interrupted:
         log.append("interrupted: returning the best schedule found so far")
-    return SolveResult(best.timeline.schedule, best.timeline, times, value, request.objective, bound, gap(value, bound),
+    return SolveResult(timeline.schedule, timeline, times, value, request.objective, bound, gap(value, bound),
                        best.status, request.solver, time.monotonic() - began, "\n".join(log), best.interrupted, costs)

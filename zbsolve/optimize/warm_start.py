@@ -12,20 +12,20 @@ from zbsolve.base.checks import slack
 from zbsolve.base.errors import BudgetError, InputError, ZbsolveError
 from zbsolve.core.memory import fits
 from zbsolve.core.placement import CHUNKS, vshape
+from zbsolve.core.profile import UNIT
 from zbsolve.core.schedule import Schedule, build, pair_count
 from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.core.profile import UNIT
 from zbsolve.core.spec import Spec, make_spec
 from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.core.transforms import with_limit
 from zbsolve.io.document import document_text, to_document
 from zbsolve.optimize.backends.protocol import Log
 from zbsolve.optimize.budget import Budget
+from zbsolve.optimize.pairing import least_work
+from zbsolve.optimize.periodic import periodic
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.schedulers.one_at_a_time import one_at_a_time
-from zbsolve.optimize.pairing import least_work
-from zbsolve.optimize.periodic import periodic
 from zbsolve.schedulers.vgreedy import v_greedy
 
 FIRST = {"sequential": ("zb-h1", "1f1b"), "interleaved": ("1f1b-i",), "vshape": ("zb-v",)}
@@ -97,7 +97,7 @@ def first_schedule(spec: Spec, log: Log) -> tuple[str, Schedule, list[str]]:
     """The first schedule of a solve: the first of the placement's ``FIRST`` families that fits the memory limit,
     else ``ONE_AT_A_TIME``; its name, and the families tried that did not fit (each logged)."""
     families = PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ()
-    failed = []
+    failed: list[str] = []
     for name in (name for name in FIRST.get(spec.placement_name, ()) if name in families):
         schedule = _family(spec, name)
         if isinstance(schedule, Schedule):
@@ -126,6 +126,7 @@ def measure(budget: Budget, log: Log, best: Best, document: bool = True) -> None
     and its document's text, and keep the time they took before the deadline: a later schedule has as many passes,
     and as many ops or fewer. A result that is not one needs neither."""
     built, timeline = time.monotonic() - budget.started, best.timeline
+    assert timeline is not None, "the first schedule was offered before"
     if not document:
         log.append(f"first schedule: {timeline.schedule.name}, built in {built:.2f}s")
         return
@@ -249,8 +250,8 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
             return
         if not budget.allows("family", log, keep, name):
             continue
-        schedule = _family(spec, name)
-        if isinstance(schedule, Schedule):
-            best.offer(name, simulate(schedule), log)
+        made = _family(spec, name)
+        if isinstance(made, Schedule):
+            best.offer(name, simulate(made), log)
         else:
-            log.append(f"{name}: {schedule}")
+            log.append(f"{name}: {made}")

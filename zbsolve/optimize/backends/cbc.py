@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pulp
 
+from zbsolve.core.schedule import F
 from zbsolve.optimize.backends.protocol import BackendResult
 from zbsolve.optimize.formulation import Formulation
-from zbsolve.core.schedule import F
 
 
 def _ancestors(form: Formulation, deadline: float) -> list[int] | None:

@@ -19,13 +19,19 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from zbsolve.optimize.backends.protocol import BackendResult, Log
-from zbsolve.optimize.backends.cpsat_window import (
-    AFTER, BEFORE, INSIDE, NEG, OutOfTime, WindowData, window_data,
-)
-from zbsolve.optimize.formulation import Formulation
 from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.schedule import B, F, W
+from zbsolve.optimize.backends.cpsat_window import (
+    AFTER,
+    BEFORE,
+    INSIDE,
+    NEG,
+    OutOfTime,
+    WindowData,
+    window_data,
+)
+from zbsolve.optimize.backends.protocol import BackendResult, Log
+from zbsolve.optimize.formulation import Formulation
 
 WHOLE_MODEL_PASSES = 400
 """Problems with at most this many passes are first solved as one model."""

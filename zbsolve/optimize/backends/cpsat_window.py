@@ -128,12 +128,13 @@ def _after_window(form: Formulation, order: list[list[int]], start: list[int], w
     dur = form.duration
     previous: dict[int, int | None] = {}
     for seq in order:
-        for a, b in zip([None] + seq[:-1], seq):
+        for a, b in zip([None, *seq[:-1]], seq):
             previous[b] = a
     later = sorted((i for i in range(len(form.passes)) if where[i] == AFTER), key=lambda i: start[i])
 
     def inputs(i: int) -> list[tuple[int, int]]:
-        return list(preds[i]) + ([(previous[i], 0)] if previous[i] is not None else [])
+        before = previous[i]
+        return list(preds[i]) + ([(before, 0)] if before is not None else [])
 
     def source(i: int, a: int) -> tuple[str, int]:
         return ("device", form.device[i]) if a == previous[i] else ("pass", a)
