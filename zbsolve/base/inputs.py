@@ -4,6 +4,7 @@ line naming the field and the value."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -53,7 +54,7 @@ class InputModel(BaseModel):
             raise InputError(pydantic_message(where, exc, data)) from None
 
     @classmethod
-    def load(cls, path: str | Path, taker: str | None = None) -> Self:
+    def load(cls, path: str | os.PathLike[str], taker: str | None = None) -> Self:
         """Read from YAML or JSON, named after the file unless it says its name; errors name the file, the
         field and the value, and a file of another kind than ``file_kind`` what ``taker`` (a command, an option;
         default: this method) takes."""
@@ -150,7 +151,7 @@ def read_text(path: str | Path) -> str:
                          "(a binary file?)") from None
 
 
-def load_mapping(path: str | Path) -> dict:
+def load_mapping(path: str | os.PathLike[str]) -> dict:
     """Read a YAML or JSON file that must hold a mapping; an ``InputError`` line naming the file otherwise."""
     path = Path(path)
     kind = "JSON" if path.suffix == ".json" else "YAML"

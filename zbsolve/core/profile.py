@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 from pathlib import Path
 from typing import Annotated, ClassVar, TypeGuard, TypeVar, Union
 
@@ -152,7 +153,7 @@ class Profile(InputModel):
                    overlap_saving=overlap_saving)
 
     @classmethod
-    def load(cls, path: str | Path, taker: str | None = None) -> "Profile":
+    def load(cls, path: str | os.PathLike[str], taker: str | None = None) -> "Profile":
         """Load a profile from a YAML or JSON file (a top-level ``profile:`` key is accepted: a problem file's); a
         file of another kind is an ``InputError`` saying what ``taker`` (a command, an option) takes."""
         data = load_mapping(path)

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InfeasibleError, MemoryLimitError
-from zbsolve.costmodel.model import Layer, Model
-from zbsolve.problem.recompute import NONE, Recompute
-from zbsolve.problem.partition import held_static_bytes, module_names, partition, stage_profile
-from zbsolve.costmodel.step_tail import stage_tails
+from zbsolve.base.units import gib
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import Timeline
-from zbsolve.base.units import gib
 from zbsolve.costmodel.constants import DEFAULT_RESERVE
 from zbsolve.costmodel.gpus import GPUS, device_memory
+from zbsolve.costmodel.model import Layer, Model
+from zbsolve.costmodel.step_tail import stage_tails
+from zbsolve.problem.partition import held_static_bytes, module_names, partition, stage_profile
+from zbsolve.problem.recompute import NONE, Recompute
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,10 @@ def model_costs(model: Model, placement: Placement, partition_spec: str | Sequen
                 device_memory: int | None = None, reserve: int = DEFAULT_RESERVE,
                 recompute: Recompute = NONE) -> tuple[Profile, Costs]:
     """The per-stage profile of ``model`` cut into ``placement``'s stages by ``partition_spec`` ("uniform",
-    "balanced" or layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's static bytes
-    over the layers of every stage it holds (a weight two of them share counted once); each stage's share of its
-    device's tail where the model says how its step ends (``step_tail.stage_tails``); ``device_memory`` and
-    ``reserve`` in bytes (``Request`` reads them)."""
+    "balanced" or layer counts per stage), its blocks recomputing as ``recompute`` says, and its costs: each device's
+    static bytes over the layers of every stage it holds (a weight two of them share counted once); each stage's
+    share of its device's tail where the model says how its step ends (``step_tail.stage_tails``); ``device_memory``
+    and ``reserve`` in bytes (``Request`` reads them)."""
     ranges = partition(model, placement.num_stages, partition_spec)
     static = device_static_bytes(model.layers, ranges, placement)
     recomputed, selective = recompute.layers(model, ranges), recompute.selected(model, ranges)

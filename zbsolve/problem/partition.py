@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
@@ -176,8 +177,8 @@ def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Col
             raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
     stages = [stage_costs(model, a, b, recomputed, selective, modules) for a, b in ranges]
-    sums = {name: [stage[name] for stage in stages]
-            for name in COSTS if name != "mem_r" or recomputed or selective or modules}
+    sums: dict[str, Any] = {name: [stage[name] for stage in stages]  # Profile's per-stage fields, by name
+                            for name in COSTS if name != "mem_r" or recomputed or selective or modules}
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
 

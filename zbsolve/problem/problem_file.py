@@ -3,7 +3,7 @@ as stored in the YAML files under problems/."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
@@ -53,7 +53,7 @@ class Problem(InputModel):
         return self
 
 
-def load_input(path: str | Path, taker: str = "load_input") -> Problem | Model | Profile:
+def load_input(path: str | os.PathLike[str], taker: str = "load_input") -> Problem | Model | Profile:
     """What a file given to ``zbsolve solve`` holds, told by its keys (``base.kinds.file_kind``): a model, a problem
     (or a file of no kind known: a bare per-stage profile, as ``zbsolve profile`` writes it); a file of another kind
     is an ``InputError`` saying what ``taker`` takes."""
@@ -67,7 +67,7 @@ def load_input(path: str | Path, taker: str = "load_input") -> Problem | Model |
     return Profile.load(path)
 
 
-def load_costs(path: str | Path, taker: str = "load_costs") -> Model | Profile:
+def load_costs(path: str | os.PathLike[str], taker: str = "load_costs") -> Model | Profile:
     """The model or the bare per-stage profile in the file at ``path``, for ``solve`` and ``plan`` from Python; a
     problem file is refused with what to do instead."""
     given = load_input(path, taker)
