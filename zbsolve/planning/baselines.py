@@ -16,16 +16,16 @@ from zbsolve.base.interrupt import Deadline, deadline
 from zbsolve.base.units import gib
 from zbsolve.core import torch_compat
 from zbsolve.core.simulator import Timeline
-from zbsolve.planning.result import Baseline
+from zbsolve.costmodel.model import Model
+from zbsolve.io.targets.megatron import MEGATRON, megatron_schedule
+from zbsolve.io.targets.megatron.layout import layout_counts
+from zbsolve.planning.result import Baseline, by_step_time
+from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.targets import recompute_choices
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.io.targets.megatron.layout import layout_counts
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute, parse_recompute
 from zbsolve.problem.request import Request
-from zbsolve.io.targets.megatron import MEGATRON, megatron_schedule
-from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.splits import megatron_split, megatron_uneven_split, split_ranges
 from zbsolve.schedulers.builtins import BUILTINS
 
@@ -157,7 +157,7 @@ def best_recompute(setting: BaselineSetting, split: str, chunks: int, counts: Se
     modules = [_megatron(setting, split, chunks, counts, choice)
                for choice in map(parse_recompute, recompute_choices(MEGATRON.name, "auto", model)) if choice.modules]
     fitting = [row for row in (ladder, *modules) if row.fits and row.step_time is not None]
-    return min(fitting, key=lambda row: row.step_time, default=ladder)
+    return min(fitting, key=by_step_time, default=ladder)
 
 
 def baseline_plan(model: Model, num_devices: int, num_microbatches: int, device_memory: int, reserve: int,

@@ -39,14 +39,14 @@ def _closest(search: Search, complete: bool) -> str:
     misses = []
     for pl, c, rc, counts in search.timed:
         r = search.request
-        layout = make_placement(pl, r.num_devices, c)
+        layout = make_placement(pl, search.num_devices, c)
         choice = parse_recompute(rc)  # per-stage counts not chosen yet: its least memory is every block's
         profile, costs = model_costs(search.model, layout, counts, r.device_memory, r.reserve,
                                      FULL if choice.undecided else choice)
-        uses = [{"static": static, "one microbatch's activations": need}
-                for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
-        d = max(range(search.request.num_devices), key=lambda d: costs.over(uses[d]))
-        misses.append((costs.over(uses[d]), pl, c, rc, counts, costs, d, uses[d]))
+        per_device = [{"static": static, "one microbatch's activations": need}
+                      for static, need in zip(costs.static_bytes, min_feasible_limits(profile, layout))]
+        d = max(range(search.num_devices), key=lambda d: costs.over(per_device[d]))
+        misses.append((costs.over(per_device[d]), pl, c, rc, counts, costs, d, per_device[d]))
     if not misses:
         return ""
     _, pl, c, rc, counts, costs, d, uses = min(misses, key=lambda miss: miss[0])

@@ -178,7 +178,7 @@ class _PartitionModel:
         self.data, self.S, self.L = data, num_stages, len(model.layers)
         self.cp = cp_model.CpModel()
         self.bounds = stage_boundaries(self.cp, model, num_stages)
-        self._looked: dict[tuple[object, int], object] = {}
+        self._looked: dict[tuple[object, int], cp_model.IntVar] = {}
         self.taken = [[[self.cp.new_int_var(0, data.tables[c][-1], "") for _ in c] for c in data.classes]
                       for _ in range(num_stages)]
         for s in range(num_stages):
@@ -189,7 +189,7 @@ class _PartitionModel:
         """The table ``name`` over every layer."""
         return self.data.tables[name][self.L]
 
-    def at(self, name: object, s: int):
+    def at(self, name: object, s: int) -> int | cp_model.IntVar:
         """The prefix table ``name`` at stage boundary s."""
         table = self.data.tables[name]
         if s in (0, self.S):

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from zbsolve.base.errors import InfeasibleError, ZbsolveError
 from zbsolve.base.units import parse_bytes
 from zbsolve.core.placement import vshape
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Model
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE, model_costs
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import FULL, NONE
 from zbsolve.schedulers.families import make_schedule
 
@@ -64,21 +65,22 @@ def parse_memories(text: str) -> list[int]:
 
 def plan_frontier(model: Model, memories: Sequence[int], *, num_devices: int, num_microbatches: int,
                   time_limit: float, progress: Callable[[str], None] | None = None,
-                  **options: object) -> list[MemoryPoint]:
+                  **options: Any) -> list[MemoryPoint]:
     """``plan`` at each of ``memories`` (bytes), ``time_limit`` shared equally, ``options`` as ``plan`` takes them;
     each point the better of its plan and the one below it. An interrupted plan is the last point."""
     points: list[MemoryPoint] = []
     for memory in memories:
         try:
-            result: PlanResult | None = plan(model, num_devices=num_devices, num_microbatches=num_microbatches,
-                                             device_memory=memory, time_limit=time_limit / len(memories),
-                                             progress=progress, **options)  # type: ignore[arg-type]
-            shown = f"{result.placement} x{result.chunks}, recompute {result.recompute}"  # type: ignore[union-attr]
+            planned = plan(model, num_devices=num_devices, num_microbatches=num_microbatches, device_memory=memory,
+                           time_limit=time_limit / len(memories), progress=progress, **options)
+            result: PlanResult | None = planned
+            shown = f"{planned.placement} x{planned.chunks}, recompute {planned.recompute}"
         except InfeasibleError as exc:
             result, shown = None, str(exc)
         below = points[-1] if points else None
-        rows = [b for b in (result.baselines if result else ()) if b.fits and b.step_time is not None]
-        best = {rc: min((b.step_time for b in rows if (b.recompute == "none") == (rc == "none")), default=None)
+        rows = [(b.recompute == "none", b.step_time) for b in (result.baselines if result else ())
+                if b.fits and b.step_time is not None]
+        best = {rc: min((t for plain, t in rows if plain == (rc == "none")), default=None)
                 for rc in ("none", "recomputed")}
         step = result.step_time if result else None
         if below is not None and below.step_time is not None and (step is None or below.step_time < step):

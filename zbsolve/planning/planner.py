@@ -44,20 +44,20 @@ from zbsolve.base.parallel import make_executor
 from zbsolve.core.placement import PlanPlacement
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes
+from zbsolve.costmodel.model import Model
+from zbsolve.io.targets import check_target
+from zbsolve.io.targets.megatron.layout import layout_counts
+from zbsolve.io.targets.target import Target
 from zbsolve.optimize.solve import solve_request
 from zbsolve.planning.baselines import NOT_TIMED, taken_baseline, timed_baselines
-from zbsolve.planning.runs import BaselineSetting, builtin_run
+from zbsolve.planning.infeasible import nothing_fits
 from zbsolve.planning.memory_terms import memory_terms
 from zbsolve.planning.placement_choices import search_placements
-from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult
-from zbsolve.planning.infeasible import nothing_fits
+from zbsolve.planning.result import OWN_ORDER, Baseline, Candidate, PlanResult, by_step_time
+from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.planning.search import Search, best_of, bounds, finished, local_search
-from zbsolve.io.targets import check_target
-from zbsolve.io.targets.target import Target
 from zbsolve.planning.targets import may_take, partition_refusal, recompute_choices, runnable
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, default_device_memory
-from zbsolve.io.targets.megatron.layout import layout_counts
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import untimed
 from zbsolve.problem.recompute import described, parse_recompute, selective_known
 from zbsolve.problem.request import PLAN_TIME_LIMIT, Request
@@ -240,12 +240,12 @@ def _best_baseline(run: _Run, rows: list[Baseline]) -> Baseline | None:
                and run.row.schedule_of(model, p, b.chunks, parse_recompute(b.recompute)) in (None, b.schedule)]
     if best_of(search, lambda x: True) is None and not allowed:
         raise nothing_fits(search, run.options, rows, run.setting)
-    return min(allowed, key=lambda b: b.step_time, default=None)
+    return min(allowed, key=by_step_time, default=None)
 
 
 def _faster_baseline(run: _Run, baseline: Baseline | None, kept: PhaseSchedule | None) -> PhaseSchedule:
     """``kept``, or ``baseline``'s schedule where it is faster (the log says so)."""
-    if baseline is not None and (kept is None or baseline.step_time < kept.timeline.makespan):
+    if baseline is not None and (kept is None or by_step_time(baseline) < kept.timeline.makespan):
         timeline, costs, (name, c) = taken_baseline(run.setting, baseline)
         recomputed = "" if baseline.recompute == "none" else f" recompute {baseline.recompute}"
         if kept is None or timeline.makespan < kept.timeline.makespan:

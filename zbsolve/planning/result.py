@@ -12,13 +12,12 @@ from zbsolve.base.shown import Shown
 from zbsolve.core.measures import STEP_TIME, gap
 from zbsolve.core.simulator import Timeline
 from zbsolve.core.step_time import StepTimes, step_times
-from zbsolve.io.document import to_document, write_document
 from zbsolve.io.costs_section import costs_section
+from zbsolve.io.document import to_document, write_document
 from zbsolve.io.targets import Exportable, runs_as_planned
 from zbsolve.io.targets.plan import Plan
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import builtin_placement
-
 
 OWN_ORDER = "'s own order"
 """How a plan's source ends when its schedule is its runtime's own order: "Megatron (megatron-core 0.16.1)'s own
@@ -101,7 +100,13 @@ class Baseline:
         return {"split": self.split, "recompute": self.recompute, "schedule": self.schedule,
                 "step_time": self.step_time, "bubble": self.bubble,
                 "max GiB": max(self.memory_gib) if self.memory_gib else None, "fits": self.fits,
-                "recomputed": _runs(self.recomputed) if any(self.recomputed or ()) else None, "note": self.note}
+                "recomputed": _runs(self.recomputed) if self.recomputed is not None and any(self.recomputed) else None,
+                "note": self.note}
+
+
+def by_step_time(baseline: Baseline) -> float:
+    """A baseline's step time as the fastest is chosen by (infinite without a figure)."""
+    return math.inf if baseline.step_time is None else baseline.step_time
 
 
 @dataclass(frozen=True, repr=False)
@@ -144,7 +149,9 @@ class PlanResult(Shown, Exportable):
     @cached_property
     def runtimes(self) -> tuple[str, ...]:
         """The runtimes whose export takes the plan as it is (``io.targets.runs_as_planned``)."""
-        return runs_as_planned(Plan(self.timeline.schedule, self.costs.model, self.costs.ranges,
+        model = self.costs.model
+        assert model is not None, "a plan's costs are its model's"
+        return runs_as_planned(Plan(self.timeline.schedule, model, self.costs.ranges,
                                     frozenset(self.costs.recomputed), frozenset(self.costs.selective),
                                     self.costs.modules))
 
@@ -176,7 +183,7 @@ class PlanResult(Shown, Exportable):
     def best_baseline(self, split: str | None = None) -> Baseline | None:
         """The fastest baseline that fits (on ``split`` alone when given)."""
         fitting = [b for b in self.baselines if b.fits and b.step_time is not None and split in (None, b.split)]
-        return min(fitting, key=lambda b: b.step_time, default=None)
+        return min(fitting, key=by_step_time, default=None)
 
     def title(self) -> str:
         """What was planned and which schedule was kept, as a chart's title names them: the model, the placement,

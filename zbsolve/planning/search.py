@@ -18,18 +18,18 @@ from zbsolve.core.schedule import Schedule
 from zbsolve.core.simulator import Timeline, simulate
 from zbsolve.core.step_time import StepTimes
 from zbsolve.core.transforms import with_limit
+from zbsolve.costmodel.model import Model
 from zbsolve.optimize.solve import solve_request
 from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.baselines import SPLITS, own_order_time
-from zbsolve.problem.splits import split_ranges
-from zbsolve.planning.result import Candidate
 from zbsolve.planning.memory_terms import MemoryTerms
+from zbsolve.planning.result import Candidate
 from zbsolve.planning.split_bound import Figures, split_bound
 from zbsolve.problem.costs import Costs
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import timed
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.request import Request
+from zbsolve.problem.splits import split_ranges
 
 BOUND_SECONDS = 5.0
 """The least time a placement's split model gets (a model of 80 layers in 32 stages takes about that)."""
@@ -101,6 +101,13 @@ class Search:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    @property
+    def num_devices(self) -> int:
+        """The plan's devices."""
+        p = self.request.num_devices
+        assert p is not None, "a plan's request has its devices"
+        return p
+
     def starts(self, stop_at: float, running: bool = False) -> bool:
         """Whether a job may start now (beside others where ``running``): the search's first job, alone, whatever
         the time (a plan needs one); later ones where the longest a job has taken still ends by ``stop_at``, and by the
@@ -119,9 +126,9 @@ class Search:
             if (pl, c, rc, counts) not in self.timed and self.accepts(counts):
                 new.setdefault((pl, c, rc, counts), origin)
         end = time.time() + stop_at - time.monotonic()  # the wall clock a worker reads as it starts
-        p = self.request.num_devices
-        assert p is not None  # a plan's request has its devices
-        waiting, running = list(new.items()), {}
+        p = self.num_devices
+        waiting = list(new.items())
+        running: dict[cf.Future, tuple[str, int, str, tuple[int, ...], str]] = {}
         while waiting or running:
             while waiting and len(running) < self.parallel and self.starts(stop_at, bool(running)):
                 (pl, c, rc, counts), origin = waiting.pop(0)
@@ -197,7 +204,7 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
     robin over the (placement, recomputation) options."""
     layouts = []
     for name, c in dict.fromkeys((name, c) for name, c, _ in options):
-        layout = make_placement(name, search.request.num_devices, c)
+        layout = make_placement(name, search.num_devices, c)
         if layout.num_stages > len(search.model.layers):
             search.log_line(f"{name} x{c}: {layout.num_stages} stages but only {len(search.model.layers)} layers: "
                             "skipped")
@@ -265,14 +272,19 @@ def local_search(search: Search, options: list[tuple[str, int, str]], stop_at: f
     """Local search until ``stop_at``: from each placement's best partition, then from the best partitions not yet
     searched from, move stage boundaries by one layer while a move improves the step."""
     visited: set[tuple[str, int, str, tuple[int, ...]]] = set()
-    firsts = [best_of(search, lambda x, o=o: (x.placement, x.chunks, x.recompute) == o) for o in options]
-    for start in [x for x in firsts if x is not None]:
-        descend(search, start, stop_at, visited)
+    firsts = [best_of(search, _of_option(o)) for o in options]
+    for first in [x for x in firsts if x is not None]:
+        descend(search, first, stop_at, visited)
     while search.starts(stop_at):
         start = best_of(search, lambda x: x.key() not in visited)
         if start is None:
             return
         descend(search, start, stop_at, visited)
+
+
+def _of_option(option: tuple[str, int, str]) -> Callable[[Candidate], bool]:
+    """Whether a candidate is of ``option``: its (placement, chunks, recompute)."""
+    return lambda x: (x.placement, x.chunks, x.recompute) == option
 
 
 def best_of(search: Search, keep: Callable[[Candidate], bool]) -> Candidate | None:
@@ -285,7 +297,7 @@ def descend(search: Search, current: Candidate, stop_at: float, visited: set) ->
     """Move one stage boundary by one layer while a move improves ``current``: the ``MOVES_PER_ROUND`` moves that
     leave the least (head + work) first, the others when none of those improves."""
     name, c, rc = current.placement, current.chunks, current.recompute
-    layout = make_placement(name, search.request.num_devices, c)
+    layout = make_placement(name, search.num_devices, c)
     figures = Figures.of(search.model, layout, search.request.num_microbatches)
     visited.add(current.key())
     while search.starts(stop_at):

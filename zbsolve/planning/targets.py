@@ -8,10 +8,10 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from zbsolve.base.errors import InputError
-from zbsolve.io.targets import check_target
 from zbsolve.costmodel.model import Model
-from zbsolve.problem.recompute import parse_recompute
+from zbsolve.io.targets import check_target
 from zbsolve.io.targets.megatron.layout import megatron_layout
+from zbsolve.problem.recompute import parse_recompute
 
 
 def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:
@@ -48,10 +48,11 @@ def recompute_choices(target: str, recompute: str, model: Model | None = None) -
 def saving_modules(model: Model | None) -> set[str]:
     """The Megatron-LM modules whose recomputation saves bytes in some block of ``model`` (none without a model, or
     where a block has no figures: ``Layer.recompute_modules``)."""
-    blocks = [] if model is None else [layer for layer in model.layers if layer.block]
-    if not blocks or any(layer.recompute_modules is None for layer in blocks):
+    figures = [] if model is None else [layer.recompute_modules for layer in model.layers if layer.block]
+    known = [costs for costs in figures if costs is not None]
+    if not known or len(known) < len(figures):
         return set()
-    return {name for layer in blocks for name, cost in layer.recompute_modules.items() if cost.mem > 0}
+    return {name for costs in known for name, cost in costs.items() if cost.mem > 0}
 
 
 def expert_blocks(model: Model) -> list[str]:
