@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from zbsolve.configure.predict import Configuration
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.configure.predict import Configuration
-from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.step_tail import device_tail
+from zbsolve.optimize.bound_terms import pair_saving, route_stages
+from zbsolve.problem.costs import Costs
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs
-from zbsolve.costmodel.step_tail import device_tail
-from zbsolve.optimize.bound_terms import pair_saving, route_stages
 
 
 class Whole:

@@ -28,14 +28,14 @@ from zbsolve.base.checks import check_count, check_positive
 from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.parallel import make_executor, start_method
 from zbsolve.base.units import gib
+from zbsolve.configure.predict import Configuration, configured_model, run
+from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
+from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
+from zbsolve.configure.space import Space
 from zbsolve.core.torch_compat import has_pipelining
 from zbsolve.io.targets import TARGETS, check_target
 from zbsolve.optimize.warm_start import after_search
-from zbsolve.configure.space import Space
-from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
-from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
 from zbsolve.planning.planner import FINISH_SECONDS, plan
-from zbsolve.configure.predict import Configuration, configured_model, run
 from zbsolve.planning.result import OWN_ORDER, PlanResult
 from zbsolve.problem.costs import DEFAULT_RESERVE
 from zbsolve.problem.recompute import described
@@ -116,7 +116,8 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     finally:
         release(False)  # every result needed is in: what still runs (a job the search or a plan left) is stopped
     refined = len(plans)
-    if predicted is not None and (first not in plans or plans[first].step_time > predicted.step_time):
+    if predicted is not None and first is not None and (first not in plans
+                                                        or plans[first].step_time > predicted.step_time):
         plans[first] = predicted
     order = sorted(range(len(ranked)), key=lambda k: (ranked[k].step_s, key(ranked[k].configuration)))
     best = ranked[order[0]]

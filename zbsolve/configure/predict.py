@@ -20,16 +20,16 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
-from zbsolve.planning.runs import BaselineSetting, builtin_run
-from zbsolve.problem.splits import split_ranges
-from zbsolve.problem.costs import Costs
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
-from zbsolve.costmodel.setup import Setup
-from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.setup import Setup
+from zbsolve.costmodel.step_tail import device_params, device_tail
+from zbsolve.io.targets.megatron.layout import layout_counts
+from zbsolve.planning.runs import BaselineSetting, builtin_run
+from zbsolve.problem.costs import Costs
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
-from zbsolve.costmodel.step_tail import device_params, device_tail
+from zbsolve.problem.splits import split_ranges
 from zbsolve.schedulers.builtins import BUILTINS, COMBINED, megatron_builtin
 
 SPLITS = ("uniform", "torchtitan")

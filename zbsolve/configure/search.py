@@ -14,10 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
-from zbsolve.configure.space import (Assessed, Dropped, Group, Space, assess, shape_groups, shape_refusal,
-                                             shape_size, shapes)
-from zbsolve.configure.result import Counts, Ranked, Timed
 from zbsolve.configure.predict import Configuration, Prediction, predict
+from zbsolve.configure.result import Counts, Ranked, Timed
+from zbsolve.configure.space import (
+    Assessed,
+    Dropped,
+    Group,
+    Space,
+    assess,
+    shape_groups,
+    shape_refusal,
+    shape_size,
+    shapes,
+)
 
 ENUMERATE_SHARE = 0.5
 """Share of the timing's time the enumeration may take (half the jobs at a time, the timing of what it found beside

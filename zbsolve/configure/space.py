@@ -26,16 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError, ZbsolveError
-from zbsolve.core.placement import make_placement
-from zbsolve.io.targets import TARGETS, check_target
-from zbsolve.io.targets.torchtitan import TORCHTITAN, torchtitan_setting
-from zbsolve.configure.bounds import (Whole, group_bound, group_fits, group_likely, likely_fits,
-                                                   memory_fits, step_bound)
+from zbsolve.configure.bounds import Whole, group_bound, group_fits, group_likely, likely_fits, memory_fits, step_bound
 from zbsolve.configure.predict import Configuration, configured_model, degrees
-from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
-from zbsolve.problem.costs import model_costs
+from zbsolve.core.placement import make_placement
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Model
+from zbsolve.io.targets import TARGETS, check_target
+from zbsolve.io.targets.torchtitan import TORCHTITAN, torchtitan_setting
+from zbsolve.planning.targets import partition_refusal, recompute_choices, runnable
+from zbsolve.problem.costs import model_costs
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_placement, megatron_builtin
