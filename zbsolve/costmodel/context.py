@@ -44,5 +44,5 @@ def exposed(attention: tuple[float, float], exchange: float, cp: int) -> tuple[f
     ``attention`` seconds."""
     if cp == 1:
         return 0.0, 0.0
-    return tuple((cp - 1) * max(0.0, k * exchange - t / cp)  # type: ignore[return-value]
-                 for k, t in zip((1, 2), attention))
+    f, b = ((cp - 1) * max(0.0, k * exchange - t / cp) for k, t in zip((1, 2), attention))
+    return f, b

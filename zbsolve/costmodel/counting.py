@@ -83,9 +83,7 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
     if dtype not in DTYPES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPES)}")
     data, where = read_config(config)
-    kind = data.get("model_type")
-    if not isinstance(kind, str):
-        raise InputError(f"{where}: model_type = {kind!r}: should name a transformers model type")
+    kind = _model_type(data, where)
     settings = {key: value for key, value in data.items() if key != "model_type"}
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # transformers' remarks on a config (token ids, loss type) are not ours to print
@@ -189,6 +187,14 @@ def _decoder_parts(base: Any, where: str) -> tuple[Any, Any, Any]:
 def _tensors(values: Iterable[Any]) -> list[Any]:
     """The items of the tuples and lists among ``values`` (rotary embeddings come as a (cos, sin) pair)."""
     return [item for value in values if isinstance(value, (tuple, list)) for item in value]
+
+
+def _model_type(data: dict, where: str) -> str:
+    """The config's ``model_type``, which transformers builds the model by."""
+    kind = data.get("model_type")
+    if not isinstance(kind, str):
+        raise InputError(f"{where}: model_type = {kind!r}: should name a transformers model type")
+    return kind
 
 
 def _calling(layer: Any, rest: tuple, kwargs: dict) -> Callable[[Any], Any]:

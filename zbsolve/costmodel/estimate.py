@@ -285,7 +285,10 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
 
     def products(matmuls: tuple[Matmul, ...]) -> tuple[float, float, float]:
         times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
-        return tuple(map(sum, zip(*times))) if times else (0.0, 0.0, 0.0)  # type: ignore[return-value]
+        if not times:
+            return 0.0, 0.0, 0.0
+        f, b, w = map(sum, zip(*times))
+        return f, b, w
 
     def hidden(matmuls: tuple[Matmul, ...], collectives: tuple[int, int, int]) -> Hiding:
         return (((), (), ()) if t == 1 else
@@ -304,8 +307,8 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
         return fp8_casts(matmuls, e) if kernels.dtype == "fp8" else (0, 0, 0)
 
     gemm = products(part.matmuls)
-    kernel = tuple(g + a + kernels.memory(shard.bytes(x + c))
-                   for g, a, x, c in zip(gemm, (*attention, 0.0), part.elementwise, casts(part.matmuls)))
+    k_f, k_b, k_w = (g + a + kernels.memory(shard.bytes(x + c))
+                     for g, a, x, c in zip(gemm, (*attention, 0.0), part.elementwise, casts(part.matmuls)))
     fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
     fp8_params = sum(mm.k * mm.n // (t if mm.split in ("column", "row") else 1)
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
@@ -319,7 +322,7 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
                   expert_params=part.experts // shard.ep,
                   all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
                   modules=None if redone is None else {name: again(r) for name, r in redone.items()},
-                  kernel=kernel, fp8_params=fp8_params,  # type: ignore[arg-type]
+                  kernel=(k_f, k_b, k_w), fp8_params=fp8_params,
                   ring=context.exposed(attention, shard.ring, shard.cp) if core else (0.0, 0.0))
 
 
@@ -335,12 +338,18 @@ def _mtp(arch: Architecture, shard: Shard, e: int, block: LayerCosts, first: boo
              dataclasses.replace(head, params=0)]
 
     def total(field: str) -> tuple[int, int, int]:
-        return tuple(map(sum, zip(*(getattr(part, field) for part in parts))))  # type: ignore[return-value]
+        f, b, w = map(sum, zip(*(getattr(part, field) for part in parts)))
+        return f, b, w
 
     return LayerCosts(flops=total("flops"), traffic=total("traffic"), collectives=total("collectives"),
                   m_b=sum(part.m_b for part in parts), m_w=sum(part.m_w for part in parts),
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
                   expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
-                  hiding=tuple(sum((part.hiding[p] for part in parts), ()) for p in range(3)),  # type: ignore[arg-type]
+                  hiding=(_joined(parts, 0), _joined(parts, 1), _joined(parts, 2)),
                   fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring)
+
+
+def _joined(parts: list[LayerCosts], p: int) -> tuple[float, ...]:
+    """Pass ``p``'s hiding seconds (``LayerCosts.hiding``) of ``parts``, one part's after the other's."""
+    return sum((part.hiding[p] for part in parts), ())
 

@@ -62,8 +62,11 @@ class Kernels:
         if m * n * k == 0:
             return 0.0
         fp8 = fp8 and self.dtype == "fp8"
-        peak = (self.gpu.fp8_flops * self.gpu.fp8_gemm_fraction if fp8  # type: ignore[operator]
-                else self.gpu.flops * self.gpu.gemm_fraction)
+        if fp8:
+            assert self.gpu.fp8_flops is not None, "a setup in FP8 is refused on a GPU without FP8 tensor cores"
+            peak = self.gpu.fp8_flops * self.gpu.fp8_gemm_fraction
+        else:
+            peak = self.gpu.flops * self.gpu.gemm_fraction
         element = 1 if fp8 else 2
         tiles = math.ceil(m / TILE[0]) * math.ceil(n / TILE[1])
         split = max(1, min(self.gpu.sms // tiles, k // SPLIT_K_DEPTH)) if tiles < self.gpu.sms else 1

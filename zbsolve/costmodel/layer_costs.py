@@ -104,7 +104,8 @@ def embedding_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
 
 def streamed(shard: Shard, traffic: tuple[int, int, int]) -> tuple[float, float, float]:
     """Seconds of each pass's memory-bound ``traffic`` under the kernel model."""
-    return tuple(map(shard.kernels.memory, traffic))  # type: ignore[return-value]
+    f, b, w = map(shard.kernels.memory, traffic)
+    return f, b, w
 
 
 def probability_bytes(arch: Architecture, e: int, seq_len: int, flash_attention: bool) -> int:
@@ -141,4 +142,9 @@ def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     return LayerCosts(flops=(matmul, matmul, matmul), traffic=traffic,
                   collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
                   params=vocab * h, out_bytes=FP32_BYTES, hiding=hiding((head,), [product], collectives, t),
-                  kernel=tuple(p + m for p, m in zip(product, streamed(shard, traffic))))  # type: ignore[arg-type]
+                  kernel=_added(product, streamed(shard, traffic)))
+
+
+def _added(x: tuple[float, float, float], y: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Per pass, the seconds of ``x`` and ``y`` together."""
+    return x[0] + y[0], x[1] + y[1], x[2] + y[2]
