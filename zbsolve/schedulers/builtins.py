@@ -58,7 +58,8 @@ stage per device, no pipeline parallelism) or Interleaved1F1B run combined (``co
 
 def megatron_builtin(chunks: int) -> str:
     """The built-in of Megatron-core's order with ``chunks`` stages per device
-    (``io.targets.megatron.megatron_schedule`` says why): 1F1B with one, Interleaved1F1B with more; the order ``COMBINED`` runs combined."""
+    (``io.targets.megatron.megatron_schedule`` says why): 1F1B with one, Interleaved1F1B with more; the order
+    ``COMBINED`` runs combined."""
     return "1F1B" if chunks == 1 else "Interleaved1F1B"
 
 
