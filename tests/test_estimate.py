@@ -478,10 +478,11 @@ def test_model_files_are_what_their_command_writes(path, tmp_path, monkeypatch):
 
 
 def test_tour_plans_the_model_its_estimate_writes(tmp_path, monkeypatch):
-    """README's tour estimates Llama-3-8B, then solves and plans problems/models/llama3-8b.yaml: one model."""
-    commands = [shlex.split(line.split(" #")[0]) for line in (ROOT / "README.md").read_text().splitlines()
-                if line.startswith(".venv/bin/zbsolve ")]
-    command = next(args[1:] for args in commands if args[1] == "estimate")
+    """The command tour (docs/cli.md) estimates Llama-3-8B, then solves and plans problems/models/llama3-8b.yaml:
+    one model."""
+    commands = [shlex.split(line.split(" #")[0]) for line in (ROOT / "docs" / "cli.md").read_text().splitlines()
+                if line.startswith("zbsolve ")]
+    command = next(args[1:] for args in commands if args[1] == "estimate" and "llama3-8b" in args[2])
     planned = {args[2] for args in commands if args[1] in ("solve", "plan") and args[2].startswith("problems/models/")}
     assert planned == {"problems/models/llama3-8b.yaml"}
     monkeypatch.chdir(ROOT)
