@@ -7,29 +7,42 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import json
+import shlex
 import threading
 import time
-import shlex
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
-from conftest import ROOT
 from zbsolve.app.cli import app
 from zbsolve.base.checks import exceeds
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
-from zbsolve.core.simulator import simulate
-from zbsolve.io.targets import TARGETS
 from zbsolve.configure import choose as configure_module
 from zbsolve.configure import search as configure_search
 from zbsolve.configure import space as configurations
-from zbsolve.configure.bounds import Whole, group_bound, group_fits
-from zbsolve.configure.space import (Assessed, Dropped, Group, Space, assess, decided_choices, expert_refusal,
-                                             groups, shape_groups, shape_refusal, shape_size, shapes, vp_choices)
+from zbsolve.configure.bounds import ModelAsOneStage, group_bound, group_fits
 from zbsolve.configure.choose import configure
-from zbsolve.configure.search import BranchAndBound
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
+from zbsolve.configure.search import BranchAndBound
+from zbsolve.configure.space import (
+    Assessed,
+    Dropped,
+    Group,
+    Space,
+    assess,
+    decided_choices,
+    expert_refusal,
+    groups,
+    shape_groups,
+    shape_refusal,
+    shape_size,
+    shapes,
+    vp_choices,
+)
+from zbsolve.core.simulator import simulate
+from zbsolve.io.targets import TARGETS
 from zbsolve.planning.result import OWN_ORDER
 from zbsolve.problem.costs import check_fits
 from zbsolve.problem.recompute import parse_recompute
@@ -97,7 +110,7 @@ def test_the_memory_prune_drops_what_group_fits_drops_and_estimates_less(config,
                 continue
             models += 1
             for choice in decided_choices(space.target, model):
-                if group_fits(Whole(model), c.replace(recompute=choice)) is None:
+                if group_fits(ModelAsOneStage(model), c.replace(recompute=choice)) is None:
                     fitting.add(c.replace(recompute=choice))
                 else:
                     pruned += len(vp_choices(c.pp, space.blocks()))
@@ -120,7 +133,7 @@ def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combi
     c = space.configuration(**degrees_)
     dp, m = degrees(c)
     model = configured_model(c, dp)
-    bound = group_bound(Whole(model), m, c.pp, parse_recompute(c.recompute), combined)
+    bound = group_bound(ModelAsOneStage(model), m, c.pp, parse_recompute(c.recompute), combined)
     [assessed] = assess(space, Group(c.replace(vp=1), dp, m, (c.vp,), bound))
     assert isinstance(assessed, Assessed)
     p = predict(assessed.configuration)

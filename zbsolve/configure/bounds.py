@@ -19,7 +19,7 @@ from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs
 
 
-class Whole:
+class ModelAsOneStage:
     """What ``group_fits`` and ``group_bound`` read of one model, each of its profiles as one stage built once (a
     search weighs every recomputation choice of every model it estimates)."""
 
@@ -55,7 +55,7 @@ class Whole:
         return self._least
 
 
-def group_bound(whole: Whole, num_microbatches: int, pp: int, recompute: Recompute, paired: bool) -> float:
+def group_bound(whole: ModelAsOneStage, num_microbatches: int, pp: int, recompute: Recompute, paired: bool) -> float:
     """A lower bound on the step of ``whole``'s model over ``pp`` pipeline ranks with ``recompute``, whatever the
     split and the virtual stages, for orders that overlap F&B pairs where ``paired``: the step is the busiest
     device's share, at least the average one, its passes and its tail (``core.objective``). Every microbatch's F, B
@@ -64,8 +64,8 @@ def group_bound(whole: Whole, num_microbatches: int, pp: int, recompute: Recompu
     (``costmodel.step_tail``) grows with its parameters, by less for each added one (the last bucket, one latency),
     and is 0 without any, so together they are at least the tail of one device holding every parameter. Where pairs
     save nothing, microbatch 0 runs the F then the B of every layer one after the other. Blocks a split chooses to
-    recompute (uniform:N) are timed as not recomputed (``Whole.profile``), and what pairs save grows by less than
-    recomputation adds."""
+    recompute (uniform:N) are timed as not recomputed (``ModelAsOneStage.profile``), and what pairs save grows by
+    less than recomputation adds."""
     profile = whole.profile(recompute)
     saved = _saved(profile, [0]) if paired else 0.0
     chain = 0.0 if saved else profile.time("F", 0) + profile.time("B", 0)
@@ -74,10 +74,11 @@ def group_bound(whole: Whole, num_microbatches: int, pp: int, recompute: Recompu
     return max((num_microbatches * (_device_work(profile, [0], False) - saved) + tail) / pp, chain)
 
 
-def group_fits(whole: Whole, c: Configuration) -> str | None:
+def group_fits(whole: ModelAsOneStage, c: Configuration) -> str | None:
     """Why no device of ``c`` (of ``whole``'s model) over its ``pp`` ranks can fit, whatever the split and virtual
     stages, or None: the heaviest device holds at least the average static bytes and, after one microbatch's F, the
-    average of what every layer's F keeps (``Whole.kept``), by the one test of a fit (``Costs.first_over``)."""
+    average of what every layer's F keeps (``ModelAsOneStage.kept``), by the one test of a fit
+    (``Costs.first_over``)."""
     average, static, kept = _average(whole, c)
     if average.first_over([kept]) is None:
         return None
@@ -85,7 +86,7 @@ def group_fits(whole: Whole, c: Configuration) -> str | None:
             f"over pp = {c.pp}")
 
 
-def group_likely(whole: Whole, c: Configuration, num_microbatches: int) -> bool:
+def group_likely(whole: ModelAsOneStage, c: Configuration, num_microbatches: int) -> bool:
     """A guess, no bound (``likely_fits`` on average): whether the average device of ``c`` over its ``pp`` ranks fits
     its static bytes and what every layer's F keeps for as many microbatches as there are ranks (at most
     ``num_microbatches``)."""
@@ -93,10 +94,10 @@ def group_likely(whole: Whole, c: Configuration, num_microbatches: int) -> bool:
     return average.first_over([min(num_microbatches, c.pp) * kept]) is None
 
 
-def _average(whole: Whole, c: Configuration) -> tuple[Costs, int, float]:
+def _average(whole: ModelAsOneStage, c: Configuration) -> tuple[Costs, int, float]:
     """The average device of ``c`` over its ``pp`` ranks: its costs (its static bytes, the device memory and
     reserve), those static bytes, and what every layer's F keeps there under ``c``'s recomputation
-    (``Whole.kept``)."""
+    (``ModelAsOneStage.kept``)."""
     static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
     return Costs(whole.model, (), c.memory, c.reserve, (static,)), static, kept
 

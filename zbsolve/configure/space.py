@@ -26,7 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError, ZbsolveError
-from zbsolve.configure.bounds import Whole, group_bound, group_fits, group_likely, likely_fits, memory_fits, step_bound
+from zbsolve.configure.bounds import (
+    ModelAsOneStage,
+    group_bound,
+    group_fits,
+    group_likely,
+    likely_fits,
+    memory_fits,
+    step_bound,
+)
 from zbsolve.configure.predict import Configuration, configured_model, degrees
 from zbsolve.core.placement import make_placement
 from zbsolve.costmodel.hf_config import architecture
@@ -237,7 +245,7 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
             except InputError as exc:
                 out.append(Dropped(len(vps) * count, str(exc)))
                 continue
-            choices, whole = decided_choices(target, model), Whole(model)
+            choices, whole = decided_choices(target, model), ModelAsOneStage(model)
             for choice in choices:
                 chosen = c.model_copy(update={"recompute": choice})
                 if choice in pruned and pruned[choice][0] <= size:

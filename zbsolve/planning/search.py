@@ -227,13 +227,13 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
     first = [(name, c, rc, counts, split) for name, c, layout in layouts[:1]
              for counts, split in _splits(search, layout) for n, k, rc in options[:1] if (n, k) == (name, c)]
     search.time_all(first[:1], stop_at)
-    bound, queues, late = math.inf, [], False
+    bound, queues, stopped_early = math.inf, [], False
     for name, c, layout in layouts:
         try:
             tight, even = (futures[name, c, heads].result(timeout=max(0.0, stop_at - time.monotonic()))
                            for heads in (True, False))
         except cf.TimeoutError:  # the search's time is up: this placement's bound unknown, and so the plan's
-            late, found = True, []
+            stopped_early, found = True, []
             search.log_line(f"{name} x{c}: split bound unknown: not solved within the search's time")
         else:
             bound = min(bound, tight.bound)
@@ -247,7 +247,7 @@ def bounds(search: Search, options: list[tuple[str, int, str]], seconds: float, 
                    for n, k, rc in options if (n, k) == (name, c)]
     for future in futures.values():
         future.cancel()  # those not started, once the search's time is up
-    search.bound = math.inf if late else bound
+    search.bound = math.inf if stopped_early else bound
     # Round robin: every option's first partition is timed before any option's second, so that a deadline leaves
     # no placement untimed.
     jobs = [job for rank in itertools.zip_longest(*queues) for job in rank if job is not None]
