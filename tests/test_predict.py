@@ -120,3 +120,28 @@ def test_the_command_takes_zero_3_and_cp():
 def test_the_command_refuses_bad_input_in_one_line(extra, line):
     run = CliRunner().invoke(app, ["predict", *ARGS, *extra])
     assert run.exit_code == 2 and run.output.strip() == line
+
+
+@pytest.mark.parametrize("given", ["DualPipe", "dualpipe", "DUALPIPE"])
+def test_dualpipe_is_predicted_with_two_stages_on_every_rank(given):
+    """DualPipe (any case) runs the bidirectional placement: rank r holds stages r and pp - 1 - r, so every
+    stage's parameters are held twice and each rank holds about twice a 1F1B rank's."""
+    c = SMALL.replace(vp=1, schedule=given)
+    p, one = predict(c), predict(c.replace(schedule="1f1b"))
+    assert (p.schedule, one.schedule, len(p.counts)) == ("DualPipe", "1F1B", 4)
+    assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s)
+    model = configured_model(c, p.dp)
+    ranges = [(sum(p.counts[:s]), sum(p.counts[:s + 1])) for s in range(4)]
+    dual = device_params(model, ranges, make_placement("bidirectional", 4))
+    single = device_params(model, ranges, make_placement("sequential", 4))
+    assert [dual[r] for r in range(4)] == [single[r] + single[3 - r] for r in range(4)]
+    assert p.breakdown["bubble"] < one.breakdown["bubble"]
+
+
+def test_dualpipe_takes_one_virtual_stage_and_an_unknown_order_is_named():
+    with pytest.raises(InputError, match="^vp = 2: DualPipe runs pp stages"):
+        predict(SMALL.replace(schedule="DualPipe"))
+    with pytest.raises(InputError, match="^schedule = 'Dual': should be one of .*DualPipeV.*DualPipe"):
+        predict(SMALL.replace(schedule="Dual"))
+    run = CliRunner().invoke(app, ["predict", *ARGS[:-2], "--schedule", "dualpipev", "--vp", "2", "--json"])
+    assert run.exit_code == 0, run.output

@@ -30,7 +30,7 @@ from zbsolve.problem.costs import Costs
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.splits import split_ranges
-from zbsolve.schedulers.builtins import BUILTINS, COMBINED, megatron_builtin
+from zbsolve.schedulers.builtins import BUILTINS, DUALPIPE, megatron_builtin, order_name
 
 SPLITS = ("uniform", "torchtitan")
 """The splits ``--partition`` names besides layer counts."""
@@ -69,7 +69,8 @@ class Configuration(Setup):
     partition: str = "uniform"
     """uniform, balanced, torchtitan, or layer counts per stage."""
     schedule: Optional[str] = None
-    """A torch built-in or Combined1F1B (None: Megatron's order: 1F1B, or Interleaved1F1B with vp > 1)."""
+    """A torch built-in, Combined1F1B or DualPipe, in any case (None: Megatron's order: 1F1B, or Interleaved1F1B
+    with vp > 1)."""
 
     def command(self) -> str:
         """The ``zbsolve predict`` command line of this configuration: the options it needs, and those that differ
@@ -170,9 +171,12 @@ def run(c: Configuration) -> Run:
     """``c``'s model, partition and order simulated: what ``predict`` reads its figures from."""
     dp, m = degrees(c)
     model = configured_model(c, dp)
-    name = c.schedule or megatron_builtin(c.vp)
-    if name != COMBINED and name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
+    name = order_name(c.schedule) if c.schedule else megatron_builtin(c.vp)
+    if name in BUILTINS and BUILTINS[name].chunks > 1 and c.vp == 1:
         raise InputError(f"schedule = {name!r} runs several stages per rank; give --vp")
+    if name == DUALPIPE and c.vp > 1:
+        raise InputError(f"vp = {c.vp}: DualPipe runs pp stages, each on two ranks (stages r and pp - 1 - r on "
+                         "rank r); give vp 1")
     setting = BaselineSetting(model, c.pp, m, c.memory, c.reserve)
     counts = stage_counts(c, model)
     timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))

@@ -71,13 +71,20 @@ def device_params(model: Model, ranges: Sequence[Sequence[int]], placement: Plac
 
 
 def stage_tails(model: Model, ranges: Sequence[Sequence[int]], placement: Placement) -> list[float] | None:
-    """Per stage, its share of its device's tail (``Profile.t_tail``), in proportion to its layers' parameters, so
-    that a device's stages sum to its tail (on the first route); None where the model has no ``step``."""
+    """Per stage, its share of its devices' tails (``Profile.t_tail``), in proportion to its layers' parameters,
+    so that a device's stages, each once over every route, sum to its tail (a stage two devices hold, as under
+    DualPipe, carries the mean of its shares of their tails, exact where the two hold equal tails); None where the
+    model has no ``step``."""
     if model.step is None:
         return None
-    route = placement.routes[0]
+    held: list[set[int]] = [set() for _ in range(placement.num_devices)]
+    for route in placement.routes:
+        for s, d in enumerate(route):
+            held[d].add(s)
     params = device_params(model, ranges, placement)
     own = [sum(layer.params or 0 for layer in model.layers[a:b]) for a, b in ranges]
-    devices = [sum(own[s] for s in range(len(route)) if route[s] == d) for d in range(placement.num_devices)]
+    devices = [sum(own[s] for s in stages) for stages in held]
     tails = [device_tail(n, model.step).seconds for n in params]
-    return [tails[d] * own[s] / devices[d] if devices[d] else 0.0 for s, d in enumerate(route)]
+    holders = [[d for d in range(placement.num_devices) if s in held[d]] for s in range(len(ranges))]
+    return [sum(tails[d] * own[s] / devices[d] for d in ds if devices[d]) / len(ds) if ds else 0.0
+            for s, ds in enumerate(holders)]

@@ -12,7 +12,7 @@ from zbsolve.core.transforms import unpaired, with_limit
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs, model_costs
 from zbsolve.problem.recompute import Recompute
-from zbsolve.schedulers.builtins import COMBINED, builtin_placement, builtin_schedule
+from zbsolve.schedulers.builtins import OVERLAPPED, builtin_placement, builtin_schedule
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ def builtin_run(setting: BaselineSetting, name: str, chunks: int, counts: Sequen
                 limited: bool = False) -> tuple[Timeline, Costs]:
     """torch's built-in ``name`` with ``chunks`` stages per device on the layer ``counts`` per stage, on the model's
     costs with ``recompute``, simulated (under the activation budgets where ``limited``: a schedule taken as the
-    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them (but
-    Megatron's ``COMBINED``, whose pairs Megatron overlaps); its timeline and costs. A ``ZbsolveError`` where it
-    does not run."""
+    plan), its F&B pairs run one pass after the other where the setting's runtime does not overlap them (but those
+    of ``OVERLAPPED``, whose pairs their own runtime overlaps); its timeline and costs. A ``ZbsolveError`` where
+    it does not run."""
     p = setting.num_devices
     placement = make_placement(builtin_placement(name, chunks), p, chunks)
     profile, costs = model_costs(setting.model, placement, tuple(counts), setting.device_memory, setting.reserve,
                                  recompute)
     schedule = builtin_schedule(name, profile, p, setting.num_microbatches, chunks)
-    schedule = schedule if setting.overlap or name == COMBINED else unpaired(schedule)
+    schedule = schedule if setting.overlap or name in OVERLAPPED else unpaired(schedule)
     return simulate(with_limit(schedule, costs.limits()) if limited else schedule), costs

@@ -11,7 +11,9 @@ differ in the (p, m) they accept:
 - DualPipeV: torch refuses m < 2p; zbsolve's dualpipev runs m = 2p - 1, the fewest its warm-up needs.
 - InterleavedZeroBubble (torch's ZB1P on the looped placement) has no zbsolve family: it needs torch.
 
-Beside them, Megatron's combined 1F1B (``COMBINED``) is the order of one of them run combined.
+Beside them, Megatron's combined 1F1B (``COMBINED``) is the order of one of them run combined, and DeepSeek's
+DualPipe (``DUALPIPE``) is zbsolve's dualpipe family on the bidirectional placement; ``ORDERS`` names them all and
+``order_name`` reads a name in any case.
 """
 
 from __future__ import annotations
@@ -54,6 +56,22 @@ BUILTINS: dict[str, Builtin] = {
 COMBINED = "Combined1F1B"
 """Megatron's combined 1F1B (``--overlap-moe-expert-parallel-comm``), not one of torch's: the order of 1F1B (one
 stage per device, no pipeline parallelism) or Interleaved1F1B run combined (``core.transforms.combined``)."""
+DUALPIPE = "DualPipe"
+"""DeepSeek's DualPipe (DeepSeek-V3 technical report, section 3.2.1), not one of torch's: zbsolve's dualpipe family on
+the bidirectional placement, rank r holding stages r and p - 1 - r (two copies of the parameters: every stage on
+two ranks), its F&B pairs overlapped as DeepSeek's runtime overlaps them."""
+ORDERS = (*BUILTINS, COMBINED, DUALPIPE)
+"""Every order ``builtin_schedule`` builds, by name."""
+OVERLAPPED = (COMBINED, DUALPIPE)
+"""The orders whose F&B pairs their own runtime overlaps, whatever a target's runtime does."""
+
+
+def order_name(name: str) -> str:
+    """The order of ``ORDERS`` that ``name`` names, in any case; an ``InputError`` listing them for another."""
+    found = {order.lower(): order for order in ORDERS}.get(name.lower()) if isinstance(name, str) else None
+    if found is None:
+        raise InputError(f"schedule = {name!r}: should be one of {', '.join(ORDERS)} (any case)")
+    return found
 
 
 def megatron_builtin(chunks: int) -> str:
@@ -64,7 +82,10 @@ def megatron_builtin(chunks: int) -> str:
 
 
 def builtin_placement(name: str, chunks: int) -> str:
-    """The placement the built-in ``name`` (or ``COMBINED``) with ``chunks`` stages per device runs on."""
+    """The placement the built-in ``name`` (or ``COMBINED``, ``DUALPIPE``) with ``chunks`` stages per device runs on
+    (DualPipe's bidirectional one has two per device whatever ``chunks``)."""
+    if name == DUALPIPE:
+        return "bidirectional"
     return BUILTINS[megatron_builtin(chunks) if name == COMBINED else name].placement
 
 
@@ -85,9 +106,12 @@ def builtin_schedule(name: str, profile: Profile, num_devices: int, num_microbat
     any count; without torch only Interleaved1F1B takes another count (``interleaved_1f1b``, Megatron's order).
     The profile has one entry per stage (stages per device x ``num_devices``) or scalars; for several stages per
     device, a ``num_devices``-stage or scalar profile is split into chunks as the families split it
-    (``Profile.per_chunk``). ``COMBINED`` is Megatron's order (``megatron_builtin``) run combined. ``InputError``
-    of one line for an unknown name, a combination torch (or, without torch, the family) refuses, and
-    InterleavedZeroBubble without torch."""
+    (``Profile.per_chunk``). ``COMBINED`` is Megatron's order (``megatron_builtin``) run combined; ``DUALPIPE``
+    is the dualpipe family on ``num_devices`` stages (``chunks`` ignored). ``InputError`` of one line for an unknown
+    name, a combination torch (or, without torch, the family) refuses, and InterleavedZeroBubble without torch."""
+    if name == DUALPIPE:
+        p = check_count("num_devices", num_devices)
+        return replace(make_schedule("dualpipe", profile.expand(p), p, num_microbatches), name=DUALPIPE)
     if name == COMBINED:
         c = BUILTINS[megatron_builtin(2)].chunks if chunks is None else check_count("chunks", chunks)
         return replace(combined(builtin_schedule(megatron_builtin(c), profile, num_devices, num_microbatches, c)),
