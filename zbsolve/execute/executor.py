@@ -29,20 +29,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zbsolve.core import torch_compat
-from zbsolve.problem.costs import Costs
-from zbsolve.io.document import from_document, to_document
 from zbsolve.base.checks import check_positive
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.units import mib
-from zbsolve.io.torch_csv import torch_csv
-from zbsolve.core.profile import paper_deltas, Profile
+from zbsolve.core import torch_compat
+from zbsolve.core.measures import device_bubble
+from zbsolve.core.profile import Profile, paper_deltas
+from zbsolve.core.schedule import BW, B, F, Schedule, W, build
+from zbsolve.core.simulator import simulate
 from zbsolve.execute.launch import launch, torchrun_rank
 from zbsolve.execute.memory import SavedBytes
 from zbsolve.execute.modules import ModelSpec, load_model
-from zbsolve.core.schedule import BW, B, F, Schedule, W, build
-from zbsolve.core.measures import device_bubble
-from zbsolve.core.simulator import simulate
+from zbsolve.io.document import from_document, to_document
+from zbsolve.io.torch_csv import torch_csv
+from zbsolve.problem.costs import Costs
 
 DEVICES = ("cpu", "cuda")
 """Where ``run_schedule`` runs: "cpu" (gloo) or "cuda" (NCCL)."""

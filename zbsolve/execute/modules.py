@@ -10,6 +10,7 @@ from types import ModuleType
 import torch
 from torch import nn
 from torch.nn import functional
+
 from zbsolve.base.errors import InputError
 from zbsolve.execute.recompute import checkpoint, recompute_output
 

@@ -32,10 +32,10 @@ import torch.distributed as dist
 import yaml
 from torch import nn
 
-from zbsolve.core import torch_compat
 from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
-from zbsolve.core.profile import STAGE_FIELDS, paper_deltas, Profile
+from zbsolve.core import torch_compat
+from zbsolve.core.profile import STAGE_FIELDS, Profile, paper_deltas
 from zbsolve.execute.memory import SavedBytes
 from zbsolve.execute.modules import ModelSpec, StagedModel
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
+from zbsolve.costmodel.model import Model
 from zbsolve.io.document import Loaded, load_document
 from zbsolve.io.targets.target import Target, listed, refused
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import stage_blocks
 
 INDEXED = re.compile(r".+\.\d+")

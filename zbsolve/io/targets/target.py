@@ -13,7 +13,6 @@ from zbsolve.core.placement import Placement, placement_name
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import Recompute
 
-
 ORDERS = ("planned", "own")
 """Whose order of passes a target runs (``Target.order``)."""
 

@@ -32,11 +32,11 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.core.placement import Placement
+from zbsolve.costmodel.model import Setting
 from zbsolve.io.targets.export import Export, Request
 from zbsolve.io.targets.plan import Plan
 from zbsolve.io.targets.target import Target
 from zbsolve.io.torch_csv import checked_csv
-from zbsolve.costmodel.model import Setting
 
 TORCHTITAN_VERSION = "0.3.0"
 """The torchtitan release whose config keys, stage placement and activation checkpointing the torchtitan export

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
+from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model, Setting
 from zbsolve.io.targets.export import Export, Request
+from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.io.targets.plan import Plan, counted
 from zbsolve.io.targets.target import Target
-from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model, Setting
 from zbsolve.problem.recompute import Recompute, leading_counts
-from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
 
 MEGATRON_CORE_VERSION = "0.16.1"
