@@ -20,20 +20,20 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch e
 from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
-from zbsolve.io.costs_section import document_costs
-from zbsolve.io.document import from_document
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families import make_schedule
 from zbsolve.core.placement import sequential
 from zbsolve.core.profile import UNIT, Profile
-from zbsolve.execute import executor
-from zbsolve.present.run_report import REPORT_COLUMNS, report_table
-from zbsolve.execute.executor import RunOptions, run_schedule
-from zbsolve.execute.launch import LaunchError
-from zbsolve.execute.modules import ModelSpec, build_partitioned, build_stages, load_model
 from zbsolve.core.schedule import BW, F, Pass, build, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import torch_actions
+from zbsolve.execute import executor
+from zbsolve.execute.executor import RunOptions, run_schedule
+from zbsolve.execute.launch import LaunchError
+from zbsolve.execute.modules import GPTSizes, ModelSpec, build_partitioned, build_stages, load_model
+from zbsolve.io.costs_section import document_costs
+from zbsolve.io.document import from_document
+from zbsolve.present.run_report import REPORT_COLUMNS, report_table
+from zbsolve.schedulers.families import make_schedule
 
 USER_MODEL = "zbsolve_test_usermodel"
 USER_SOURCE = textwrap.dedent("""
@@ -191,8 +191,8 @@ def test_bad_runs_are_input_errors(user_model: str, monkeypatch: pytest.MonkeyPa
 
 
 def test_build_stages_is_deterministic_and_complete() -> None:
-    kwargs = {"layers": 5, "hidden": 16, "heads": 2, "vocab": 32, "seq_len": 8, "seed": 3}
-    a, b = build_stages(3, **kwargs), build_stages(3, **kwargs)
+    sizes = GPTSizes(hidden=16, heads=2, vocab=32, seq_len=8)
+    a, b = build_stages(3, sizes, layers=5, seed=3), build_stages(3, sizes, layers=5, seed=3)
     assert [len(s.blocks) for s in a] == [2, 2, 1]
     for x, y in zip(a, b):
         assert all(torch.equal(p, q) for p, q in zip(x.parameters(), y.parameters()))
@@ -202,7 +202,7 @@ def test_build_stages_is_deterministic_and_complete() -> None:
         out = stage(out)
     assert out.shape == (2, 8, 32)
     with pytest.raises(InputError, match="hidden = 15 must be a positive multiple of heads = 2"):
-        build_stages(2, layers=2, hidden=15, heads=2, vocab=32, seq_len=8, seed=0)
+        build_stages(2, GPTSizes(hidden=15, heads=2, vocab=32, seq_len=8), layers=2, seed=0)
 
 
 def test_load_user_model(user_model: str) -> None:
@@ -282,10 +282,10 @@ def test_partition_and_layers_mismatch_is_one_line(tmp_path: Path) -> None:
 
 
 def test_gpt_cut_by_a_partition_keeps_its_weights() -> None:
-    sizes = {"hidden": 16, "heads": 2, "vocab": 32, "seq_len": 8, "seed": 3}
-    even = build_stages(2, layers=3, **sizes)
-    cut = build_partitioned([["embed"], ["blocks.0", "blocks.1"], ["blocks.2", "norm"], ["head"]], layers=None,
-                            **sizes)
+    sizes = GPTSizes(hidden=16, heads=2, vocab=32, seq_len=8)
+    even = build_stages(2, sizes, layers=3, seed=3)
+    cut = build_partitioned([["embed"], ["blocks.0", "blocks.1"], ["blocks.2", "norm"], ["head"]], sizes, layers=None,
+                            seed=3)
     assert [len(s.blocks) for s in cut] == [0, 2, 1, 0] and cut[2].head is None and cut[3].norm is None
     assert all(torch.equal(p, q) for p, q in zip((p for s in even for p in s.parameters()),
                                                  (p for s in cut for p in s.parameters())))
@@ -302,6 +302,6 @@ def test_gpt_cut_by_a_partition_keeps_its_weights() -> None:
         ([["embed"], []], "partition stage 1 holds no layers"),
     ]:
         with pytest.raises(InputError, match=re.escape(needle)):
-            build_partitioned(partition, layers=None, **sizes)
+            build_partitioned(partition, sizes, layers=None, seed=3)
     with pytest.raises(InputError, match="partition has 2 stages, but the schedule's placement has 3"):
         load_model(ModelSpec(partition=(("embed", "blocks.0"), ("norm", "head"))), 3)

@@ -12,24 +12,24 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from zbsolve.io.document import read_document, write_document
-from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.io.torch_csv import export_schedule, torch_csv
-from zbsolve.io.targets import export_document
-from zbsolve.io.targets.megatron import megatron_export
-from zbsolve.io.targets.plan import Plan, read_plan
-from zbsolve.io.targets.torchtitan import torchtitan_args, torchtitan_config, torchtitan_schedule_name
 from conftest import export_toy
-from zbsolve.schedulers.families import FAMILIES, make_schedule
-from zbsolve.schedulers.heuristic import heuristic
+
+from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.core.placement import Placement, bidirectional, interleaved, sequential, vshape
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.core.schedule import BW, B, F, Pair, Pass, W, build, pair_count, passes_of
 from zbsolve.core.simulator import simulate
-from zbsolve.optimize.solve import solve
 from zbsolve.core.torch_compat import lower_csv
 from zbsolve.core.transforms import renumber_last_stage, torch_actions
+from zbsolve.io.document import read_document, write_document
+from zbsolve.io.targets import export_document
+from zbsolve.io.targets.megatron import megatron_export
+from zbsolve.io.targets.plan import Plan, read_plan
+from zbsolve.io.targets.torchtitan import torchtitan_args, torchtitan_config, torchtitan_schedule_name
+from zbsolve.io.torch_csv import export_schedule, torch_csv
+from zbsolve.optimize.solve import solve
+from zbsolve.schedulers.families import FAMILIES, make_schedule
+from zbsolve.schedulers.heuristic import heuristic
 
 pytest.importorskip("torch.distributed.pipelining",
                     reason="torch.distributed.pipelining is not available (the torch extra)")

@@ -10,15 +10,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import export_toy
+from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
+from zbsolve.io.document import read_document
 from zbsolve.io.targets import export_document
 from zbsolve.io.targets.plan import read_plan
-from zbsolve.io.document import read_document
 from zbsolve.io.torch_csv import torch_csv
 from zbsolve.optimize.solve import solve
 from zbsolve.problem.partition import stage_profile

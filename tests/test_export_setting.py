@@ -17,18 +17,18 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import export_toy
 from typer.testing import CliRunner
 
-from conftest import export_toy
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
+from zbsolve.costmodel.model import Model, Setting
 from zbsolve.io.document import load_document
 from zbsolve.io.targets import export_document
 from zbsolve.io.targets.megatron import megatron_args
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.io.targets.torchtitan import OVERRIDE_TARGET, PLAN_NAME, torchtitan_args
 from zbsolve.optimize.solve import solve
-from zbsolve.costmodel.model import Model, Setting
 
 pytest.importorskip("torch.distributed.pipelining",
                     reason="torch.distributed.pipelining is not available (the torch extra)")

@@ -11,7 +11,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-
 from test_megatron_overlap import CASES, _model
 
 from zbsolve.base.errors import InputError
@@ -21,12 +20,12 @@ from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import BW, F, Op, Pair, Pass, pair_count
 from zbsolve.core.simulator import simulate
 from zbsolve.io.targets.megatron import MEGATRON, megatron_args
-from zbsolve.io.targets.plan import Plan
-from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
-from zbsolve.planning.baselines import baseline_rows
-from zbsolve.planning.runs import BaselineSetting, builtin_run
-from zbsolve.planning.planner import plan
 from zbsolve.io.targets.megatron.layout import layout_counts
+from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
+from zbsolve.io.targets.plan import Plan
+from zbsolve.planning.baselines import baseline_rows
+from zbsolve.planning.planner import plan
+from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.partition import partition
 from zbsolve.problem.recompute import FULL, NONE, Recompute
 from zbsolve.schedulers.builtins import COMBINED, builtin_schedule, megatron_builtin

@@ -1,7 +1,7 @@
 """Megatron's --pipeline-model-parallel-layout read over a model (zbsolve.io.targets.megatron.layout), its uneven
-first and last pipeline ranks (splits.megatron_uneven_blocks_per_stage), and Megatron's baselines (planning.baselines): counts
-worked by hand from megatron-core 0.16.1's rules, one-line errors, and every fitting row judged again by the
-simulator."""
+first and last pipeline ranks (splits.megatron_uneven_blocks_per_stage), and Megatron's baselines
+(planning.baselines): counts worked by hand from megatron-core 0.16.1's rules, one-line errors, and every fitting row
+judged again by the simulator."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ from zbsolve.core import torch_compat
 from zbsolve.core.placement import interleaved, make_placement
 from zbsolve.core.profile import UNIT
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Layer, Model, ModuleCost
 from zbsolve.io.targets.megatron import megatron_schedule
+from zbsolve.io.targets.megatron.layout import layout_counts, megatron_layout, parse_layout
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
-from zbsolve.io.targets.megatron.layout import layout_counts, parse_layout
-from zbsolve.costmodel.model import Layer, Model, ModuleCost
 from zbsolve.problem.recompute import FULL, Recompute, parse_recompute
 from zbsolve.problem.splits import megatron_blocks_per_stage, megatron_uneven_blocks_per_stage
-from zbsolve.io.targets.megatron.layout import megatron_layout
 from zbsolve.schedulers.builtins import builtin_schedule
 from zbsolve.schedulers.families.classic import interleaved_1f1b
 
@@ -43,7 +42,8 @@ def llm(blocks: int, head: tuple[str, ...] = ("tok_embeddings",), tail: tuple[st
 # -- the parser ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, stages", [
-    # Megatron-Bridge's Llama-3-70B layout: Et*2 | 34 x t*2 | t*3 | 3 x t*2 | tL (the commas are cosmetic): 40 stages, 80 t.
+    # Megatron-Bridge's Llama-3-70B layout: Et*2 | 34 x t*2 | t*3 | 3 x t*2 | tL (the commas are cosmetic):
+    # 40 stages, 80 t.
     (RECIPE_70B, ["Ett"] + ["tt"] * 34 + ["ttt"] + ["tt"] * 3 + ["tL"]),
     # (tt|)*30 ends with a |, so mL is a stage of its own: 1 + 30 + 1 = 32 stages.
     (RECIPE_MTP, ["Et"] + ["tt"] * 30 + ["mL"]),
@@ -310,7 +310,8 @@ def test_megatron_uneven_split_is_a_baseline_when_its_ends_are_given():
     from conftest import export_toy
 
     from zbsolve.core.simulator import simulate as sim
-    from zbsolve.planning.baselines import baseline_plan, baselines as rows_of
+    from zbsolve.planning.baselines import baseline_plan
+    from zbsolve.planning.baselines import baselines as rows_of
 
     # 6 blocks on 2 ranks, 4 on the first and 2 on the last: with the embedding and the norm and head, 5 and 4
     # layers; with two virtual stages per rank, 2 + 1 blocks per stage in rank order (stage s on rank s % 2).

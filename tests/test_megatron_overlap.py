@@ -6,12 +6,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from conftest import export_toy
 
+from zbsolve.costmodel.model import Layer, Model, Setting
 from zbsolve.io.targets.megatron import DISPATCHER_FLAGS
 from zbsolve.io.targets.megatron.overlap import combined_refusal
-from zbsolve.costmodel.model import Layer, Model, Setting
 
 
 def _model(experts: bool = True, ep: int | None = 2, dtype: str = "bf16", mtp: int = 0) -> Model:

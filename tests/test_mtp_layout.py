@@ -10,10 +10,9 @@ import pytest
 from conftest import ROOT
 
 from zbsolve.base.errors import InputError
-from zbsolve.io.targets.megatron.layout import layer_symbols, layout_counts
 from zbsolve.costmodel.model import Layer, Model
+from zbsolve.io.targets.megatron.layout import layer_symbols, layout_counts, megatron_layout
 from zbsolve.problem.splits import torchtitan_split
-from zbsolve.io.targets.megatron.layout import megatron_layout
 
 DEEPSEEK = Model.load(ROOT / "problems" / "models" / "deepseek-v3.yaml")
 """tok_embeddings, layers.0..60 (61 blocks), mtp.0, norm, output: 65 layers."""

@@ -10,11 +10,9 @@ from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.schedulers.families import make_schedule
-from zbsolve.costmodel.model import Model
-from zbsolve.problem.partition import partition, stage_profile
-from zbsolve.problem.problem_file import Problem
 from zbsolve.core.profile import Profile
+from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Model
 from zbsolve.execute.layer_profiler import STATE_COPIES, profile_layers
 from zbsolve.execute.memory import SavedBytes
 from zbsolve.execute.modules import ModelSpec, StagedModel, load_layers, load_model
@@ -34,7 +32,9 @@ from zbsolve.execute.profiler import (
     run_passes,
     write_profile,
 )
-from zbsolve.core.simulator import simulate
+from zbsolve.problem.partition import partition, stage_profile
+from zbsolve.problem.problem_file import Problem
+from zbsolve.schedulers.families import make_schedule
 
 RUNNER = CliRunner()
 SPEC = ModelSpec(layers=4, hidden=64, vocab=96, seq_len=32)
@@ -180,7 +180,8 @@ def test_per_layer_profile_sums_to_the_stage_profile(tmp_path):
         embed, block, head = described.layers[0], described.layers[1], described.layers[-1]
         assert embed.t_b < 0.1 * embed.t_w and embed.mem_b == 0
         assert (block.mem_b < 0) == (memory_model == "paper")
-        assert embed.static_bytes == STATE_COPIES * 4 * (96 + 32) * 64 and head.static_bytes == STATE_COPIES * 4 * 64 * 96
+        assert embed.static_bytes == STATE_COPIES * 4 * (96 + 32) * 64
+        assert head.static_bytes == STATE_COPIES * 4 * 64 * 96
         assert block.out_bytes == 2 * 32 * 64 * 4 and head.out_bytes == 2 * 32 * 96 * 4
         ranges = partition(described, 2)
         assert ranges == [(0, 3), (3, 7)]

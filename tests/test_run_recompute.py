@@ -31,14 +31,14 @@ from zbsolve.base.errors import InputError
 from zbsolve.core import torch_compat
 from zbsolve.core.schedule import B, F
 from zbsolve.core.simulator import simulate
-from zbsolve.io.costs_section import costs_section
-from zbsolve.io.document import load_document, write_document
-from zbsolve.problem.costs import model_costs
 from zbsolve.costmodel.model import Model
 from zbsolve.execute.layer_profiler import profile_layers
 from zbsolve.execute.memory import SavedBytes
-from zbsolve.execute.modules import ModelSpec, build_partitioned, load_layers, load_model
+from zbsolve.execute.modules import GPTSizes, ModelSpec, build_partitioned, load_layers, load_model
 from zbsolve.execute.profiler import ProfileOptions
+from zbsolve.io.costs_section import costs_section
+from zbsolve.io.document import load_document, write_document
+from zbsolve.problem.costs import model_costs
 
 SIZES = {"hidden": 16, "seq_len": 8}
 """The tiny GPT every test here runs."""
@@ -115,7 +115,7 @@ def test_checkpointed_blocks_recompute_once_in_b_and_w_reuses_it() -> None:
         assert not any(isinstance(m, torch.nn.Dropout) for m in stage.modules())  # recomputing replays no RNG
         calls = [0] * 3
         for i, block in enumerate(stage.blocks):
-            block.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+            block.register_forward_hook(lambda *_, i=i, calls=calls: calls.__setitem__(i, calls[i] + 1))
         saved = SavedBytes(stage.parameters())
         xs = [x.clone().requires_grad_() for x in inputs]
         with saved.hooks():
@@ -146,7 +146,7 @@ def test_checkpointed_blocks_recompute_once_in_b_and_w_reuses_it() -> None:
 def test_recompute_names_blocks_of_the_gpt_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     partition = (("embed", "blocks.0"), ("norm", "head"))
     with pytest.raises(InputError, match=r"^recompute names layer 'norm', which is not one of the GPT's 1 blocks"):
-        build_partitioned(partition, layers=None, vocab=64, heads=2, seed=0, recompute=("norm",), **SIZES)
+        build_partitioned(partition, GPTSizes(vocab=64, heads=2, **SIZES), layers=None, seed=0, recompute=("norm",))
     (tmp_path / "zbsolve_test_recompute_user.py").write_text("def stages(n):\n    return []\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError, match=r"recompute = blocks\.0, but only the built-in gpt's blocks can be "):

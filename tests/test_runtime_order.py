@@ -6,7 +6,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import pytest
-
 from conftest import act_heavy
 
 from zbsolve.base.units import GIB

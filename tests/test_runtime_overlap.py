@@ -12,13 +12,13 @@ from zbsolve.core.placement import make_placement
 from zbsolve.core.schedule import Pair, pair_count, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import unpaired
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.io.targets import TARGETS
 from zbsolve.io.targets.torchtitan import TORCHTITAN
 from zbsolve.planning.baselines import baseline_rows
-from zbsolve.planning.runs import BaselineSetting
 from zbsolve.planning.planner import plan
+from zbsolve.planning.runs import BaselineSetting
 from zbsolve.problem.costs import model_costs
-from zbsolve.costmodel.model import Layer, Model
 from zbsolve.schedulers.builtins import builtin_schedule
 
 P, M = 2, 6

@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the torch e
 from zbsolve.base.errors import InputError
 from zbsolve.core import torch_compat
 from zbsolve.execute.memory import SavedBytes
-from zbsolve.execute.modules import GPTStage, ModelSpec, build_partitioned, build_stages, load_model
+from zbsolve.execute.modules import GPTSizes, GPTStage, ModelSpec, build_partitioned, build_stages, load_model
 
 HIDDEN, HEADS, SEQ_LEN, BATCH = 32, 2, 8, 2
-SIZES = {"hidden": HIDDEN, "heads": HEADS, "vocab": 64, "seq_len": SEQ_LEN, "seed": 0}
+SIZES = GPTSizes(hidden=HIDDEN, heads=HEADS, vocab=64, seq_len=SEQ_LEN)
 PARTITION = (("embed",), ("blocks.0", "blocks.1"), ("norm", "head"))
 """A middle stage of two blocks: its input takes a gradient, so B and W both compute."""
 SELECTIVE = ("blocks.0", "blocks.1")
@@ -26,7 +26,7 @@ RECOMPUTED = ("ln1", "ln2", "mlp.1")
 
 
 def _stage(selective: tuple[str, ...]) -> torch.nn.Module:
-    return build_partitioned(PARTITION, layers=None, selective=selective, **SIZES)[1]
+    return build_partitioned(PARTITION, SIZES, layers=None, seed=0, selective=selective)[1]
 
 
 def _inputs() -> list[torch.Tensor]:
@@ -99,14 +99,13 @@ def test_each_output_is_recomputed_once_by_b_and_not_by_w(runs: dict[bool, dict]
 
 def test_selective_names_blocks_of_the_gpt_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match=r"^selective names layer 'norm', which is not one of the GPT's 2 blocks"):
-        build_partitioned(PARTITION, layers=None, selective=("norm",), **SIZES)
+        build_partitioned(PARTITION, SIZES, layers=None, seed=0, selective=("norm",))
     with pytest.raises(InputError, match=r"^selective names layer 'blocks\.2', which is not one of the GPT's 2 "):
-        build_stages(2, layers=2, selective=("blocks.2",), **SIZES)
+        build_stages(2, SIZES, layers=2, seed=0, selective=("blocks.2",))
     with pytest.raises(InputError, match=r"^blocks\.1 named by both recompute and selective"):
-        build_partitioned(PARTITION, layers=None, recompute=("blocks.1",), selective=SELECTIVE, **SIZES)
+        build_partitioned(PARTITION, SIZES, layers=None, seed=0, recompute=("blocks.1",), selective=SELECTIVE)
     with pytest.raises(InputError, match=r"^blocks at positions \[0\] are both recomputed and selective"):
-        GPTStage(1, embed=False, norm=False, head=False, hidden=HIDDEN, heads=HEADS, vocab=64, seq_len=SEQ_LEN,
-                 recompute={0}, selective={0})
+        GPTStage(1, embed=False, norm=False, head=False, sizes=SIZES, recompute={0}, selective={0})
     (tmp_path / "zbsolve_test_selective_user.py").write_text("def stages(n):\n    return []\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError, match=r"selective = blocks\.0, but only the built-in gpt's blocks can be "):

@@ -21,10 +21,10 @@ import pytest
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import UNIT
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.io.document import write_document
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.optimize.solve import solve
-from zbsolve.costmodel.model import Layer, Model
 from zbsolve.schedulers.families import make_schedule
 
 pytest.importorskip("torchtitan", reason="torchtitan is not installed (the dev extra pins 0.3.0)")

@@ -21,7 +21,7 @@ import functools
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -47,6 +47,8 @@ from zbsolve.problem.costs import Costs
 DEVICES = ("cpu", "cuda")
 """Where ``run_schedule`` runs: "cpu" (gloo) or "cuda" (NCCL)."""
 _RTOL, _ATOL = 1e-4, 1e-6
+_PASS_ORDER: tuple[str, ...] = (F, B, W, BW)
+"""The passes in the order a rank's report lists them."""
 
 
 class GradientCheckError(ZbsolveError):
@@ -76,8 +78,9 @@ class RunOptions:
     seed: int = 0
     """Seed of the batches: step i runs the batch of seed + i."""
     costs: Costs | None = None
-    """The schedule document's costs (``zbsolve.io.costs_section.document_costs``): with a partition, the GPT is cut into the
-    stages it names (``ModelSpec.partition``) and the plan's seconds and bytes are reported in ms and MiB."""
+    """The schedule document's costs (``zbsolve.io.costs_section.document_costs``): with a partition, the GPT is cut
+    into the stages it names (``ModelSpec.partition``) and the plan's seconds and bytes are reported in ms and
+    MiB."""
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -197,7 +200,7 @@ def _rank_row(rank: int, own: list[int], probe: _Probe, loss: float | None, chec
         for s, kind, ms, mem in step:
             stage_ms[s][kind].append(ms)
             stage_mem[s][kind].append(mem)
-    kinds = sorted({k for s in stage_ms for k in stage_ms[s]}, key=[F, B, W, BW].index)
+    kinds = sorted({k for s in stage_ms for k in stage_ms[s]}, key=_PASS_ORDER.index)
     pass_ms = {k: _mean([ms for s in stage_ms for ms in stage_ms[s][k]]) for k in kinds}
     skip = len(probe.records) - len(timed)
     return {"rank": rank, "stages": own, "timed_steps": len(timed), "pass_ms": pass_ms,
@@ -209,7 +212,7 @@ def _rank_row(rank: int, own: list[int], probe: _Probe, loss: float | None, chec
             "loss": loss, "grad_check": "passed" if checked else "not run"}
 
 
-def _mean(values: list[float]) -> float:
+def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
@@ -266,7 +269,7 @@ def _rank_main(rank: int, world_size: int, init_method: str, job: _RankJob) -> d
 
 def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
     """Per-stage mean times (ms) and memory deltas (MiB) measured, as a profile for the simulator."""
-    t = {name: [] for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w")}
+    t: dict[str, list[float]] = {name: [] for name in ("t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w")}
     ms = {s: d for row in rows for s, d in row["stage_ms"].items()}
     mem = {s: d for row in rows for s, d in row["stage_mem"].items()}
     tiny = 1e-6
@@ -285,7 +288,7 @@ def _measured_profile(schedule: Schedule, rows: list[dict]) -> Profile:
         t["mem_f"].append(mem_f)
         t["mem_b"].append(mem_b)
         t["mem_w"].append(paper_deltas(mem_f, mem_f + mem_b)[2])
-    return Profile(**t)
+    return Profile(t_f=t["t_f"], t_b=t["t_b"], t_w=t["t_w"], mem_f=t["mem_f"], mem_b=t["mem_b"], mem_w=t["mem_w"])
 
 
 def _with_predictions(schedule: Schedule, rows: list[dict], costs: Costs | None) -> list[dict]:

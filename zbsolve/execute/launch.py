@@ -83,6 +83,14 @@ def _outcome(result: Path) -> dict | None:
     return pickle.loads(result.read_bytes()) if result.exists() else None
 
 
+def _result(rank: int, result: Path) -> Any:
+    """What rank ``rank`` returned, from its ``result`` file (it exited 0, so it wrote one)."""
+    outcome = _outcome(result)
+    if outcome is None:
+        raise LaunchError(f"rank {rank} exited without reporting its result")
+    return outcome["ok"]
+
+
 def _failure(rank: int, proc: subprocess.Popen, result: Path, log: Path) -> ZbsolveError:
     outcome = _outcome(result)
     if outcome is not None and "error" in outcome:
@@ -98,11 +106,11 @@ def _failure(rank: int, proc: subprocess.Popen, result: Path, log: Path) -> Zbso
 def _first_failed(procs: list[subprocess.Popen], results: list[Path]) -> int | None:
     """The failed rank to blame: one that died without reporting, else the one whose error came first."""
     failed = [r for r, proc in enumerate(procs) if proc.poll() not in (None, 0)]
-    outcomes = {r: _outcome(results[r]) for r in failed}
-    died = [r for r in failed if outcomes[r] is None or "error" not in outcomes[r]]
-    if died or not failed:
-        return (died or [None])[0]
-    return min(failed, key=lambda r: outcomes[r]["when"])
+    reported = {r: outcome for r in failed if (outcome := _outcome(results[r])) is not None and "error" in outcome}
+    died = [r for r in failed if r not in reported]
+    if died:
+        return died[0]
+    return min(reported, key=lambda r: reported[r]["when"]) if reported else None
 
 
 def launch(fn: RankFn, world_size: int, payload: Any, *, deadline_s: float) -> list[Any]:
@@ -139,7 +147,7 @@ def launch(fn: RankFn, world_size: int, payload: Any, *, deadline_s: float) -> l
             failed = _first_failed(procs, results)
             if failed is not None:
                 raise _failure(failed, procs[failed], results[failed], logs[failed])
-            return [_outcome(path)["ok"] for path in results]
+            return [_result(r, path) for r, path in enumerate(results)]
         finally:
             _stop(procs)
 

@@ -40,9 +40,9 @@ class SavedBytes:
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """Context in which the tensors autograd saves are counted."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _Saved.unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, Saved.unpack)
 
-    def _pack(self, tensor: torch.Tensor) -> _Saved | torch.Tensor:
+    def _pack(self, tensor: torch.Tensor) -> Saved | torch.Tensor:
         storage = tensor.untyped_storage()
         key, size = storage.data_ptr(), storage.nbytes()
         if not size or key in self._exclude or tensor.device.type == "meta":
@@ -52,7 +52,7 @@ class SavedBytes:
             self._current += size
             self._peak = max(self._peak, self._current)
         entry[0] += 1
-        return _Saved(self, key, tensor.detach())
+        return Saved(self, key, tensor.detach())
 
     def _release(self, key: int) -> None:
         entry = self._refs[key]
@@ -62,8 +62,9 @@ class SavedBytes:
             self._current -= entry[1]
 
 
-class _Saved:
-    """A counted saved tensor; its bytes are released when autograd lets go of it."""
+class Saved:
+    """A counted saved tensor, as ``SavedBytes``'s pack hook keeps it; its bytes are released when autograd lets go
+    of it."""
 
     __slots__ = ("account", "key", "tensor")
 
@@ -74,5 +75,5 @@ class _Saved:
         self.account._release(self.key)
 
     @staticmethod
-    def unpack(saved: _Saved | torch.Tensor) -> torch.Tensor:
-        return saved.tensor if isinstance(saved, _Saved) else saved
+    def unpack(saved: Saved | torch.Tensor) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, Saved) else saved

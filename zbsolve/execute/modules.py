@@ -43,6 +43,20 @@ class Block(nn.Module):
         return recompute_output(fn, x, consumer) if self.selective else consumer(fn(x))
 
 
+@dataclass(frozen=True)
+class GPTSizes:
+    """The built-in GPT's sizes, whatever its blocks and their cut into stages."""
+
+    hidden: int = 32
+    """Hidden size."""
+    heads: int = 2
+    """Attention heads (``hidden`` is a multiple of them)."""
+    vocab: int = 64
+    """Vocabulary size."""
+    seq_len: int = 16
+    """Sequence length."""
+
+
 class GPTStage(nn.Module):
     """A run of consecutive blocks: the first stage embeds token ids before them, the last ends with the final norm
     and the LM head (the norm may end the stage before it instead). The blocks at the positions ``recompute`` names
@@ -50,22 +64,24 @@ class GPTStage(nn.Module):
     backward first needs what it saved, and what that saves stays until the graph is freed (W reuses it). Those at
     the positions ``selective`` names recompute only their norms' and GELU's outputs the same way (``Block``)."""
 
-    def __init__(self, blocks: int, *, embed: bool, norm: bool, head: bool, hidden: int, heads: int, vocab: int,
-                 seq_len: int, recompute: Collection[int] = (), selective: Collection[int] = ()) -> None:
+    def __init__(self, blocks: int, *, embed: bool, norm: bool, head: bool, sizes: GPTSizes,
+                 recompute: Collection[int] = (), selective: Collection[int] = ()) -> None:
         super().__init__()
         both = sorted(set(recompute) & set(selective))
         if both:
             raise InputError(f"blocks at positions {both} are both recomputed and selective; a block is at most one")
-        self.embed = nn.Embedding(vocab, hidden) if embed else None
-        self.pos = nn.Parameter(0.02 * torch.randn(seq_len, hidden)) if embed else None
-        self.blocks = nn.ModuleList(Block(hidden, heads, selective=i in selective) for i in range(blocks))
+        hidden = sizes.hidden
+        self.embed = nn.Embedding(sizes.vocab, hidden) if embed else None
+        self.pos = nn.Parameter(0.02 * torch.randn(sizes.seq_len, hidden)) if embed else None
+        self.blocks = nn.ModuleList(Block(hidden, sizes.heads, selective=i in selective) for i in range(blocks))
         self.norm = nn.LayerNorm(hidden) if norm else None
-        self.head = nn.Linear(hidden, vocab, bias=False) if head else None
+        self.head = nn.Linear(hidden, sizes.vocab, bias=False) if head else None
         self.recompute = tuple(i in recompute for i in range(blocks))
         self.selective = tuple(i in selective for i in range(blocks))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:
+            assert self.pos is not None, "a stage that embeds holds the positions too"
             x = embed_tokens(self.embed, self.pos, x)
         for block, again in zip(self.blocks, self.recompute):
             x = checkpoint(block, x) if again else block(x)
@@ -103,10 +119,11 @@ class _Cut:
     head: bool
 
 
-def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
-                 seed: int, recompute: Collection[str] = (), selective: Collection[str] = ()) -> list[nn.Module]:
-    """A GPT of ``layers`` blocks cut into ``num_stages`` stages, the same weights for the same ``seed``; the blocks
-    ``recompute`` names (``blocks.i``) checkpointed, those ``selective`` names selectively recomputed (``Block``).
+def build_stages(num_stages: int, sizes: GPTSizes, *, layers: int, seed: int, recompute: Collection[str] = (),
+                 selective: Collection[str] = ()) -> list[nn.Module]:
+    """A GPT of ``sizes`` and ``layers`` blocks cut into ``num_stages`` stages, the same weights for the same
+    ``seed``; the blocks ``recompute`` names (``blocks.i``) checkpointed, those ``selective`` names selectively
+    recomputed (``Block``).
 
     Stage 0 takes token ids (batch, seq_len); the last stage returns logits (batch, seq_len, vocab).
     """
@@ -114,17 +131,16 @@ def build_stages(num_stages: int, *, layers: int, hidden: int, heads: int, vocab
         raise InputError(f"layers = {layers} must be >= num_stages = {num_stages} >= 1")
     counts = [layers // num_stages + (1 if s < layers % num_stages else 0) for s in range(num_stages)]
     last = num_stages - 1
-    return _build([_Cut(s == 0, c, s == last, s == last) for s, c in enumerate(counts)], hidden=hidden, heads=heads,
-                  vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute, selective=selective)
+    return _build([_Cut(s == 0, c, s == last, s == last) for s, c in enumerate(counts)], sizes, seed=seed,
+                  recompute=recompute, selective=selective)
 
 
-def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None, hidden: int, heads: int, vocab: int,
-                      seq_len: int, seed: int, recompute: Collection[str] = (),
-                      selective: Collection[str] = ()) -> list[nn.Module]:
-    """The GPT cut as ``partition`` names each stage's layers (a schedule document's partition: ``embed``,
-    ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is cut; the
-    blocks ``recompute`` names (the document's ``partition.recompute``, by name) checkpointed, those ``selective``
-    names selectively recomputed (``Block``).
+def build_partitioned(partition: Sequence[Sequence[str]], sizes: GPTSizes, *, layers: int | None, seed: int,
+                      recompute: Collection[str] = (), selective: Collection[str] = ()) -> list[nn.Module]:
+    """The GPT of ``sizes`` cut as ``partition`` names each stage's layers (a schedule document's partition:
+    ``embed``, ``blocks.0`` ..., ``norm``, ``head`` in order), the same weights for the same ``seed`` however it is
+    cut; the blocks ``recompute`` names (the document's ``partition.recompute``, by name) checkpointed, those
+    ``selective`` names selectively recomputed (``Block``).
 
     ``layers`` (None: the partition's) must be the number of blocks the partition names. An ``InputError`` line
     names the stage or layer at fault otherwise.
@@ -150,19 +166,18 @@ def build_partitioned(partition: Sequence[Sequence[str]], *, layers: int | None,
                          f"{blocks}")
     cuts = [_Cut("embed" in stage, sum(1 for name in stage if name.startswith("blocks.")), "norm" in stage,
                  "head" in stage) for stage in partition]
-    return _build(cuts, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed, recompute=recompute,
-                  selective=selective)
+    return _build(cuts, sizes, seed=seed, recompute=recompute, selective=selective)
 
 
-def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: int, seed: int,
-           recompute: Collection[str], selective: Collection[str]) -> list[nn.Module]:
+def _build(cuts: list[_Cut], sizes: GPTSizes, *, seed: int, recompute: Collection[str],
+           selective: Collection[str]) -> list[nn.Module]:
     """One ``GPTStage`` per cut, built in forward order under ``seed`` so that the weights do not depend on the cut;
     block ``blocks.i`` is the i-th block in forward order, checkpointed when ``recompute`` names it, selectively
     recomputed when ``selective`` does (never both)."""
-    if hidden < 1 or heads < 1 or hidden % heads:
-        raise InputError(f"hidden = {hidden} must be a positive multiple of heads = {heads}")
-    if vocab < 2 or seq_len < 1:
-        raise InputError(f"vocab = {vocab} must be >= 2 and seq_len = {seq_len} >= 1")
+    if sizes.hidden < 1 or sizes.heads < 1 or sizes.hidden % sizes.heads:
+        raise InputError(f"hidden = {sizes.hidden} must be a positive multiple of heads = {sizes.heads}")
+    if sizes.vocab < 2 or sizes.seq_len < 1:
+        raise InputError(f"vocab = {sizes.vocab} must be >= 2 and seq_len = {sizes.seq_len} >= 1")
     firsts = [sum(c.blocks for c in cuts[:s]) for s in range(len(cuts) + 1)]
     blocks = [f"blocks.{i}" for i in range(firsts[-1])]
     for what, names in (("recompute", recompute), ("selective", selective)):
@@ -176,8 +191,8 @@ def _build(cuts: list[_Cut], *, hidden: int, heads: int, vocab: int, seq_len: in
                          "or selectively")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return [GPTStage(c.blocks, embed=c.embed, norm=c.norm, head=c.head, hidden=hidden, heads=heads, vocab=vocab,
-                         seq_len=seq_len, recompute={i for i in range(c.blocks) if blocks[a + i] in recompute},
+        return [GPTStage(c.blocks, embed=c.embed, norm=c.norm, head=c.head, sizes=sizes,
+                         recompute={i for i in range(c.blocks) if blocks[a + i] in recompute},
                          selective={i for i in range(c.blocks) if blocks[a + i] in selective})
                 for c, a in zip(cuts, firsts)]
 
@@ -223,16 +238,21 @@ class ModelSpec:
     selective: tuple[str, ...] = ()
     """The GPT's blocks (``blocks.i``) whose norms' and GELU's outputs are recomputed (``Block``), none of
     ``recompute``; a user's model takes none."""
-    hidden: int = 32
+    hidden: int = GPTSizes.hidden
     """GPT hidden size."""
-    heads: int = 2
+    heads: int = GPTSizes.heads
     """GPT attention heads."""
-    vocab: int = 64
+    vocab: int = GPTSizes.vocab
     """GPT vocabulary size."""
-    seq_len: int = 16
+    seq_len: int = GPTSizes.seq_len
     """GPT sequence length."""
     seed: int = 0
     """Seed of the GPT's weights."""
+
+    @property
+    def sizes(self) -> GPTSizes:
+        """The GPT's sizes."""
+        return GPTSizes(hidden=self.hidden, heads=self.heads, vocab=self.vocab, seq_len=self.seq_len)
 
 
 def load_model(spec: ModelSpec, num_stages: int) -> StagedModel:
@@ -289,6 +309,8 @@ def load_layers(spec: ModelSpec) -> LayeredModel:
     staged = load_model(spec, 1)
     stage = staged.stages[0]
     if isinstance(stage, GPTStage):
+        assert stage.embed is not None and stage.pos is not None and stage.norm is not None and \
+            stage.head is not None, "a GPT of one stage holds every layer"
         layers = [NamedLayer("embed", Embedding(stage.embed, stage.pos), False),
                   *(NamedLayer(f"blocks.{i}", block, True) for i, block in enumerate(stage.blocks)),
                   NamedLayer("norm", stage.norm, False), NamedLayer("head", stage.head, False)]
@@ -302,14 +324,14 @@ def load_layers(spec: ModelSpec) -> LayeredModel:
 
 
 def _gpt(spec: ModelSpec, num_stages: int) -> StagedModel:
-    sizes = {"hidden": spec.hidden, "heads": spec.heads, "vocab": spec.vocab, "seq_len": spec.seq_len,
-             "seed": spec.seed, "recompute": spec.recompute, "selective": spec.selective}
     if spec.partition is None:
-        stages = build_stages(num_stages, layers=num_stages if spec.layers is None else spec.layers, **sizes)
+        stages = build_stages(num_stages, spec.sizes, layers=num_stages if spec.layers is None else spec.layers,
+                              seed=spec.seed, recompute=spec.recompute, selective=spec.selective)
     elif len(spec.partition) != num_stages:
         raise InputError(f"partition has {len(spec.partition)} stages, but the schedule's placement has {num_stages}")
     else:
-        stages = build_partitioned(spec.partition, layers=spec.layers, **sizes)
+        stages = build_partitioned(spec.partition, spec.sizes, layers=spec.layers, seed=spec.seed,
+                                   recompute=spec.recompute, selective=spec.selective)
     vocab, seq_len = spec.vocab, spec.seq_len
     return StagedModel(stages, loss_fn,
                        lambda batch_size, seed: make_batch(batch_size, vocab=vocab, seq_len=seq_len, seed=seed))

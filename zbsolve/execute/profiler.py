@@ -36,7 +36,7 @@ from zbsolve.base.errors import InputError, ZbsolveError
 from zbsolve.base.files import write_atomic
 from zbsolve.core import torch_compat
 from zbsolve.core.profile import STAGE_FIELDS, Profile, paper_deltas
-from zbsolve.execute.memory import SavedBytes
+from zbsolve.execute.memory import Saved, SavedBytes
 from zbsolve.execute.modules import ModelSpec, StagedModel
 
 Batches = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -95,7 +95,7 @@ class Measurement:
         med["mem_w"] = [paper_deltas(f, f + b)[2] for f, b in zip(med["mem_f"], med["mem_b"])]
         t_comm = round(statistics.median(self.latency), 3) if self.latency else 0.0
         fields = {name: [round(x, 3) if name.startswith("t_") else x for x in med[name]] for name in STAGE_FIELDS}
-        return Profile(**fields, t_comm=t_comm)
+        return Profile.model_validate({**fields, "t_comm": t_comm})
 
     def noise(self) -> dict[str, list[float]]:
         """Interquartile range over |median| per field and stage (0 for a single sample or a zero median);
@@ -131,11 +131,11 @@ class ReadBytes(SavedBytes):
         self.reads.append({})
         return self.current
 
-    def _unpack(self, saved: object) -> torch.Tensor:
+    def _unpack(self, saved: Saved | torch.Tensor) -> torch.Tensor:
         if isinstance(saved, torch.Tensor):
             return saved
-        self.reads[-1][saved.key] = saved.tensor.untyped_storage().nbytes()  # type: ignore[attr-defined]
-        return saved.tensor  # type: ignore[attr-defined]
+        self.reads[-1][saved.key] = saved.tensor.untyped_storage().nbytes()
+        return saved.tensor
 
 
 def run_passes(stage: nn.Module, x: torch.Tensor, tail: torch.Tensor, loss_fn: Callable | None,

@@ -18,9 +18,14 @@ and ``consumer`` save otherwise is saved as usual, under the hooks in force at F
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+
+Out = TypeVar("Out")
+
+_Layout = tuple[torch.Size, tuple[int, ...], int | torch.SymInt]
+"""A view's shape, strides and storage offset (``torch.Tensor.as_strided``'s arguments)."""
 
 
 class _Keep(torch.autograd.Function):
@@ -101,7 +106,7 @@ class _Output:
     def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], y: torch.Tensor) -> None:
         self.fn = fn
         self.storage = y.untyped_storage()._cdata
-        self.layout = (y.shape, y.stride(), y.storage_offset())
+        self.layout: _Layout = (y.shape, y.stride(), y.storage_offset())
         self.others: list[torch.Tensor] = []
         """The consumer's saved tensors not on ``y``'s storage, until ``keep``."""
         self.kept: Any = None
@@ -109,7 +114,7 @@ class _Output:
         self.recomputed: Any = None
         """The ``_Keep`` node of ``fn(x)`` recomputed, once recomputed."""
 
-    def pack(self, tensor: torch.Tensor) -> int | tuple[torch.Size, tuple[int, ...], int]:
+    def pack(self, tensor: torch.Tensor) -> int | _Layout:
         """What F keeps of a tensor ``consumer`` saves: the layout of a view of ``y``, else an index."""
         if tensor.untyped_storage()._cdata == self.storage:
             return tensor.shape, tensor.stride(), tensor.storage_offset()
@@ -121,7 +126,7 @@ class _Output:
         self.kept = _kept([x, *self.others])
         self.others = []
 
-    def unpack(self, packed: int | tuple[torch.Size, tuple[int, ...], int]) -> torch.Tensor:
+    def unpack(self, packed: int | _Layout) -> torch.Tensor:
         """The saved tensor ``packed`` stands for; the first view of ``y`` unpacked recomputes ``y``."""
         if isinstance(packed, int):
             return self.kept.saved_tensors[packed]
@@ -140,7 +145,7 @@ class _Output:
 
 
 def recompute_output(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                     consumer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                     consumer: Callable[[torch.Tensor], Out]) -> Out:
     """``consumer(fn(x))``, keeping ``x`` instead of what ``consumer`` saves of ``fn(x)``: its first backward that
     reads it recomputes ``fn(x)`` once and keeps it until the graph is freed. ``fn``'s own saved tensors and the rest
     of ``consumer``'s are saved as usual (``fn(x)`` is freed only if ``fn`` does not save it itself)."""

@@ -145,7 +145,7 @@ def _check_block(name: str, block: Any, kind: str) -> None:
         from torchtitan.models.llama3.model import Llama3TransformerBlock
 
         ffn = getattr(block, "feed_forward", None)
-        if type(block).forward is not Llama3TransformerBlock.forward or type(ffn).forward is not \
+        if type(block).forward is not Llama3TransformerBlock.forward or getattr(type(ffn), "forward", None) is not \
                 FeedForward.forward or getattr(block, "moe", None) is not None:
             raise InputError(f"partition.selective: block {name!r} is {type(block).__name__} with feed_forward "
                              f"{type(ffn).__name__}; selective recomputation (the norms' and the SwiGLU product's "

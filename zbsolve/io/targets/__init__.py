@@ -11,6 +11,7 @@ import json
 import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
@@ -41,16 +42,23 @@ FORMATS = tuple(EXPORTS)
 """Formats ``export_document`` writes: torch's CSV for any torch runtime, and one per other target of the table."""
 
 
+class _Documented(Protocol):
+    """A result that gives its schedule document."""
+
+    def to_json(self) -> dict:
+        """The schedule document, as its file would hold it."""
+
+
 class Exportable:
     """A result that exports the schedule document its ``to_json()`` gives, from memory."""
 
-    def export(self, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
+    def export(self: _Documented, format: str, path: str | Path | None = None, *, microbatch_size: int | None = None,
                renames: Sequence[str] = ()) -> str:
         """Export the schedule in ``format`` (one of ``FORMATS``: torch-csv, torchtitan, megatron) to ``path`` (a
         file; a folder for torchtitan; megatron prints without one), byte for byte as ``zbsolve export`` exports the
         document ``to_json(path)`` writes (no document is written). Returns the main text: the CSV, or Megatron's
         arguments. ``microbatch_size`` and ``renames`` are torchtitan's."""
-        document = self.to_json()  # type: ignore[attr-defined]
+        document = self.to_json()
         return export_document(document, format, path, microbatch_size=microbatch_size, renames=renames,
                                taker=f"{type(self).__name__}.export")[1]
 

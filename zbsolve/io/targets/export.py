@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule
 from zbsolve.io.document import document_of, from_document, load_document, read_document
 from zbsolve.io.targets.plan import Plan, read_plan
@@ -40,6 +41,12 @@ class Request:
     def inputs(self) -> list[str | Path]:
         """The files the export reads, which it may not write."""
         return [] if isinstance(self.document, dict) else [self.document]
+
+    def destination(self) -> str | Path:
+        """The output the export writes to; an ``InputError`` where there is none."""
+        if self.output is None:
+            raise InputError(f"output is missing: format {self.format!r} writes files")
+        return self.output
 
     def schedule(self) -> Schedule:
         """The document's schedule alone: its costs, if any, are not read."""

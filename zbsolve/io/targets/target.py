@@ -80,10 +80,12 @@ class Target:
 
     def placement_refusal(self, name: str, chunks: int) -> str | None:
         """Why this runtime cannot build ``name`` with ``chunks`` stages per device, or None."""
-        if name not in self.placements or (self.placements[name] is not None and chunks not in self.placements[name]):
-            runs = ", ".join(n if c is None else f"{n} x{'/'.join(map(str, c))}" for n, c in self.placements.items())
-            return self._refuse("placements", f"{self.label} builds {runs} (stages per device), not {name} x{chunks}")
-        return None
+        if name in self.placements:
+            counts = self.placements[name]
+            if counts is None or chunks in counts:
+                return None
+        runs = ", ".join(n if c is None else f"{n} x{'/'.join(map(str, c))}" for n, c in self.placements.items())
+        return self._refuse("placements", f"{self.label} builds {runs} (stages per device), not {name} x{chunks}")
 
     def microbatch_refusal(self, name: str, num_devices: int, num_microbatches: int) -> str | None:
         """Why this runtime cannot run ``num_microbatches`` on ``name`` over ``num_devices``, or None."""

@@ -155,13 +155,13 @@ def torchtitan_setting(setting: Setting | None, num_microbatches: int) -> tuple[
     if setting.seq_len % divisor:
         raise InputError(f"partition.setting.seq_len = {setting.seq_len}: torchtitan {TORCHTITAN_VERSION} needs it "
                          f"divisible by {divisor} (tp with sequence parallelism x 2 cp; torchtitan/trainer.py)")
-    parallelism = {"tensor_parallel_degree": setting.tp,
+    parallelism: dict[str, object] = {"tensor_parallel_degree": setting.tp,
                    **({"enable_sequence_parallel": True} if setting.tp > 1 else {}),
                    "context_parallel_degree": setting.cp or 1,
                    **({} if setting.ep is None else {"expert_parallel_degree": setting.ep}),
                    **dict(zip(("data_parallel_replicate_degree", "data_parallel_shard_degree"),
                               (1, setting.dp) if _sharded(setting) else (setting.dp, 1)))}
-    training = {"seq_len": setting.seq_len,
+    training: dict[str, object] = {"seq_len": setting.seq_len,
                 "global_batch_size": setting.global_batch(num_microbatches),
                 **({"mixed_precision_param": MIXED_PRECISION[setting.dtype]} if setting.dtype in MIXED_PRECISION
                    else {})}
@@ -290,17 +290,20 @@ def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int | Non
         raise InputError(f"output = {folder} is a file; format 'torchtitan' writes a folder")
     config = torchtitan_config(plan, CSV_NAME, microbatch_size, renames, PLAN_NAME)
     planned = "override" in config
-    if planned and document is None:
-        raise InputError(f"partition.recompute/selective: {_recomputing(plan)}; PlannedAC reads the schedule "
-                         f"document, which the export writes as {PLAN_NAME}: export the document, not a Plan")
+    documents: list[str] = []
+    if planned:
+        if document is None:
+            raise InputError(f"partition.recompute/selective: {_recomputing(plan)}; PlannedAC reads the schedule "
+                             f"document, which the export writes as {PLAN_NAME}: export the document, not a Plan")
+        documents = [document]
     paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME, *([folder / PLAN_NAME] if planned else [])]
     for path in paths if folder.exists() else [folder]:
         check_output(path, "output", inputs)
     texts = dict(zip(paths, (checked_csv(plan.schedule), json.dumps(config, indent=1) + "\n",
-                             shlex.join(torchtitan_args(config)) + "\n", *([document] if planned else []))))
+                             shlex.join(torchtitan_args(config)) + "\n", *documents)))
     folder.mkdir(exist_ok=True)
     for path, text in texts.items():
-        write_atomic(path, text)  # type: ignore[arg-type]
+        write_atomic(path, text)
     if note is not None:
         note(f"pipeline_parallel_schedule_csv = {CSV_NAME} is relative to the export folder {folder}: start "
              "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
@@ -310,7 +313,7 @@ def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int | Non
                  f"name of the head (--rename {old}={old} keeps it)")
         for line in torchtitan_notes(plan):
             note(line)
-    return texts  # type: ignore[return-value]
+    return texts
 
 
 def _fqns(names: list[str], renames: Sequence[str]) -> list[str]:
@@ -343,7 +346,7 @@ def write_folder(request: Request) -> tuple[list[Path], str]:
     """The request's plan as ``export_torchtitan``'s folder at its output, with the document as it is (for
     ``PlannedAC`` to read where it recomputes); returns the files written and the CSV."""
     plan = request.plan()
-    folder = Path(request.output)  # type: ignore[arg-type]
+    folder = Path(request.destination())
     files = export_torchtitan(plan, folder, request.microbatch_size, request.renames, request.inputs, request.note,
                               request.text())
     return list(files), files[folder / CSV_NAME]

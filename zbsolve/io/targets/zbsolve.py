@@ -22,7 +22,8 @@ ZBSOLVE = Target(
 def write_csv(request: Request) -> tuple[list[Path], str]:
     """The request's schedule alone (its costs, if any, are not read) as torch's CSV at its output; returns the
     file and the CSV."""
-    return [Path(request.output)], export_schedule(request.schedule(), request.output)  # type: ignore[arg-type]
+    output = request.destination()
+    return [Path(output)], export_schedule(request.schedule(), output)
 
 
 def takes(plan: Plan) -> object:

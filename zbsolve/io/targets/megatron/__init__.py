@@ -240,8 +240,9 @@ def write_args(request: Request) -> tuple[list[Path], str]:
     if request.output is not None:
         write_atomic(request.output, text + "\n")
     note = request.note
-    for line in megatron_notes(plan) if note is not None else ():
-        note(line)
+    if note is not None:
+        for line in megatron_notes(plan):
+            note(line)
     return ([] if request.output is None else [Path(request.output)]), text
 
 
