@@ -1,6 +1,6 @@
 """Helpers shared by the tests: paths built from the repository root (so the tests run from any working
 directory), problem files, the command line run in-process, 1F1B written out by hand, checks of a solve result,
-exhaustive search on tiny formulations, and small models.
+exhaustive search on tiny formulations, and small models; and, from ``helpers``, those on the runtimes zbsolve exports to and small MoE configs.
 
 Test modules import them by name: ``from conftest import ROOT, problem, one_f_one_b``.
 """
@@ -14,19 +14,30 @@ from pathlib import Path
 
 import pytest
 from click.testing import Result
+from helpers import (  # noqa: F401  (shared by test modules through conftest)
+    DEEPSEEK,
+    LLAMA,
+    MEGATRON_CORE_FIELDS,
+    MIXTRAL,
+    QWEN2_MOE,
+    import_llama3,
+    load_torchtitan_config,
+    megatron_flags,
+    torchtitan_export,
+)
 from typer.testing import CliRunner
 
 from zbsolve.base.checks import slack
-from zbsolve.base.units import GIB
 from zbsolve.base.errors import InputError
+from zbsolve.base.units import GIB
+from zbsolve.core.placement import interleaved, sequential, vshape
+from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.schedule import BW, B, F, Pass, Schedule, W, build
+from zbsolve.core.simulator import Timeline, simulate
+from zbsolve.costmodel.model import Layer, Model, Setting
+from zbsolve.problem.problem_file import Problem
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
-from zbsolve.core.placement import interleaved, sequential, vshape
-from zbsolve.problem.problem_file import Problem
-from zbsolve.core.profile import UNIT, Profile
-from zbsolve.core.schedule import B, BW, F, W, Pass, Schedule, build
-from zbsolve.core.simulator import Timeline, simulate
-from zbsolve.costmodel.model import Layer, Model
 
 
 @pytest.fixture(autouse=True)
@@ -281,3 +292,34 @@ TOY_LAYERS = ([toy_layer("tok_embeddings", 0, block=False, t_b=0.0)]
 def toy(**fields) -> Model:
     """A model of ``TOY_LAYERS``, with ``fields``."""
     return Model(name="toy", layers=TOY_LAYERS, **fields)
+
+
+# -- Megatron's combined 1F1B -------------------------------------------------------------------------------
+
+def combined_toy(experts: bool = True, ep: int | None = 2, dtype: str = "bf16", mtp: int = 0) -> Model:
+    """The export toy with a setting; its blocks with experts (half of F and B all-to-all) where asked, and ``mtp``
+    MTP layers before the head."""
+    layers = [layer.model_copy(update={"comm_f": 0.5, "comm_b": 0.5}) if layer.block and experts else layer
+              for layer in export_toy().layers]
+    extra = [Layer(name=f"mtp.{i}", t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1, static_bytes=10,
+                   out_bytes=1) for i in range(mtp)]
+    setting = Setting(seq_len=16, microbatch_size=1, dp=4, ep=ep if experts else None, dtype=dtype)
+    return Model(name="toy", setting=setting, layers=[*layers[:-1], *extra, layers[-1]])
+
+
+COMBINED_CASES = {  # (combined_toy's arguments, devices, chunks, full, modules)
+    "interleaved": ({}, 2, 2, False, ()),
+    "no pipeline": ({}, 1, 1, False, ()),
+    "no virtual stages": ({}, 2, 1, False, ()),
+    "ep 1": ({"ep": 1}, 2, 2, False, ()),
+    "dense": ({"experts": False}, 2, 2, False, ()),
+    "full recomputation": ({}, 2, 2, True, ()),
+    "selective modules": ({}, 2, 2, False, ("mlp", "core_attn")),
+    "fp16": ({"dtype": "fp16"}, 2, 2, False, ()),
+    "fp32": ({"dtype": "fp32"}, 2, 2, False, ()),
+    "one mtp layer": ({"mtp": 1}, 2, 2, False, ()),
+    "two mtp layers": ({"mtp": 2}, 2, 2, False, ()),
+    "mtp without pipeline": ({"mtp": 1}, 1, 1, False, ()),
+}
+"""Plans of Megatron's combined 1F1B: the toy's arguments, devices, virtual stages per device, every block
+recomputed whole, and the modules recomputed selectively."""

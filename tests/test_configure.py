@@ -214,7 +214,7 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
 def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
     """For torchtitan, the chosen configuration's plan exports a folder whose arguments torchtitan's own
     ConfigManager parses, its checks run, into the chosen degrees."""
-    from test_export_setting import _load_torchtitan_config
+    from conftest import load_torchtitan_config
 
     with cf.ThreadPoolExecutor(1) as pool:
         done = configure(DENSE, **{**SMALL, "device_memory": 16 * MIB}, target="torchtitan", top=2, refine=1,
@@ -223,7 +223,7 @@ def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path
     assert done.plan is not None and chosen.pp > 1
     check_fits(done.plan.costs, simulate(done.plan.timeline.schedule))
     done.export(tmp_path / "tt")
-    parsed = _load_torchtitan_config(shlex.split((tmp_path / "tt" / "torchtitan-args.txt").read_text()))
+    parsed = load_torchtitan_config(shlex.split((tmp_path / "tt" / "torchtitan-args.txt").read_text()))
     config = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())
     assert parsed.parallelism.pipeline_parallel_degree == chosen.pp == config["parallelism"]["pipeline_parallel_degree"]
     assert parsed.parallelism.tensor_parallel_degree == chosen.tp

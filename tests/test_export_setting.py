@@ -17,7 +17,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import export_toy
+from conftest import MEGATRON_CORE_FIELDS, export_toy, load_torchtitan_config, megatron_flags, torchtitan_export
 from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
@@ -36,30 +36,6 @@ pytest.importorskip("torch.distributed.pipelining",
 runner = CliRunner()
 SETTING = Setting(seq_len=128, microbatch_size=2, tp=2, dp=2, dtype="bf16", gpu="h100")
 """A dense model's setting: tp 2 with sequence parallelism, two data-parallel replicas."""
-MEGATRON_CORE_FIELDS = {
-    "--tensor-model-parallel-size": "tensor_model_parallel_size",
-    "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
-    "--context-parallel-size": "context_parallel_size",
-    "--expert-model-parallel-size": "expert_model_parallel_size",
-    "--expert-tensor-parallel-size": "expert_tensor_parallel_size",
-    "--sequence-parallel": "sequence_parallel",
-    "--bf16": "bf16",
-    "--fp16": "fp16",
-    "--fp8-format": "fp8",
-    "--fp8-recipe": "fp8_recipe",
-    "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
-    "--recompute-granularity": "recompute_granularity",
-    "--recompute-method": "recompute_method",
-    "--recompute-num-layers": "recompute_num_layers",
-    "--overlap-moe-expert-parallel-comm": "overlap_moe_expert_parallel_comm",
-    "--delay-wgrad-compute": "delay_wgrad_compute",
-    "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
-    "--moe-flex-dispatcher-backend": "moe_flex_dispatcher_backend",
-}
-"""The export's flags that Megatron-LM (tag core_v0.16.1, ``megatron/training/arguments.py`` l.1621:
-``ArgumentGroupFactory(TransformerConfig)``, a flag per field, ``--`` + the name with dashes) makes from megatron-core's
-``TransformerConfig`` (with ``ModelParallelConfig``'s fields), by field; ``--fp8-format`` is its Transformer-Engine
-group's, ``dest="fp8"`` (``MEGATRON_LM_DESTS``)."""
 MEGATRON_LM_DESTS = {"--fp8-format": "fp8"}
 """The flags whose parsed name is not the flag's own."""
 MEGATRON_LM_FLAGS = {
@@ -92,15 +68,6 @@ def _document(tmp_path: Path, model: Model, placement: str = "sequential", recom
     solve(model, num_devices=2, num_microbatches=4, placement=placement, solver="heuristic",
           recompute=recompute).to_json(path)
     return path
-
-
-def _flags(args: list[str]) -> dict[str, str | bool]:
-    """Megatron's arguments by flag, a flag without a value as True."""
-    flags: dict[str, str | bool] = {}
-    for i, arg in enumerate(args):
-        if arg.startswith("--"):
-            flags[arg] = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
-    return flags
 
 
 # -- partition.setting in the schedule document -------------------------------------------------------------------
@@ -168,7 +135,7 @@ def test_megatron_line_carries_the_setting(tmp_path: Path) -> None:
       "--data-parallel-sharding-strategy": "optim_grads_params"}, ["--sequence-parallel"]),
 ])
 def test_megatron_writes_experts_dtype_and_zero(tmp_path: Path, setting: Setting, expected: dict, absent: list) -> None:
-    flags = _flags(megatron_args(read_plan(_document(tmp_path, _model(setting)), "megatron")))
+    flags = megatron_flags(megatron_args(read_plan(_document(tmp_path, _model(setting)), "megatron")))
     assert {flag: flags.get(flag) for flag in expected} == expected
     assert not set(absent) & set(flags)
 
@@ -221,7 +188,7 @@ def test_megatron_core_takes_every_flag(tmp_path: Path, setting: Setting) -> Non
     doc = _document(tmp_path, _model(setting), recompute="uniform:1")
     notes: list[str] = []
     line = export_document(doc, "megatron", None, note=notes.append)[1]
-    flags = _flags(shlex.split(line))
+    flags = megatron_flags(shlex.split(line))
     assert set(flags) <= set(MEGATRON_CORE_FIELDS) | set(MEGATRON_LM_FLAGS)
     values = {MEGATRON_CORE_FIELDS[flag]: int(value) if isinstance(value, str) and value.isdigit() else value
               for flag, value in flags.items() if flag in MEGATRON_CORE_FIELDS}
@@ -289,7 +256,7 @@ def test_megatron_lm_parses_the_line(tmp_path: Path, setting: Setting, monkeypat
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
-    for flag, value in _flags(args).items():
+    for flag, value in megatron_flags(args).items():
         assert str(getattr(parsed, MEGATRON_LM_DESTS.get(flag, flag[2:].replace("-", "_")))) == str(value)
     assert checked.data_parallel_size == setting.dp and checked.sequence_parallel == (setting.tp > 1)
     assert checked.global_batch_size // (checked.micro_batch_size * checked.data_parallel_size) == 4
@@ -297,15 +264,9 @@ def test_megatron_lm_parses_the_line(tmp_path: Path, setting: Setting, monkeypat
 
 # -- torchtitan ----------------------------------------------------------------------------------------------------
 
-def _torchtitan(tmp_path: Path, doc: Path, **kwargs) -> tuple[dict, list[str], list[str]]:
-    folder, notes = tmp_path / "tt", []
-    export_document(doc, "torchtitan", folder, note=notes.append, **kwargs)
-    return (json.loads((folder / "torchtitan.json").read_text()),
-            shlex.split((folder / "torchtitan-args.txt").read_text()), notes)
-
 
 def test_torchtitan_config_carries_the_setting(tmp_path: Path) -> None:
-    config, args, notes = _torchtitan(tmp_path, _document(tmp_path, _model()))
+    config, args, notes = torchtitan_export(tmp_path, _document(tmp_path, _model()))
     parallelism = config["parallelism"]
     assert {key: parallelism[key] for key in ("tensor_parallel_degree", "enable_sequence_parallel",
                                               "context_parallel_degree", "data_parallel_replicate_degree",
@@ -321,7 +282,7 @@ def test_torchtitan_config_carries_the_setting(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"^microbatch_size = 1: the plan's costs are for "
                                          r"partition\.setting\.microbatch_size = 2$"):
         export_document(_document(tmp_path, _model()), "torchtitan", tmp_path / "other", microbatch_size=1)
-    assert _torchtitan(tmp_path, _document(tmp_path, _model()), microbatch_size=2)[0] == config
+    assert torchtitan_export(tmp_path, _document(tmp_path, _model()), microbatch_size=2)[0] == config
 
 
 @pytest.mark.parametrize("setting,replicate,shard,expected", [
@@ -343,7 +304,7 @@ def test_torchtitan_config_carries_the_setting(tmp_path: Path) -> None:
 ])
 def test_torchtitan_data_parallel_choice(tmp_path: Path, setting: Setting, replicate: int, shard: int,
                                          expected: str | None) -> None:
-    config, _, notes = _torchtitan(tmp_path, _document(tmp_path, _model(setting)))
+    config, _, notes = torchtitan_export(tmp_path, _document(tmp_path, _model(setting)))
     parallelism = config["parallelism"]
     assert (parallelism["data_parallel_replicate_degree"], parallelism["data_parallel_shard_degree"]) == \
         (replicate, shard)
@@ -371,21 +332,11 @@ def test_torchtitan_refuses_a_sequence_it_cannot_split(tmp_path: Path, setting: 
 
 
 def test_torchtitan_notes_a_bare_plan(tmp_path: Path) -> None:
-    config, _, notes = _torchtitan(tmp_path, _document(tmp_path, _model(None)))
+    config, _, notes = torchtitan_export(tmp_path, _document(tmp_path, _model(None)))
     assert config["training"] == {"local_batch_size": 4, "disable_cuda_graphs": True}
     assert "tensor_parallel_degree" not in config["parallelism"]
     assert notes[-1].startswith("partition.setting is missing (the model has no setting): torchtitan.json has no "
                                 "tensor_parallel_degree")
-
-
-def _load_torchtitan_config(args: list[str]):
-    """torchtitan's Trainer.Config from its ConfigManager on llama3's debugmodel with ``args`` (its checks run)."""
-    pytest.importorskip("torchtitan", reason="torchtitan is not installed (the dev extra pins 0.3.0)")
-    from test_torchtitan_recompute import _import_llama3
-    from torchtitan.config.manager import ConfigManager
-
-    _import_llama3()
-    return ConfigManager().parse_args(["--module", "llama3", "--config", "llama3_debugmodel", *args])
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=SETTING_IDS)
@@ -394,8 +345,8 @@ def test_torchtitan_takes_every_key(tmp_path: Path, setting: Setting) -> None:
     parallelism with CUDA graphs disabled, sequence length divisible by tp), holding every key of the JSON; its
     ParallelDims take the degrees on tp x dp x pp ranks; the pipeline runs the plan's microbatches in one gradient
     accumulation step (trainer.py: global // (local x dp) steps, local // microbatch size microbatches)."""
-    config, args, _ = _torchtitan(tmp_path, _document(tmp_path, _model(setting), placement="interleaved"))
-    parsed = _load_torchtitan_config(args)
+    config, args, _ = torchtitan_export(tmp_path, _document(tmp_path, _model(setting), placement="interleaved"))
+    parsed = load_torchtitan_config(args)
     for section in ("parallelism", "training"):
         for key, value in config[section].items():
             assert getattr(getattr(parsed, section), key) == value, (section, key)
@@ -424,7 +375,7 @@ def test_torchtitan_runs_per_block_recomputation_with_planned_ac(tmp_path: Path,
     folder = tmp_path / "tt"
     written, _ = export_document(doc, "torchtitan", folder)
     assert folder / PLAN_NAME in written and (folder / PLAN_NAME).read_text() == doc.read_text()
-    config, args, notes = _torchtitan(tmp_path, doc)
+    config, args, notes = torchtitan_export(tmp_path, doc)
     assert config["override"] == {"imports": [[OVERRIDE_TARGET, {"plan": PLAN_NAME}]]}
     assert config["activation_checkpoint"] == "full"
     assert args[-3:] == ["--override.imports", f'{OVERRIDE_TARGET}={{"plan": "{PLAN_NAME}"}}',
@@ -443,8 +394,8 @@ def test_torchtitan_puts_planned_ac_in_place_from_the_export(tmp_path: Path, mon
     """torchtitan's own parser and override mechanism, started in the export folder, give PlannedAC reading the
     copied document."""
     doc = _document(tmp_path, _model(selective=True), recompute="selective+per-stage:1,0")
-    config, args, _ = _torchtitan(tmp_path, doc)
-    parsed = _load_torchtitan_config(args)
+    config, args, _ = torchtitan_export(tmp_path, doc)
+    parsed = load_torchtitan_config(args)
     from torchtitan.config.override import apply_overrides
 
     from zbsolve.execute import torchtitan_recompute as tr
@@ -464,6 +415,6 @@ def test_torchtitan_refuses_selective_expert_blocks(tmp_path: Path) -> None:
                                   "torchtitan 0.3.0 recomputes only dense blocks selectively (runtime table: "
                                   "torchtitan.selective_experts); plan with --target torchtitan")
     assert not (tmp_path / "tt").exists()
-    config, _, _ = _torchtitan(tmp_path, _document(tmp_path, _model(selective=True, experts=True),
+    config, _, _ = torchtitan_export(tmp_path, _document(tmp_path, _model(selective=True, experts=True),
                                                    recompute="per-stage:1,2", name="whole"))
     assert config["override"]["imports"][0][0] == OVERRIDE_TARGET

@@ -11,7 +11,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from test_megatron_overlap import CASES, _model
+from conftest import COMBINED_CASES, combined_toy
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
@@ -76,7 +76,7 @@ def test_without_pipeline_it_is_megatron_cores_combined_1f1b_without_pipelining(
 
 
 def _setting(comm: float) -> BaselineSetting:
-    model = _model()
+    model = combined_toy()
     layers = [layer.model_copy(update={"comm_f": comm, "comm_b": comm}) if layer.experts else layer
               for layer in model.layers]
     return BaselineSetting(model.model_copy(update={"layers": layers}), 2, 8, 80 * GIB, 0, overlap=False)
@@ -103,7 +103,7 @@ def test_megatrons_rows_run_the_order_megatron_runs():
     assert MEGATRON.schedule_of(model, 2, 2, FULL) == "Interleaved1F1B"
     assert MEGATRON.schedule_of(model, 2, 2, Recompute("none", modules=("moe",))) == "Interleaved1F1B"
     assert MEGATRON.schedule_of(model, 2, 1, NONE) == "1F1B"
-    assert MEGATRON.schedule_of(_model(experts=False), 2, 2, NONE) == "Interleaved1F1B"
+    assert MEGATRON.schedule_of(combined_toy(experts=False), 2, 2, NONE) == "Interleaved1F1B"
     rows = baseline_rows(BaselineSetting(model, 2, 8, 80 * GIB, 0, layout="Ett|tt|t|tL", overlap=False))
     megatron = [row for row in rows if row.split == "layout"]
     for row in megatron:  # combined 1F1B without blocks recomputed whole, and without the moe module recomputed
@@ -115,10 +115,10 @@ def test_megatrons_rows_run_the_order_megatron_runs():
 
 
 def _plan(case: str) -> tuple[Plan, str | None]:
-    """A plan of ``CASES[case]`` with the order Megatron runs on a layout of the toy, and why Megatron would not run
-    combined 1F1B for it."""
-    arguments, devices, chunks, full, modules = CASES[case]
-    toy = _model(**arguments)  # its MTP layers moved to right after the blocks, where Megatron's layout has them
+    """A plan of ``COMBINED_CASES[case]`` with the order Megatron runs on a layout of the toy, and why Megatron would
+    not run combined 1F1B for it."""
+    arguments, devices, chunks, full, modules = COMBINED_CASES[case]
+    toy = combined_toy(**arguments)  # its MTP layers moved to right after the blocks, where Megatron's layout has them
     mtp = [layer for layer in toy.layers if layer.mtp]
     rest = [layer for layer in toy.layers if not layer.mtp]
     model = toy.model_copy(update={"layers": rest[:7] + mtp + rest[7:]})
@@ -138,7 +138,7 @@ def _plan(case: str) -> tuple[Plan, str | None]:
                                                                                           full, modules)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(COMBINED_CASES))
 def test_the_export_has_the_flags_exactly_where_megatron_runs_combined_1f1b(case):
     planned, why = _plan(case)
     args = megatron_args(planned)

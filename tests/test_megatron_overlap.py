@@ -6,39 +6,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from conftest import export_toy
+from conftest import COMBINED_CASES, combined_toy
 
-from zbsolve.costmodel.model import Layer, Model, Setting
+from zbsolve.costmodel.model import Model
 from zbsolve.io.targets.megatron import DISPATCHER_FLAGS
 from zbsolve.io.targets.megatron.overlap import combined_refusal
-
-
-def _model(experts: bool = True, ep: int | None = 2, dtype: str = "bf16", mtp: int = 0) -> Model:
-    """The export toy with a setting; its blocks with experts (half of F and B all-to-all) where asked, and ``mtp``
-    MTP layers before the head."""
-    toy = export_toy()
-    layers = [layer.model_copy(update={"comm_f": 0.5, "comm_b": 0.5}) if layer.block and experts else layer
-              for layer in toy.layers]
-    extra = [Layer(name=f"mtp.{i}", t_f=1.0, t_b=1.0, t_w=0.5, mem_f=2, mem_b=-1, mem_w=-1, static_bytes=10,
-                   out_bytes=1) for i in range(mtp)]
-    setting = Setting(seq_len=16, microbatch_size=1, dp=4, ep=ep if experts else None, dtype=dtype)
-    return Model(name="toy", setting=setting, layers=[*layers[:-1], *extra, layers[-1]])
-
-
-CASES = {  # (model arguments, devices, chunks, full, modules)
-    "interleaved": ({}, 2, 2, False, ()),
-    "no pipeline": ({}, 1, 1, False, ()),
-    "no virtual stages": ({}, 2, 1, False, ()),
-    "ep 1": ({"ep": 1}, 2, 2, False, ()),
-    "dense": ({"experts": False}, 2, 2, False, ()),
-    "full recomputation": ({}, 2, 2, True, ()),
-    "selective modules": ({}, 2, 2, False, ("mlp", "core_attn")),
-    "fp16": ({"dtype": "fp16"}, 2, 2, False, ()),
-    "fp32": ({"dtype": "fp32"}, 2, 2, False, ()),
-    "one mtp layer": ({"mtp": 1}, 2, 2, False, ()),
-    "two mtp layers": ({"mtp": 2}, 2, 2, False, ()),
-    "mtp without pipeline": ({"mtp": 1}, 1, 1, False, ()),
-}
 
 
 def _megatron_core_takes(model: Model, devices: int, chunks: int, full: bool, modules: tuple[str, ...]) -> bool:
@@ -71,10 +43,10 @@ def _megatron_core_takes(model: Model, devices: int, chunks: int, full: bool, mo
     return True
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(COMBINED_CASES))
 def test_each_condition_is_megatron_cores_verdict(case):
-    arguments, devices, chunks, full, modules = CASES[case]
-    model = _model(**arguments)
+    arguments, devices, chunks, full, modules = COMBINED_CASES[case]
+    model = combined_toy(**arguments)
     why = combined_refusal(model, devices, chunks, full, modules)
     assert (why is None) == _megatron_core_takes(model, devices, chunks, full, modules), why
 
@@ -82,7 +54,7 @@ def test_each_condition_is_megatron_cores_verdict(case):
 def test_moe_recomputation_is_refused_though_megatron_core_takes_it():
     """megatron-core accepts ``moe`` among the recomputed modules with the overlap, but then runs a MoE layer's
     parts itself (fine_grained_callables.py), so MoELayer.forward's checkpoint never runs: zbsolve refuses it."""
-    model = _model()
+    model = combined_toy()
     assert _megatron_core_takes(model, 2, 2, False, ("moe",))
     assert combined_refusal(model, 2, 2, False, ("moe",)) == (
         "'moe' is among the recomputed modules, which it runs as its parts without MoELayer.forward's checkpoint")

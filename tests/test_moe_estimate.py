@@ -10,37 +10,18 @@ import json
 import re
 
 import pytest
+from conftest import DEEPSEEK, LLAMA, MIXTRAL, QWEN2_MOE, ROOT
 from typer.testing import CliRunner
 
-from conftest import ROOT
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel import counting
-from zbsolve.costmodel.estimate import count_parameters, estimate, reference_flops_per_token
 from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.estimate import count_parameters, estimate, reference_flops_per_token
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Layer, Model
 
-MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "intermediate_size": 96, "num_local_experts": 4, "num_experts_per_tok": 2,
-           "vocab_size": 128, "tie_word_embeddings": False}
-"""Mixtral-shaped: h = 64, a = 4, k = 2 (d = 16), E = 4 experts of f_e = 96, top-2, V = 128."""
-DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
-            "qk_rope_head_dim": 8, "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32,
-            "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
-            "n_group": 2, "topk_group": 1, "num_nextn_predict_layers": 1, "vocab_size": 128,
-            "tie_word_embeddings": False, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1}
-"""DeepSeek-V3-shaped: latent attention (q_rank 32, kv_rank 16, heads of 16 + 8 and values of 16), a dense first
-block (f = 128), then E = 8 experts of f_e = 32, top-2, one shared expert; one multi-token prediction layer."""
-QWEN2_MOE = {"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
-             "num_experts_per_tok": 2, "shared_expert_intermediate_size": 48, "mlp_only_layers": [0],
-             "vocab_size": 128, "tie_word_embeddings": False}
-"""Qwen2-MoE-shaped: a dense first block (mlp_only_layers), then experts with a gated shared expert."""
-LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": False}
 S, B = 16, 2
 N = S * B
 """Sequence length, microbatch size and tokens of a microbatch (32)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from conftest import DEEPSEEK as SMALL_DEEPSEEK
 
 import zbsolve
-from test_moe_estimate import DEEPSEEK as SMALL_DEEPSEEK
 from zbsolve.core.schedule import Pair, pair_count
 from zbsolve.core.simulator import simulate
-from zbsolve.io.targets import export_document
 from zbsolve.costmodel.estimate import estimate
+from zbsolve.io.targets import export_document
 
 DEEPSEEK = {**SMALL_DEEPSEEK, "num_hidden_layers": 5}
 """DeepSeek-V3-shaped (tests/test_moe_estimate.py's): five blocks (the first dense), one MTP layer."""

@@ -8,23 +8,22 @@ import json
 import re
 
 import pytest
+from conftest import DEEPSEEK, LLAMA, MIXTRAL, QWEN2_MOE
 from typer.testing import CliRunner
-
-from test_moe_estimate import DEEPSEEK, LLAMA, MIXTRAL, QWEN2_MOE
 
 from zbsolve import solve
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.estimate import estimate
+from zbsolve.costmodel.hf_config import architecture
+from zbsolve.costmodel.model import RECOMPUTE_MODULES, Layer, ModuleCost
 from zbsolve.io.targets.megatron import megatron_recompute
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.io.targets.zbsolve import ZBSOLVE
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.costmodel.estimate import estimate
-from zbsolve.costmodel.hf_config import architecture
-from zbsolve.costmodel.model import RECOMPUTE_MODULES, Layer, ModuleCost
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 

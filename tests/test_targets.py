@@ -7,10 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import MEGATRON_CORE_FIELDS, act_heavy, load_torchtitan_config, megatron_flags, torchtitan_export
 from typer.testing import CliRunner
-
-from conftest import act_heavy
-from test_export_setting import MEGATRON_CORE_FIELDS, _flags, _load_torchtitan_config, _torchtitan
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
@@ -18,13 +16,13 @@ from zbsolve.base.units import GIB
 from zbsolve.core.placement import placement_name
 from zbsolve.core.schedule import pair_count
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Model
 from zbsolve.io.targets import TARGETS, export_document
 from zbsolve.io.targets.megatron import megatron_args
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.planning.planner import plan
 from zbsolve.planning.targets import may_take, recompute_choices
 from zbsolve.problem.costs import check_fits
-from zbsolve.costmodel.model import Model
 from zbsolve.problem.recompute import parse_recompute
 
 runner = CliRunner()
@@ -146,7 +144,7 @@ def _megatron_core_takes(model: Model, doc: Path, tmp_path: Path) -> None:
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    flags = _flags(megatron_args(read_plan(doc, "megatron")))
+    flags = megatron_flags(megatron_args(read_plan(doc, "megatron")))
     values = {MEGATRON_CORE_FIELDS[flag]: int(v) if isinstance(v, str) and v.isdigit() else v
               for flag, v in flags.items() if flag in MEGATRON_CORE_FIELDS}
     tp, mtp = values.get("tensor_model_parallel_size", 1), len(model.mtp_layers)
@@ -160,8 +158,8 @@ def _megatron_core_takes(model: Model, doc: Path, tmp_path: Path) -> None:
 def _torchtitan_takes(model: Model, doc: Path, tmp_path: Path) -> None:
     """torchtitan's ConfigManager parses the export's arguments into its Trainer.Config (its checks run), holding
     the pipeline's keys."""
-    config, args, _ = _torchtitan(tmp_path, doc)
-    parsed = _load_torchtitan_config(args)
+    config, args, _ = torchtitan_export(tmp_path, doc)
+    parsed = load_torchtitan_config(args)
     for key, value in config["parallelism"].items():
         assert getattr(parsed.parallelism, key) == value, key
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import import_llama3
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import UNIT
@@ -44,41 +42,7 @@ CHOICES = ("full", "selective", "selective+per-stage:1,2")
 """Every block whole, every block selective, and the first block(s) of each stage whole with the others selective."""
 
 
-def _import_llama3() -> types.ModuleType:
-    """``torchtitan.models.llama3``. torchtitan 0.3.0's models import the Triton kernels of its MoE token dispatcher
-    (``torchtitan/distributed/minimal_async_ep/kernels.py``), and CPU torch comes without triton: where triton is
-    not installed, that one module is imported against a stand-in whose decorators return the functions as they are
-    (a dense llama3 never runs them), and the stand-in is removed again, so nothing else sees it."""
-    if importlib.util.find_spec("triton") is None and "torchtitan.distributed.minimal_async_ep.kernels" not in \
-            sys.modules:
-        class Anything:
-            def __call__(self, *args: Any, **kwargs: Any) -> Any:
-                return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else Anything()
-
-            def __getattr__(self, name: str) -> Any:
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                return Anything()
-
-        def attribute(name: str) -> Any:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return Anything()
-
-        triton, language = types.ModuleType("triton"), types.ModuleType("triton.language")
-        triton.__getattr__ = language.__getattr__ = attribute  # type: ignore[method-assign]
-        triton.language = language  # type: ignore[attr-defined]
-        sys.modules.update({"triton": triton, "triton.language": language})
-        try:
-            import torchtitan.distributed.minimal_async_ep.kernels  # noqa: F401
-        finally:
-            del sys.modules["triton"], sys.modules["triton.language"]
-    import torchtitan.models.llama3 as llama3
-
-    return llama3
-
-
-LLAMA3 = _import_llama3()
+LLAMA3 = import_llama3()
 from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa: E402
 
 
