@@ -6,11 +6,14 @@ the commands on them in-process."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,11 +22,13 @@ from hypothesis import strategies as st
 
 from conftest import ICLR, ROOT, failed_cleanly, zbsolve
 from zbsolve.app.grid import Grid, expand
-from zbsolve.io.document import from_document, read_document, read_json, to_document
-from zbsolve import InfeasibleError, InputError, Model, ScheduleError, ZbsolveError, solve
+from zbsolve.io.document import from_document, load_document, read_document, to_document
+from zbsolve import InfeasibleError, InputError, Model, ScheduleError, ZbsolveError
 from zbsolve.io.torch_csv import checked_csv, torch_csv
-from zbsolve.io.costs_section import document_costs
+from zbsolve.optimize.result import SolveResult
+from zbsolve.optimize.solve import solve_request
 from zbsolve.problem.costs import check_fits
+from zbsolve.problem.request import Request
 from zbsolve.problem.problem_file import load_input
 from zbsolve.schedulers.families import make_schedule
 from zbsolve.problem.problem_file import Problem
@@ -368,33 +373,57 @@ def _verdict(work: Callable[[], object]) -> tuple[int, str | None]:
 
 
 def _checked(doc: Path) -> None:
-    """What ``zbsolve check`` does with a document: read it, simulate it, fit its memory."""
-    data = read_json(doc)
-    schedule, _ = from_document(data, str(doc))
-    timeline = simulate(schedule)
-    costs = document_costs(data, schedule, str(doc))
-    if costs is not None:
-        check_fits(costs, timeline)
+    """What ``zbsolve check`` does with a document, through the functions it calls: read it with its costs,
+    simulate it, fit its memory."""
+    loaded = load_document(doc, "zbsolve check")
+    timeline = simulate(loaded.schedule)
+    if loaded.costs is not None:
+        check_fits(loaded.costs, timeline)
 
 
 def _plotted(doc: Path) -> None:
-    """What ``zbsolve plot`` needs of a document: read it, simulate it, read its costs."""
-    data = read_json(doc)
-    schedule, _ = from_document(data, str(doc))
-    simulate(schedule)
-    document_costs(data, schedule, str(doc))
+    """What ``zbsolve plot`` needs of a document, through the functions it calls: read it with its costs, simulate
+    it."""
+    simulate(load_document(doc, "zbsolve plot").schedule)
 
 
-def _solved(path: Path) -> None:
-    """``zbsolve solve <path> --solver heuristic --time-limit 2`` through the Python API: a problem file solved
-    with its own sizes, placement and limit; a file without sizes (a bare profile) needs --devices and
-    --microbatches."""
+Solves = list[tuple[Profile | Model, Request, object]]
+"""Each call of ``solve_request`` a command made: its costs, its request and its outcome (a result or an error)."""
+
+
+@contextmanager
+def _solves_recorded() -> Iterator[Solves]:
+    """Within the block, the command line's ``solve_request`` records each call in the list it yields."""
+    solves: Solves = []
+
+    def recorded(costs: Profile | Model, request: Request, *args: Any, **kwargs: Any) -> SolveResult:
+        try:
+            result = solve_request(costs, request, *args, **kwargs)
+        except Exception as exc:
+            solves.append((costs, request, exc))
+            raise
+        solves.append((costs, request, result))
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importlib.import_module("zbsolve.app.cli.solve"), "solve_request", recorded)
+        yield solves
+
+
+def _solved(path: Path, solves: Solves) -> None:
+    """``zbsolve solve <path> --solver heuristic --time-limit 2`` through the Python API, solved once: the problem
+    file read with its own sizes, placement and limit into the one request ``solve`` makes of them (a file without
+    sizes, a bare profile, needs --devices and --microbatches), which the command line must have solved as it is,
+    once (``solves``); that solve's error is raised here."""
     given = load_input(path)
     if not isinstance(given, Problem):
         raise InputError(f"{path}: give --devices and --microbatches to solve a "
                          f"{'model' if isinstance(given, Model) else 'profile'}")
-    solve(given.profile, given.mem_limit, mem_factor=given.mem_factor, num_microbatches=given.num_microbatches,
-          num_devices=given.num_devices, placement=given.placement, solver="heuristic", time_limit=2)
+    request = Request(mem_limit=given.mem_limit, mem_factor=given.mem_factor, num_microbatches=given.num_microbatches,
+                      num_devices=given.num_devices, placement=given.placement, solver="heuristic", time_limit=2)
+    assert [(costs, asked) for costs, asked, _ in solves] == [(given.profile, request)], solves
+    if isinstance(solves[0][2], Exception):
+        raise solves[0][2]
 
 
 def _assert_clean(result, folder: Path, expected: set[str], want: tuple[int, str | None]) -> None:
@@ -460,8 +489,9 @@ def test_solve_mutated_problems(data):
         folder = Path(tmp)
         path, out = folder / f"problem.{kind}", folder / "out.json"
         path.write_bytes(data.draw(variants(problem, kind)))
-        result = zbsolve("solve", path, "--solver", "heuristic", "--time-limit", 2, "-o", out, "-q")
-        _assert_clean(result, folder, {path.name, "out.json"}, _verdict(lambda: _solved(path)))
+        with _solves_recorded() as solves:
+            result = zbsolve("solve", path, "--solver", "heuristic", "--time-limit", 2, "-o", out, "-q")
+        _assert_clean(result, folder, {path.name, "out.json"}, _verdict(lambda: _solved(path, solves)))
         assert out.exists() == (result.exit_code == 0)
         if out.exists():
             read_document(out)
