@@ -7,7 +7,7 @@ import math
 import numbers
 import os
 from pathlib import Path
-from typing import Annotated, ClassVar, TypeGuard, TypeVar, Union
+from typing import Annotated, ClassVar, Optional, TypeGuard, TypeVar, Union
 
 import yaml
 from pydantic import (
@@ -33,9 +33,10 @@ STAGE_FIELDS = TIME_FIELDS + MEM_FIELDS
 """The figures a profiler measures per stage."""
 COMM_FIELDS = ("comm_f", "comm_b")
 """The communication parts of F's and B's times (all-to-all), which an overlapped pair hides."""
-PER_STAGE = STAGE_FIELDS + ("mem_r",) + COMM_FIELDS + ("t_tail",)
-"""Every field with one value per stage (``mem_r`` only where some stage's B holds memory while it runs, the
-communication parts only where a stage communicates, ``t_tail`` only where some stage has a tail)."""
+PER_STAGE = STAGE_FIELDS + ("mem_r", "mem_rw") + COMM_FIELDS + ("t_tail",)
+"""Every field with one value per stage (``mem_r`` only where some stage's B holds memory while it runs,
+``mem_rw`` only where given, the communication parts only where a stage communicates, ``t_tail`` only where some
+stage has a tail)."""
 def _per_stage(value: object) -> float | list[float]:
     """A number, or a non-empty list of numbers, as floats; anything else (a bool, a string) is an error."""
     try:
@@ -93,6 +94,11 @@ class Profile(InputModel):
     mem_r: PerStage = 0.0
     """Memory a B holds while it runs, on top of the running level: the activations a recomputing stage's forward
     makes again before its backward (0 where nothing recomputes, or where all of them stay until W: ``mem_b``)."""
+    mem_rw: Optional[PerStage] = None
+    """Memory a BW (B and W fused) holds while it runs, on top of the running level, where it is known layer by
+    layer: a runtime's full backward runs each layer's B and W together, so a recomputing block holds its own
+    forward only while its backward runs and frees it (``problem.recompute_costs.stage_costs``). None: as B then W
+    would (``held_in``)."""
     comm_f: PerStage = 0.0
     """Seconds of ``t_f`` that are communication (expert all-to-all): paid by F alone, hidden in an overlapped pair."""
     comm_b: PerStage = 0.0
@@ -113,14 +119,14 @@ class Profile(InputModel):
             raise ValueError(f"per-stage lists disagree in length: {lengths}")
         n = self.num_stages or 1
         for name in PER_STAGE:
-            for s in range(n):
+            for s in range(n if getattr(self, name) is not None else 0):
                 x = self.stage_value(name, s)
                 at = f"{name}[{s}]" if isinstance(getattr(self, name), list) else name
                 if name in TIME_FIELDS and not is_positive(x):
                     raise ValueError(f"{at} = {x} must be a positive finite duration")
                 if not math.isfinite(x):
                     raise ValueError(f"{at} = {x} must be finite")
-                if name in ("mem_r", "t_tail") + COMM_FIELDS and x < 0:
+                if name in ("mem_r", "mem_rw", "t_tail") + COMM_FIELDS and x < 0:
                     raise ValueError(f"{at} = {x} must be >= 0")
                 if name in COMM_FIELDS and x > (t := self.stage_value(f"t_{name[-1]}", s)):
                     raise ValueError(f"{at} = {x} must be at most t_{name[-1]} = {t}: it is a part of that time")
@@ -265,10 +271,12 @@ class Profile(InputModel):
         return pair_time(compute, comm, self.overlap_saving, self.overlap_slowdown)
 
     def held_in(self, kind: str, stage: int) -> float:
-        """Memory a pass of ``kind`` holds while it runs, above the level before it: ``mem_r`` for a B or BW
-        (a recomputed forward's activations); a BW, B and W fused, holds what its B leaves for its W as well
-        (``mem_b`` where positive), as B then W would; else 0."""
+        """Memory a pass of ``kind`` holds while it runs, above the level before it: ``mem_r`` for a B (a
+        recomputed forward's activations); for a BW, B and W fused, ``mem_rw`` where given, else what B holds and
+        what it leaves for its W (``mem_b`` where positive), as B then W would; else 0."""
         if kind == "BW":
+            if self.mem_rw is not None:
+                return self.stage_value("mem_rw", stage)
             return max(self.stage_value("mem_r", stage), self.stage_value("mem_b", stage))
         return self.stage_value("mem_r", stage) if kind == "B" else 0.0
 
@@ -285,6 +293,7 @@ class Profile(InputModel):
         """The per-stage fields a change of stages rewrites (``mem_r`` only where some stage's B holds memory while it
         runs, the communication parts only where some stage communicates, ``t_tail`` only where some stage has one)."""
         return (STAGE_FIELDS + (("mem_r",) if self.holds_in_b() else ())
+                + (("mem_rw",) if self.mem_rw is not None else ())
                 + (COMM_FIELDS if self.communicates() else ()) + (("t_tail",) if self.has_tail() else ()))
 
     def communicates(self) -> bool:
@@ -310,6 +319,8 @@ class Profile(InputModel):
             data.pop("t_tail", None)
         if not self.holds_in_b():
             data.pop("mem_r", None)
+        if self.mem_rw is None:
+            data.pop("mem_rw", None)
         if not self.communicates():
             for name in COMM_FIELDS:
                 data.pop(name, None)

@@ -56,6 +56,11 @@ ID_BYTES = _define("ID_BYTES", 8, "bytes/token", "torch int64 token ids",
 DTYPE_BYTES = _define("DTYPE_BYTES", {"bf16": 2, "fp16": 2, "fp8": 2}, "bytes/element",
                       "Transformer Engine casts a linear layer's input and weight to FP8 inside it",
                       "weights and activations by dtype (under FP8 both stay BF16 between kernels)")
+LOSS_GRAD_COPIES = _define("LOSS_GRAD_COPIES", 2, "fp32 copies of the logits",
+                           "torchtitan 9dec370 train.py loss_fn: cross_entropy(pred.float()) in eager (not fused); "
+                           "torch's nll_loss_backward and _log_softmax_backward_data each write a new tensor",
+                           "what the loss's backward holds at once beside the log-probabilities F saved: their "
+                           "gradient and the logits' gradient, both fp32, before the cast back to 16 bits")
 FP8_WEIGHT_BYTES = _define("FP8_WEIGHT_BYTES", 2, "bytes/parameter",
                            "Transformer Engine's cached FP8 weight and its transpose (Hopper's FP8 products take one "
                            "operand layout)",

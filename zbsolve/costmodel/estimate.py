@@ -215,7 +215,7 @@ def _layer(n: str, c: LayerCosts, arch: Architecture, timing: Timing, memory: Me
     return Layer(name=n, block=n.startswith("layers."), t_f=timing.pass_time(c, 0), t_b=timing.pass_time(c, 1),
                  t_w=timing.pass_time(c, 2), mem_f=mem_f, mem_b=mem_b, mem_w=mem_w,
                  static_bytes=memory.static_bytes(c), params=c.params + c.expert_params,
-                 gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes,
+                 gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes, held_b=c.held_b or None,
                  flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2], t_sel=t_sel, mem_sel=mem_sel,
                  recompute_modules=modules, shares="tok_embeddings" if n == "output" and arch.tied else None,
                  comm_f=comm_f, comm_b=comm_b)

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from zbsolve.costmodel import counting
-from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES
+from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES, LOSS_GRAD_COPIES
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Kernels, Matmul
 
@@ -45,6 +45,8 @@ class LayerCosts:
     (``hiding``); a collective past them hides behind none."""
     ring: tuple[float, float] = (0.0, 0.0)
     """Seconds of F's and B's context-parallel key/value exchanges left exposed (``context.exposed``)."""
+    held_b: int = 0
+    """Bytes its B holds while it runs above what F kept (the loss's fp32 gradients of the logits)."""
 
 
 def hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]], collectives: tuple[int, int, int],
@@ -128,7 +130,8 @@ def norm_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
 
 def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
-    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input. The
+    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input; while it
+    runs B holds ``LOSS_GRAD_COPIES`` fp32 gradients of the logits beside the log-probabilities. The
     product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8)."""
     n, h, t = shard.tokens, arch.hidden, shard.tp
     vocab = -(-arch.vocab // t)
@@ -142,6 +145,7 @@ def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     return LayerCosts(flops=(matmul, matmul, matmul), traffic=traffic,
                   collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
                   params=vocab * h, out_bytes=FP32_BYTES, hiding=hiding((head,), [product], collectives, t),
+                  held_b=LOSS_GRAD_COPIES * logits * FP32_BYTES,
                   kernel=_added(product, streamed(shard, traffic)))
 
 

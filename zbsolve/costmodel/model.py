@@ -121,6 +121,9 @@ class Layer(InputModel):
     """Parameters of the layer one device holds (its share under tensor and expert parallelism): their gradients
     are synchronised over the data-parallel replicas and updated by the optimizer after the device's last pass
     (``Model.step``); where known."""
+    held_b: Optional[Bytes] = Field(None, ge=0)
+    """Activation bytes its B holds while it runs above the level before it (the loss's fp32 gradients of the
+    logits), freed by its end; where known."""
     gathered_bytes: Optional[Bytes] = Field(None, ge=0)
     """Under FSDP, bytes its passes hold unsharded beyond ``static_bytes``: its parameters gathered before F and
     again before B, and the gradient B writes before the reduce-scatter; a device holds ``FSDP_LIVE_LAYERS`` of its

@@ -12,7 +12,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.costmodel.constants import FSDP_LIVE_LAYERS
 from zbsolve.costmodel.model import Layer, Model
-from zbsolve.problem.recompute_costs import COSTS, stage_costs
+from zbsolve.problem.recompute_costs import COSTS, HELD, stage_costs
 
 
 def partition(model: Model, num_stages: int, spec: str | Sequence[int] = "uniform") -> list[tuple[int, int]]:
@@ -177,8 +177,9 @@ def stage_profile(model: Model, ranges: Sequence[Sequence[int]], recomputed: Col
             raise InputError(f"stage {s} ({module_names(model, [(a, b)])}) has {missing} = 0: every stage needs "
                              "positive F, B and W times")
     stages = [stage_costs(model, a, b, recomputed, selective, modules) for a, b in ranges]
+    holds = any(stage[name] for stage in stages for name in HELD)
     sums: dict[str, Any] = {name: [stage[name] for stage in stages]  # Profile's per-stage fields, by name
-                            for name in COSTS if name != "mem_r" or recomputed or selective or modules}
+                            for name in COSTS if name not in HELD or holds}
     return Profile(**sums, t_comm=comm_time(model, ranges))
 
 
