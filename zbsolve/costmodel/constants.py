@@ -82,6 +82,12 @@ FSDP_LIVE_LAYERS = _define("FSDP_LIVE_LAYERS", 2, "layers",
                            "torch FSDP2's implicit prefetching; Megatron FSDP's prefetch of the next bucket",
                            "layers whose gathered parameters a device holds at once under FSDP: the one computing "
                            "and the next")
+FSDP_PIPELINED = _define("FSDP_PIPELINED", True, "flag",
+                         "torchtitan 9dec370 parallelize_llama.py apply_fsdp: reshard_after_forward=False when "
+                         "pp_enabled; torch 2.6 torch/distributed/pipelining/stage.py backward_maybe_with_nosync: "
+                         "FSDP reshards after backward and reduce-scatters only on the last microbatch",
+                         "under FSDP with pipeline parallelism a device holds every layer of its stages gathered "
+                         "(16-bit weight and gradient) for the whole step, not FSDP_LIVE_LAYERS of them")
 DEFAULT_RESERVE = _define("DEFAULT_RESERVE", 4 * GIB, "bytes", "an assumption",
                           "kept free on every device: the CUDA context, communication buffers, the allocator's "
                           "fragmentation")

@@ -137,12 +137,14 @@ def profile_costs(num_devices: int, device_memory: int | None = None, reserve: i
 def device_static_bytes(layers: Sequence[Layer], ranges: Sequence[Sequence[int]],
                         placement: Placement) -> tuple[int, ...]:
     """Per device, the static bytes of the layers of every stage it holds on any route, a layer held twice or a
-    weight shared by two layers it holds counted once."""
+    weight shared by two layers it holds counted once, under FSDP every layer's gathered bytes where the pipeline
+    has several devices (``held_static_bytes``)."""
     held: list[set[int]] = [set() for _ in range(placement.num_devices)]
     for route in placement.routes:
         for s, d in enumerate(route):
             held[d].update(range(*ranges[s]))
-    return tuple(held_static_bytes([layers[i] for i in sorted(indices)]) for indices in held)
+    pipelined = placement.num_devices > 1
+    return tuple(held_static_bytes([layers[i] for i in sorted(indices)], pipelined) for indices in held)
 
 
 def check_fits(costs: Costs, timeline: Timeline) -> None:

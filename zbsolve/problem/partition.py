@@ -10,7 +10,7 @@ from typing import Any
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
-from zbsolve.costmodel.constants import FSDP_LIVE_LAYERS
+from zbsolve.costmodel.constants import FSDP_LIVE_LAYERS, FSDP_PIPELINED
 from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute_costs import COSTS, HELD, stage_costs
 
@@ -209,11 +209,14 @@ def timed(model: Model, counts: Sequence[int]) -> bool:
     return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
 
 
-def held_static_bytes(layers: Sequence[Layer]) -> int:
+def held_static_bytes(layers: Sequence[Layer], pipelined: bool = False) -> int:
     """The static bytes of ``layers`` held together, a weight two of them share counted once, and under FSDP the
-    ``FSDP_LIVE_LAYERS`` largest of their ``gathered_bytes``."""
+    ``FSDP_LIVE_LAYERS`` largest of their ``gathered_bytes``; all of them on a ``pipelined`` device, whose
+    runtime keeps a stage's parameters gathered from its forwards to its backwards and its gradients unsharded
+    until the last microbatch (``FSDP_PIPELINED``)."""
     names = {layer.name for layer in layers}
-    gathered = sorted((layer.gathered_bytes or 0 for layer in layers), reverse=True)[:FSDP_LIVE_LAYERS]
+    live = len(layers) if pipelined and FSDP_PIPELINED else FSDP_LIVE_LAYERS
+    gathered = sorted((layer.gathered_bytes or 0 for layer in layers), reverse=True)[:live]
     return sum(layer.static_bytes for layer in layers if layer.shares not in names) + sum(gathered)
 
 
