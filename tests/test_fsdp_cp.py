@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 
 from zbsolve.base.errors import InputError
+from zbsolve.core.placement import sequential
 from zbsolve.costmodel import context
-from zbsolve.costmodel.estimate import count_parameters, estimate
 from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.estimate import count_parameters, estimate
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
 from zbsolve.costmodel.kernels import Kernels
+from zbsolve.problem.costs import device_static_bytes
 from zbsolve.problem.partition import FSDP_LIVE_LAYERS, held_static_bytes
 
 TINY = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -38,6 +40,18 @@ def test_fsdp_shards_weights_gradients_and_optimizer_states_and_gathers_a_layer_
     # a device holds the two largest gathered layers beside its shards: two blocks, here
     static = [layer.static_bytes for layer in model.layers]
     assert FSDP_LIVE_LAYERS == 2 and held_static_bytes(model.layers) == sum(static) + 2 * BLOCK * 4
+
+
+def test_fsdp_under_pipeline_parallelism_holds_every_layer_of_its_stages_gathered():
+    """A pipelined device keeps its stages' parameters gathered and their gradients unsharded over the step
+    (torchtitan's reshard policy under PP, torch pipelining's gradient sync at the last microbatch)."""
+    model = tiny(dp=4, zero=3)
+    static = [layer.static_bytes for layer in model.layers]
+    gathered = [layer.gathered_bytes or 0 for layer in model.layers]
+    assert held_static_bytes(model.layers, pipelined=True) == sum(static) + sum(gathered)
+    halves = [(0, len(model.layers) // 2), (len(model.layers) // 2, len(model.layers))]
+    two = device_static_bytes(model.layers, halves, sequential(2))
+    assert two == tuple(sum(static[a:b]) + sum(gathered[a:b]) for a, b in halves)
 
 
 def test_fsdp_adds_only_what_of_a_layer_s_transfers_outlasts_its_pass():

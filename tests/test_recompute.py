@@ -6,21 +6,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import act_heavy
+from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError, MemoryLimitError
 from zbsolve.base.units import GIB
 from zbsolve.core.placement import sequential
+from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Pass, build
 from zbsolve.core.simulator import simulate
+from zbsolve.costmodel.model import Layer, Model
 from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import to_document
 from zbsolve.planning.baselines import baseline_plan, baselines
 from zbsolve.problem.costs import check_fits, model_costs
-from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.recompute import FULL, NONE, PER_STAGE, Recompute, described, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs, stage_costs
 from zbsolve.schedulers.families import make_schedule
@@ -75,7 +75,7 @@ def test_a_recomputing_block_keeps_its_input_and_holds_its_forward_inside_b():
     """F keeps the 4-byte input; B runs F again (1 + 2 s), holds M_B = 64 while it runs (60 above the input it
     keeps) and leaves M_W = 32 less the input; W frees M_W."""
     assert layer_costs(toy(), 1, True) == {"t_f": 1.0, "t_b": 3.0, "t_w": 1.0, "mem_f": 4, "mem_b": 28,
-                                            "mem_w": -32, "mem_r": 60, "comm_f": 0.0,
+                                            "mem_w": -32, "mem_r": 60, "mem_rw": 60, "comm_f": 0.0,
                                             "comm_b": 0.0}
     assert layer_costs(toy(), 1, False)["mem_r"] == 0
 
@@ -86,6 +86,24 @@ def test_a_stage_holds_most_inside_b_where_its_first_block_recomputes():
     stage = stage_costs(toy(), 1, 3, {1, 2})
     assert stage["mem_f"] == 8 and stage["mem_b"] == 56 and stage["mem_w"] == -64 and stage["mem_r"] == 88
     assert stage_costs(toy(), 1, 3, set())["mem_r"] == 0
+
+
+def test_a_fused_backward_recomputes_block_by_block():
+    """B and W fused (a BW): the last block holds 60 above the start and frees its input (4) at its end; the first
+    holds 60 above -4: the stage's BW holds one block's forward, 60, not both blocks' (88) as B alone does."""
+    stage = stage_costs(toy(), 1, 3, {1, 2})
+    assert stage["mem_rw"] == 60 and stage["mem_r"] == 88
+    profile, _ = model_costs(toy(), sequential(1), [3], recompute=FULL)
+    assert profile.held_in("BW", 0) == 60 and profile.held_in("B", 0) == 88
+    assert Profile(t_f=1, t_b=1, t_w=1, mem_f=4, mem_b=28, mem_w=-32, mem_r=60).held_in("BW", 0) == 60
+
+
+def test_a_layer_s_own_held_bytes_count_inside_its_backward():
+    """A layer whose B holds bytes while it runs (``Layer.held_b``: the loss's gradients) holds them in B and BW."""
+    layer = toy().layers[1].model_copy(update={"held_b": 10})
+    model = toy().model_copy(update={"layers": [*toy().layers[:1], layer, *toy().layers[2:]]})
+    assert layer_costs(model, 1, False)["mem_r"] == 10 and layer_costs(model, 1, False)["mem_rw"] == 10
+    assert layer_costs(model, 1, True)["mem_r"] == 70
 
 
 def test_the_memory_rule_counts_the_peak_inside_a_recomputing_b():
@@ -249,9 +267,8 @@ def test_per_stage_recomputes_only_where_a_device_needs_it():
 
     # Blocks of 1 GiB of activations a microbatch, a quarter of which W reads. Stage 0 holds 6 of them and the
     # embedding (1 GiB): within 6 GiB less its 7/8 GiB of static bytes, not even one microbatch fits there without
-    # recomputation. The orders of least memory (ZB-H1's, 1F1B's: two microbatches in flight there) peak at 5.33 GiB
-    # with its first five blocks recomputed and at 4.34 GiB with all six, so stage 0 recomputes all six, stage 1
-    # none. With 64 GiB every order fits as it is.
+    # recomputation. A fused backward recomputes block by block, so with its first five blocks recomputed an order
+    # of least memory fits there, and stage 0 recomputes five, stage 1 none. With 64 GiB every order fits as it is.
     model = Model(name="w-light", layers=[
         Layer(name=n, block=n.startswith("layers."), t_f=1.0, t_b=1.0, t_w=1.0, mem_f=GIB, mem_b=-3 * GIB // 4,
               mem_w=-GIB // 4, static_bytes=GIB // 8, out_bytes=GIB // 64)
@@ -264,5 +281,5 @@ def test_per_stage_recomputes_only_where_a_device_needs_it():
         assert timeline.makespan == result.step_time
         check_fits(result.costs, timeline)
         chosen[memory] = described(model, result.costs.ranges, result.costs.recomputed)
-    assert chosen == {6 * GIB: "per-stage:6,0", 64 * GIB: "none"}
-    assert parse_recompute(chosen[6 * GIB]).layers(model, [(0, 7), (7, 10)]) == set(range(1, 7))
+    assert chosen == {6 * GIB: "per-stage:5,0", 64 * GIB: "none"}
+    assert parse_recompute(chosen[6 * GIB]).layers(model, [(0, 7), (7, 10)]) == set(range(1, 6))

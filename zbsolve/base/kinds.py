@@ -36,7 +36,8 @@ KINDS: dict[str, Kind] = {
                     "zbsolve estimate", ", which writes a model description from it"),
     PROBLEM: Kind(frozenset({"num_devices", "num_microbatches", "mem_factor", "mem_limit", "published", "placement",
                              "description"}), "num_devices, num_microbatches, profile", "zbsolve solve/frontier"),
-    PROFILE: Kind(frozenset({"t_f", "t_b", "t_w", "t_comm", "mem_f", "mem_b", "mem_w", "mem_r", "mem_rw", "comm_f", "comm_b",
+    PROFILE: Kind(frozenset({"t_f", "t_b", "t_w", "t_comm", "mem_f", "mem_b", "mem_w", "mem_r", "mem_rw", "comm_f",
+                             "comm_b",
                              "overlap_saving", "overlap_slowdown"}), "t_f, t_b, ...",
                   "zbsolve compare/schedule --profile or zbsolve solve"),
 }

@@ -13,13 +13,13 @@ from zbsolve.costmodel.model import Layer, Model
 from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.problem.partition import check_ranges
 from zbsolve.problem.recompute import parse_recompute
-from zbsolve.problem.recompute_costs import COSTS, stage_costs
+from zbsolve.problem.recompute_costs import COSTS, HELD, stage_costs
 
 LAYER_KEYS = ("name", "t_f", "t_b", "t_w", "mem_f", "mem_b", "mem_w", "static_bytes", "out_bytes", "block")
 """The keys of a layer in a schedule document's "partition" section ("block": one of the repeated blocks)."""
-OPTIONAL_KEYS = ("t_sel", "mem_sel", "recompute_modules", "comm_f", "comm_b")
+OPTIONAL_KEYS = ("t_sel", "mem_sel", "recompute_modules", "comm_f", "comm_b", "held_b")
 """The keys a layer's record has too where it has them: selective recomputation figures (zbsolve's and Megatron's
-modules'), communication parts."""
+modules'), communication parts, what its B holds while it runs."""
 
 
 def costs_section(costs: Costs) -> dict[str, object]:
@@ -80,10 +80,12 @@ def check_partition(section: object, profile: Profile, num_stages: int, where: s
     for s, (a, b) in enumerate(ranges):
         stage = stage_costs(model, a, b, recomputed, selective, modules)
         for name in COSTS:
+            if getattr(profile, name) is None:  # a fused backward's peak, where the profile leaves it to held_in
+                continue
             total, value = stage[name], profile.stage_value(name, s)
             if abs(total - value) > slack(total, value, floor=0.0):
                 raise InputError(f"{where}: profile.{name}[{s}] = {value:g}, but its layers [{a}, {b}) "
-                                 f"{'hold' if name == 'mem_r' else 'sum to'} {total:g}")
+                                 f"{'hold' if name in HELD else 'sum to'} {total:g}")
     return model, ranges, recomputed, selective, modules
 
 
