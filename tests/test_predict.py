@@ -14,7 +14,8 @@ from zbsolve.core.placement import make_placement
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.costs import model_costs
 from zbsolve.costmodel.model import Link, StepEnd
-from zbsolve.costmodel.step_tail import OPTIMIZER_STEP_BYTES, device_params, device_tail
+from zbsolve.costmodel.step_tail import (
+    OPTIMIZER_STEP_BYTES, Window, device_params, device_tail, device_tails, exposed)
 
 CONFIG = "problems/models/configs/llama3-8b.json"
 SMALL = Configuration(config=CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,
@@ -38,18 +39,37 @@ def test_one_replica_leaves_the_optimizer_step_alone():
 def test_ddp_all_reduces_every_gradient_after_the_last_pass_without_overlap():
     tail = device_tail(P, step_end())
     assert tail.sync == pytest.approx(2 * 3 / 4 * P * 2 / 50e9 + 1e-5)
-    overlapped = device_tail(P, step_end(overlap_grad_reduce=True))
-    assert overlapped.sync == pytest.approx(2 * 3 / 4 * 40e6 * 2 / 50e9 + 1e-5)
-    assert overlapped.optimizer == tail.optimizer
+    long = device_tail(P, step_end(overlap_grad_reduce=True), Window(1.0, 1.0))  # the backward outlasts it
+    assert long.sync == pytest.approx(2 * 3 / 4 * 40e6 * 2 / 50e9 + 1e-5)
+    assert long.optimizer == tail.optimizer
+
+
+def test_the_overlapped_reduction_shows_what_outlasts_the_backward_left():
+    """The reduction hides behind the backward still to run: the shorter it is, the more shows, down to all of
+    it with none, and at least the last bucket however long."""
+    whole = 2 * 3 / 4 * P * 2 / 50e9 + 1e-5
+    syncs = [device_tail(P, step_end(overlap_grad_reduce=True), Window(0.0, b)).sync for b in (0.0, 0.02, 0.05)]
+    assert syncs[0] == pytest.approx(whole) and syncs == sorted(syncs, reverse=True)
+    assert syncs[1] == pytest.approx(whole - 0.02)
+    assert exposed(1.0, 0.1, 0.5) == 0.5 and exposed(1.0, 0.1, 2.0) == 0.1
+
+
+def test_the_overlapped_gather_hides_behind_the_forward_alone():
+    step = step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True)
+    gather = 3 / 4 * P * 2 / 50e9 + 1e-5
+    backward_only = device_tail(P, step, Window(0.0, 1.0))
+    assert backward_only.sync == pytest.approx(3 / 4 * 40e6 * 2 / 50e9 + 1e-5 + gather)
+    both = device_tail(P, step, Window(1.0, 1.0))
+    assert both.sync == pytest.approx(2 * (3 / 4 * 40e6 * 2 / 50e9 + 1e-5))
 
 
 def test_the_distributed_optimizer_shards_the_step_and_gathers_the_parameters():
     plain, sharded = device_tail(P, step_end()), device_tail(P, step_end(zero=1))
     assert sharded.optimizer == pytest.approx(plain.optimizer / 4)
     assert sharded.sync == pytest.approx(2 * (3 / 4 * P * 2 / 50e9 + 1e-5))  # reduce-scatter, then all-gather
-    both = device_tail(P, step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True))
+    both = device_tail(P, step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True), Window(1.0, 1.0))
     assert both.sync == pytest.approx(2 * (3 / 4 * 40e6 * 2 / 50e9 + 1e-5))
-    assert device_tail(P, step_end(zero=3)).sync == pytest.approx(both.sync)  # FSDP overlaps both
+    assert device_tail(P, step_end(zero=3)).sync == pytest.approx(both.sync)  # FSDP's passes hide the rest
 
 
 def test_every_stage_carries_its_share_of_its_device_s_tail():
@@ -58,7 +78,7 @@ def test_every_stage_carries_its_share_of_its_device_s_tail():
     placement = make_placement("interleaved", 4, 2)
     profile, costs = model_costs(model, placement)
     assert model.step is not None and all(layer.params for layer in model.layers)
-    tails = [device_tail(n, model.step).seconds for n in device_params(model, costs.ranges, placement)]
+    tails = [tail.seconds for tail in device_tails(model, costs.ranges, placement)]
     assert profile.device_tails(placement) == pytest.approx(tails)
     assert min(tails) > 0
 

@@ -11,7 +11,7 @@ from zbsolve.configure.predict import Configuration
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.costmodel.model import Model
-from zbsolve.costmodel.step_tail import device_tail
+from zbsolve.costmodel.step_tail import device_tail, window
 from zbsolve.optimize.bound_terms import pair_saving, route_stages
 from zbsolve.problem.costs import Costs
 from zbsolve.problem.partition import stage_profile
@@ -62,7 +62,9 @@ def group_bound(whole: ModelAsOneStage, num_microbatches: int, pp: int, recomput
     and W of every layer over ``pp`` devices, less what overlapped pairs could save (``core.overlap.most_saved``,
     each pass in one pair at most; nothing unless ``paired``), and the devices' tails: each device's
     (``costmodel.step_tail``) grows with its parameters, by less for each added one (the last bucket, one latency),
-    and is 0 without any, so together they are at least the tail of one device holding every parameter. Where pairs
+    and is 0 without any, and what it shows past its one-microbatch work (``step_tail.exposed``) sums over the
+    devices to at least what the whole shows past the whole's, so together they are at least the tail of one
+    device holding every parameter and every layer's work. Where pairs
     save nothing, microbatch 0 runs the F then the B of every layer one after the other. Blocks a split chooses to
     recompute (uniform:N) are timed as not recomputed (``ModelAsOneStage.profile``), and what pairs save grows by
     less than recomputation adds."""
@@ -70,7 +72,7 @@ def group_bound(whole: ModelAsOneStage, num_microbatches: int, pp: int, recomput
     saved = _saved(profile, [0]) if paired else 0.0
     chain = 0.0 if saved else profile.time("F", 0) + profile.time("B", 0)
     step = whole.model.step
-    tail = 0.0 if step is None else device_tail(whole.params, step).seconds
+    tail = 0.0 if step is None else device_tail(whole.params, step, window(whole.model.layers)).seconds
     return max((num_microbatches * (_device_work(profile, [0], False) - saved) + tail) / pp, chain)
 
 

@@ -23,7 +23,7 @@ from zbsolve.core.simulator import Timeline
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
-from zbsolve.costmodel.step_tail import device_params, device_tail
+from zbsolve.costmodel.step_tail import device_tails
 from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.planning.runs import BaselineSetting, builtin_run
 from zbsolve.problem.costs import Costs
@@ -204,8 +204,7 @@ def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float
     shares = timeline.device_shares("makespan")
     d = max(range(len(shares)), key=shares.__getitem__)
     comm = sum(schedule.profile.comm(op.kind, op.stage) for op in schedule.devices[d] if isinstance(op, Pass))
-    assert model.step is not None  # configured_model gives it
-    tail = device_tail(device_params(model, costs.ranges, schedule.placement)[d], model.step)
+    tail = device_tails(model, costs.ranges, schedule.placement)[d]
     work = timeline.work[d]
     return {"compute": work - comm, "bubble": timeline.end[d][-1] - work, "exposed_comm": comm,
             "dp_sync": tail.sync, "optimizer": tail.optimizer}

@@ -9,11 +9,14 @@ writes its weight (``OPTIMIZER_STEP_BYTES``), at the step's HBM bandwidth. What 
   them, updates its 1/dp shard and all-gathers the parameters, zero 3 (FSDP) reduce-scatters them and gathers
   the parameters before each layer's passes (the estimate times those inside the passes, each overlapped with the
   layer before it; the tail keeps what follows the last pass and the first gather, which nothing precedes);
-- with ``overlap_grad_reduce`` (and always under FSDP) each bucket is reduced once its gradients are ready, during
-  the backward: only the last bucket's reduction follows the last pass (``bucket_params`` parameters, or the
-  device's own where fewer);
-- with ``overlap_param_gather`` (and always under FSDP) the all-gather runs during the next step's forward, each
-  bucket before its first use: only the first bucket's is exposed;
+- with ``overlap_grad_reduce`` each bucket is reduced once its gradients are ready, during the backward of the
+  step's last microbatch (the runtimes synchronise on it alone): the reduction hides behind the backward still to
+  run, the device's one-microbatch backward (``Window``), and what of it outlasts that work shows after the last
+  pass, at least the last bucket's (``bucket_params`` parameters, or the device's own where fewer): ``exposed``;
+- with ``overlap_param_gather`` the all-gather runs during the next step's forward, each bucket before its first
+  use: it hides behind the device's one-microbatch forward, what outlasts it shown, at least the first bucket's;
+- under FSDP the passes themselves hide each layer's transfers (``costmodel.time``): the tail keeps the last
+  bucket's reduction and the first gather;
 - the optimizer step runs after the reduction and overlaps nothing.
 """
 
@@ -21,10 +24,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from zbsolve.core.placement import Placement
 from zbsolve.costmodel.constants import GRAD_BYTES, OPTIMIZER_STEP_BYTES, WEIGHT_BYTES
-from zbsolve.costmodel.model import Model, StepEnd
+from zbsolve.costmodel.model import Layer, Model, StepEnd
+
+
+class Window(NamedTuple):
+    """Seconds of work a device runs beside its overlapped data-parallel transfers: one microbatch's passes over
+    the layers it holds."""
+
+    forward: float
+    """The forward (F) the parameter all-gather hides behind."""
+    backward: float
+    """The backward (B and W) the gradient reduction hides behind."""
+
+
+NO_WINDOW = Window(0.0, 0.0)
+"""No work beside the transfers: all of each shows."""
 
 
 @dataclass(frozen=True)
@@ -42,29 +60,58 @@ class Tail:
         return self.sync + self.optimizer
 
 
-def device_tail(params: int, step: StepEnd) -> Tail:
-    """The tail of a device holding ``params`` parameters (``Layer.params``) under ``step``."""
-    dp, fsdp = step.dp, step.zero == 3
+def exposed(total: float, last: float, window: float) -> float:
+    """Seconds an overlapped transfer of ``total`` seconds, sent bucket by bucket as the work beside it makes them
+    ready, shows past ``window`` seconds of that work: what the whole outlasts the work, and at least the bucket
+    ready when it ends (``last`` seconds)."""
+    return max(last, total - window)
+
+
+def device_tail(params: int, step: StepEnd, window: Window = NO_WINDOW) -> Tail:
+    """The tail of a device holding ``params`` parameters (``Layer.params``) under ``step``, its overlapped
+    transfers hidden by the work of ``window`` (``exposed``; FSDP's by its passes)."""
+    dp, fsdp, link = step.dp, step.zero == 3, step.link
     bucket = min(params, step.bucket_params)
-    reduced = bucket if step.overlap_grad_reduce or fsdp else params
-    sync = step.link.collective(reduced * GRAD_BYTES, dp, 1 if step.zero else 2)
+    factor = 1 if step.zero else 2
+    whole = link.collective(params * GRAD_BYTES, dp, factor)
+    last = link.collective(bucket * GRAD_BYTES, dp, factor)
+    sync = last if fsdp else exposed(whole, last, window.backward) if step.overlap_grad_reduce else whole
     if step.zero:
-        gathered = bucket if step.overlap_param_gather or fsdp else params
-        sync += step.link.collective(gathered * WEIGHT_BYTES, dp)
+        whole, first = link.collective(params * WEIGHT_BYTES, dp), link.collective(bucket * WEIGHT_BYTES, dp)
+        sync += first if fsdp else exposed(whole, first, window.forward) if step.overlap_param_gather else whole
     shard = params / dp if step.zero else params
     return Tail(sync, shard * OPTIMIZER_STEP_BYTES / step.hbm_bytes_per_s)
+
+
+def window(layers: Sequence[Layer]) -> Window:
+    """The work of one microbatch over ``layers``."""
+    return Window(sum(layer.t_f for layer in layers), sum(layer.t_b + layer.t_w for layer in layers))
+
+
+def held_layers(model: Model, ranges: Sequence[Sequence[int]], placement: Placement) -> list[list[Layer]]:
+    """Per device, the layers of every stage it holds on any route, each once, in order."""
+    held: list[set[int]] = [set() for _ in range(placement.num_devices)]
+    for route in placement.routes:
+        for s, d in enumerate(route):
+            held[d].update(range(*ranges[s]))
+    return [[model.layers[i] for i in sorted(indices)] for indices in held]
+
+
+def device_tails(model: Model, ranges: Sequence[Sequence[int]], placement: Placement) -> tuple[Tail, ...]:
+    """Per device, its tail: its parameters (``device_params``) under ``model.step``, its transfers hidden by one
+    microbatch's work over the layers it holds; an empty tail each where the model has no ``step``."""
+    if model.step is None:
+        return tuple(Tail(0.0, 0.0) for _ in range(placement.num_devices))
+    params = device_params(model, ranges, placement)
+    return tuple(device_tail(n, model.step, window(layers))
+                 for n, layers in zip(params, held_layers(model, ranges, placement)))
 
 
 def device_params(model: Model, ranges: Sequence[Sequence[int]], placement: Placement) -> tuple[int, ...]:
     """Per device, the parameters of the layers of every stage it holds on any route (``Layer.params``, 0 where
     unknown), a layer held twice or a weight shared by two layers it holds counted once."""
-    held: list[set[int]] = [set() for _ in range(placement.num_devices)]
-    for route in placement.routes:
-        for s, d in enumerate(route):
-            held[d].update(range(*ranges[s]))
     out = []
-    for indices in held:
-        layers = [model.layers[i] for i in sorted(indices)]
+    for layers in held_layers(model, ranges, placement):
         names = {layer.name for layer in layers}
         out.append(sum(layer.params or 0 for layer in layers if layer.shares not in names))
     return tuple(out)
@@ -81,10 +128,9 @@ def stage_tails(model: Model, ranges: Sequence[Sequence[int]], placement: Placem
     for route in placement.routes:
         for s, d in enumerate(route):
             held[d].add(s)
-    params = device_params(model, ranges, placement)
     own = [sum(layer.params or 0 for layer in model.layers[a:b]) for a, b in ranges]
     devices = [sum(own[s] for s in stages) for stages in held]
-    tails = [device_tail(n, model.step).seconds for n in params]
+    tails = [tail.seconds for tail in device_tails(model, ranges, placement)]
     holders = [[d for d in range(placement.num_devices) if s in held[d]] for s in range(len(ranges))]
     return [sum(tails[d] * own[s] / devices[d] for d in ds if devices[d]) / len(ds) if ds else 0.0
             for s, ds in enumerate(holders)]
