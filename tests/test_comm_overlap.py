@@ -15,9 +15,10 @@ from zbsolve.costmodel import moe
 from zbsolve.costmodel.communication import collectives
 from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.layer_costs import LayerCosts, hiding
-from zbsolve.costmodel.gpus import GPUS
+from zbsolve.costmodel.gpus import GPUS, get_gpu
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.kernels import Matmul
+from zbsolve.costmodel.model import Interference
 
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 96, "num_local_experts": 8, "num_experts_per_tok": 2,
@@ -111,8 +112,10 @@ def test_collectives_pair_with_the_tensor_parallel_products():
 
 
 def test_the_flag_hides_tensor_parallel_collectives_only():
-    plain = estimate(LLAMA, seq_len=256, microbatch_size=2, tp=2)
-    hidden = estimate(LLAMA, seq_len=256, microbatch_size=2, tp=2, tp_comm_overlap=True)
+    """Where a collective and its product do not slow each other, the flag never adds time."""
+    calm = dataclasses.replace(get_gpu("h100"), compute_interference=0.0, collective_interference=0.0)
+    plain = estimate(LLAMA, gpu=calm, seq_len=256, microbatch_size=2, tp=2)
+    hidden = estimate(LLAMA, gpu=calm, seq_len=256, microbatch_size=2, tp=2, tp_comm_overlap=True)
     for a, b in zip(plain.layers, hidden.layers):
         assert (b.t_f, b.t_b, b.t_w) <= (a.t_f, a.t_b, a.t_w)
     block, overlapped = plain.layers[1], hidden.layers[1]
@@ -121,6 +124,24 @@ def test_the_flag_hides_tensor_parallel_collectives_only():
     assert (hidden.layers[0].t_f, hidden.layers[0].t_w) == (plain.layers[0].t_f, plain.layers[0].t_w)
     one = estimate(LLAMA, seq_len=256, microbatch_size=2)
     assert one.layers == estimate(LLAMA, seq_len=256, microbatch_size=2, tp_comm_overlap=True).layers
+
+
+def test_overlap_is_not_free():
+    """A collective beside its product runs slower and slows it: the flag saves less than where they do not
+    interfere, and a product much shorter than its collective ends later overlapped than one after the other."""
+    costs = LayerCosts(flops=(0, 0, 0), traffic=(0, 0, 0), collectives=(2, 0, 0), m_b=0, m_w=0, params=0,
+                       out_bytes=0, hiding=((1.0, 0.1), (), ()))
+    felt = Interference(compute=0.2, collective=0.3)
+    assert collectives(costs, 0, 0.5, True, felt) == pytest.approx((1.0 + 0.2 * 0.65 - 1.0) + (0.65 - 0.1))
+    assert collectives(costs, 0, 0.5, True, felt) > collectives(costs, 0, 0.5, True)
+    assert felt.overlapped(0.1, 0.5) > 0.1 + 0.5 - 0.1 and felt.overlapped(2.0, 0.0) == 2.0
+    calm = dataclasses.replace(get_gpu("h100"), compute_interference=0.0, collective_interference=0.0)
+    big = dict(config=LLAMA | {"hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
+                                   "num_key_value_heads": 8},
+               seq_len=4096, microbatch_size=1, tp=4)
+    saved = [estimate(**big, gpu=gpu).layers[1].t_f - estimate(**big, gpu=gpu, tp_comm_overlap=True).layers[1].t_f
+             for gpu in (calm, get_gpu("h100"))]
+    assert saved[0] > saved[1] > 0
 
 
 @pytest.mark.parametrize("gpus, pp, link", [(8, 2, "nvlink"), (16, 2, "network"), (16, 1, "nvlink")])

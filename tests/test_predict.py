@@ -13,7 +13,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.placement import make_placement
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.problem.costs import model_costs
-from zbsolve.costmodel.model import Link, StepEnd
+from zbsolve.costmodel.model import Interference, Link, StepEnd
 from zbsolve.costmodel.step_tail import (
     OPTIMIZER_STEP_BYTES, Window, device_params, device_tail, device_tails, exposed)
 
@@ -165,3 +165,14 @@ def test_dualpipe_takes_one_virtual_stage_and_an_unknown_order_is_named():
         predict(SMALL.replace(schedule="Dual"))
     run = CliRunner().invoke(app, ["predict", *ARGS[:-2], "--schedule", "dualpipev", "--vp", "2", "--json"])
     assert run.exit_code == 0, run.output
+
+
+def test_the_overlapped_synchronisation_slows_the_backward_beside_it():
+    """Beside the backward, the reduction runs slower and the backward loses time while they overlap: the tail
+    counts the loss apart, and a bound's tail leaves it out."""
+    felt = Interference(compute=0.2, collective=0.3)
+    whole = 2 * 3 / 4 * P * 2 / 50e9 + 1e-5
+    tail = device_tail(P, step_end(overlap_grad_reduce=True, interference=felt), Window(0.0, 0.02))
+    assert tail.sync == pytest.approx(whole * 1.3 - 0.02) and tail.slowed == pytest.approx(0.2 * 0.02)
+    assert tail.unslowed == pytest.approx(tail.sync + tail.optimizer)
+    assert tail.seconds > device_tail(P, step_end(overlap_grad_reduce=True), Window(0.0, 0.02)).seconds

@@ -72,7 +72,7 @@ def group_bound(whole: ModelAsOneStage, num_microbatches: int, pp: int, recomput
     saved = _saved(profile, [0]) if paired else 0.0
     chain = 0.0 if saved else profile.time("F", 0) + profile.time("B", 0)
     step = whole.model.step
-    tail = 0.0 if step is None else device_tail(whole.params, step, window(whole.model.layers)).seconds
+    tail = 0.0 if step is None else device_tail(whole.params, step, window(whole.model.layers)).unslowed
     return max((num_microbatches * (_device_work(profile, [0], False) - saved) + tail) / pp, chain)
 
 

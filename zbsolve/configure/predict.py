@@ -207,4 +207,4 @@ def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float
     tail = device_tails(model, costs.ranges, schedule.placement)[d]
     work = timeline.work[d]
     return {"compute": work - comm, "bubble": timeline.end[d][-1] - work, "exposed_comm": comm,
-            "dp_sync": tail.sync, "optimizer": tail.optimizer}
+            "dp_sync": tail.sync + tail.slowed, "optimizer": tail.optimizer}

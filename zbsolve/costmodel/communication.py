@@ -9,7 +9,7 @@ from zbsolve.costmodel.constants import P2P_LATENCY
 from zbsolve.costmodel.gpus import Gpu
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.layer_costs import LayerCosts
-from zbsolve.costmodel.model import Link
+from zbsolve.costmodel.model import NO_INTERFERENCE, Interference, Link
 
 
 def tp_collective(device: Gpu, arch: Architecture, tokens: int, e: int, tp: int) -> float:
@@ -39,13 +39,16 @@ def expert_exchange(device: Gpu, arch: Architecture, tokens: int, e: int, ep: in
     return max(nvlink / device.nvlink_bytes_per_s, network / device.network_bytes_per_s) + P2P_LATENCY
 
 
-def collectives(c: LayerCosts, p: int, collective: float, overlap: bool) -> float:
+def collectives(c: LayerCosts, p: int, collective: float, overlap: bool,
+                interference: Interference = NO_INTERFERENCE) -> float:
     """Seconds pass ``p`` of ``c`` spends in tensor-parallel collectives of ``collective`` seconds each: all of
-    them, or under overlap what each shows past the time it can hide behind (``LayerCosts.hiding``)."""
+    them, or under overlap what each adds to the product it hides behind (``LayerCosts.hiding``): the two slowed
+    by ``interference``, the product's own time taken out."""
     if not overlap:
         return c.collectives[p] * collective
     hidden = c.hiding[p]
-    return sum(max(0.0, collective - g) for g in hidden) + (c.collectives[p] - len(hidden)) * collective
+    return (sum(interference.overlapped(g, collective) - g for g in hidden)
+            + (c.collectives[p] - len(hidden)) * collective)
 
 
 def link_of(device: Gpu, name: str) -> Link:

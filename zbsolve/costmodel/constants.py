@@ -120,6 +120,17 @@ STREAMING_KERNEL = _define("STREAMING_KERNEL", "residual_add", "kernel",
                            "problems/measured/<gpu>/kernels.json, memory_bound",
                            "the measured kernel whose share of the datasheet HBM bandwidth (2 decimals) every "
                            "memory-bound kernel streams at: fused kernels taken at an eager residual add's rate")
+COMPUTE_INTERFERENCE = _define("COMPUTE_INTERFERENCE", 0.189, "s/s",
+                                "Lee et al. 2025, Characterizing compute-communication overlap in GPU-accelerated "
+                                "distributed deep learning (arXiv 2507.03114): 18.9% average, 40% at most",
+                                "computation lost per second a collective overlaps it (tensor-parallel overlap, "
+                                "FSDP's transfers, the overlapped data-parallel synchronisation): the default of "
+                                "every GPU preset's ``Gpu.compute_interference``")
+COLLECTIVE_INTERFERENCE = _define("COLLECTIVE_INTERFERENCE", 0.30, "s/s",
+                                  "vTrain (Bang et al., MICRO 2024): NCCL's collectives run about 30% slower inside "
+                                  "training than profiled alone",
+                                  "what a collective overlapping computation takes longer than alone: the default "
+                                  "of every GPU preset's ``Gpu.collective_interference``")
 OVERLAP_SLOWDOWN = _define("OVERLAP_SLOWDOWN", _OVERLAP_SLOWDOWN, "s/s",
                            "DeepSeek-V3 technical report: 20 of an H800's 132 SMs run communication",
                            "computation lost per second of communication beside it in an overlapped F&B pair "

@@ -188,7 +188,8 @@ def _step_end(setup: Setup) -> StepEnd:
     return StepEnd(dp=replicas, zero=setup.zero_stage, link=group_link(setup.device, setup.tp * replicas),
                    hbm_bytes_per_s=setup.device.hbm_bytes_per_s, overlap_grad_reduce=setup.overlap_grad_reduce,
                    overlap_param_gather=setup.overlap_param_gather,
-                   bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas))
+                   bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas),
+                   interference=setup.device.interference)
 
 
 def _layers(costs: list[tuple[str, LayerCosts]], arch: Architecture, timing: Timing, memory: Memory) -> list[Layer]:

@@ -17,8 +17,15 @@ from typing import overload
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import MIB
-from zbsolve.costmodel.constants import FP8_GEMM_FRACTION, GEMM_FRACTION, GPUS_PER_NODE
+from zbsolve.costmodel.constants import (
+    COLLECTIVE_INTERFERENCE,
+    COMPUTE_INTERFERENCE,
+    FP8_GEMM_FRACTION,
+    GEMM_FRACTION,
+    GPUS_PER_NODE,
+)
 from zbsolve.costmodel.measured import kernel_table
+from zbsolve.costmodel.model import Interference
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,10 @@ class Gpu:
     """Share of ``flops`` a BF16 matrix product reaches with full waves and a deep inner size (H100 measured)."""
     fp8_gemm_fraction: float = FP8_GEMM_FRACTION
     """Share of ``fp8_flops`` an FP8 matrix product reaches so (H100 measured)."""
+    compute_interference: float = COMPUTE_INTERFERENCE
+    """Computation lost per second a collective overlaps it (``COMPUTE_INTERFERENCE``)."""
+    collective_interference: float = COLLECTIVE_INTERFERENCE
+    """Share a collective beside computation takes longer than alone (``COLLECTIVE_INTERFERENCE``)."""
 
     def __post_init__(self) -> None:
         if set(self.sources) != set(FIGURES):
@@ -71,6 +82,11 @@ class Gpu:
         """HBM bytes/s of the memory-bound kernels: the one rule the kernel model streams bytes at
         (``hbm_bytes_per_s`` · ``memory_fraction``)."""
         return self.hbm_bytes_per_s * self.memory_fraction
+
+    @property
+    def interference(self) -> Interference:
+        """How a collective and the computation beside it slow each other on this GPU."""
+        return Interference(compute=self.compute_interference, collective=self.collective_interference)
 
     def link(self, kind: str) -> float:
         """Bandwidth per direction of ``kind`` ("nvlink" or "network"), bytes/s."""

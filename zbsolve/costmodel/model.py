@@ -186,6 +186,29 @@ class Link(InputModel):
         return factor * (ranks - 1) / ranks * num_bytes / self.bytes_per_s + self.latency_s
 
 
+class Interference(InputModel):
+    """How a collective and the computation beside it slow each other (``overlapped``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    what: ClassVar[str] = "interference"
+
+    compute: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Seconds of computation lost per second a collective overlaps it."""
+    collective: float = Field(0.0, ge=0, allow_inf_nan=False)
+    """Share a collective beside computation takes longer than alone."""
+
+    def overlapped(self, compute: float, transfer: float) -> float:
+        """Seconds of ``compute`` seconds of work with a collective of ``transfer`` seconds (alone) beside it: the
+        collective slowed by ``collective``, the work by ``compute`` for as long as they overlap, the pair done when
+        both are."""
+        t = transfer * (1 + self.collective) if transfer else 0.0
+        return max(compute + self.compute * min(compute, t), t)
+
+
+NO_INTERFERENCE = Interference()
+"""A collective and computation that do not slow each other."""
+
+
 class Setting(InputModel):
     """The training setting the costs are for."""
 
@@ -252,6 +275,8 @@ class StepEnd(InputModel):
     ``--overlap-param-gather``; FSDP always), leaving the first bucket's exposed."""
     bucket_params: PositiveInt = 40_000_000
     """Parameters a bucket of the gradients' reduction holds (megatron-core 0.16.1's DDP: max(40M, 1M x dp))."""
+    interference: Optional[Interference] = None
+    """How the overlapped synchronisation and the passes beside it slow each other (None: not at all)."""
 
 
 class Model(InputModel):

@@ -13,6 +13,8 @@ writes its weight (``OPTIMIZER_STEP_BYTES``), at the step's HBM bandwidth. What 
   step's last microbatch (the runtimes synchronise on it alone): the reduction hides behind the backward still to
   run, the device's one-microbatch backward (``Window``), and what of it outlasts that work shows after the last
   pass, at least the last bucket's (``bucket_params`` parameters, or the device's own where fewer): ``exposed``;
+  while they overlap, the reduction runs slower and the backward loses time (``StepEnd.interference``), which the
+  tail counts apart (``Tail.slowed``);
 - with ``overlap_param_gather`` the all-gather runs during the next step's forward, each bucket before its first
   use: it hides behind the device's one-microbatch forward, what outlasts it shown, at least the first bucket's;
 - under FSDP the passes themselves hide each layer's transfers (``costmodel.time``): the tail keeps the last
@@ -28,7 +30,7 @@ from typing import NamedTuple
 
 from zbsolve.core.placement import Placement
 from zbsolve.costmodel.constants import GRAD_BYTES, OPTIMIZER_STEP_BYTES, WEIGHT_BYTES
-from zbsolve.costmodel.model import Layer, Model, StepEnd
+from zbsolve.costmodel.model import NO_INTERFERENCE, Interference, Layer, Model, StepEnd
 
 
 class Window(NamedTuple):
@@ -53,10 +55,17 @@ class Tail:
     """Data-parallel synchronisation left exposed: gradient reduction and parameter all-gather."""
     optimizer: float
     """The optimizer step over the device's shard of its parameters."""
+    slowed: float = 0.0
+    """What the passes beside the overlapped synchronisation lose to it (``Interference.compute``)."""
 
     @property
     def seconds(self) -> float:
         """The whole tail."""
+        return self.sync + self.slowed + self.optimizer
+
+    @property
+    def unslowed(self) -> float:
+        """The tail less what the passes lose (``slowed``): over devices, at least that of one holding them all."""
         return self.sync + self.optimizer
 
 
@@ -67,20 +76,31 @@ def exposed(total: float, last: float, window: float) -> float:
     return max(last, total - window)
 
 
+def beside(total: float, last: float, window: float, interference: Interference) -> tuple[float, float]:
+    """(shown, slowed): what an overlapped transfer of ``total`` seconds alone shows past ``window`` seconds of
+    work (``exposed``), slowed as a collective beside computation, and what the work loses while they overlap."""
+    slow = total * (1 + interference.collective)
+    return exposed(slow, last, window), interference.compute * min(window, slow)
+
+
 def device_tail(params: int, step: StepEnd, window: Window = NO_WINDOW) -> Tail:
     """The tail of a device holding ``params`` parameters (``Layer.params``) under ``step``, its overlapped
     transfers hidden by the work of ``window`` (``exposed``; FSDP's by its passes)."""
     dp, fsdp, link = step.dp, step.zero == 3, step.link
+    interference = step.interference or NO_INTERFERENCE
     bucket = min(params, step.bucket_params)
     factor = 1 if step.zero else 2
-    whole = link.collective(params * GRAD_BYTES, dp, factor)
-    last = link.collective(bucket * GRAD_BYTES, dp, factor)
-    sync = last if fsdp else exposed(whole, last, window.backward) if step.overlap_grad_reduce else whole
+    parts = [(link.collective(params * GRAD_BYTES, dp, factor), link.collective(bucket * GRAD_BYTES, dp, factor),
+              step.overlap_grad_reduce, window.backward)]
     if step.zero:
-        whole, first = link.collective(params * WEIGHT_BYTES, dp), link.collective(bucket * WEIGHT_BYTES, dp)
-        sync += first if fsdp else exposed(whole, first, window.forward) if step.overlap_param_gather else whole
+        parts.append((link.collective(params * WEIGHT_BYTES, dp), link.collective(bucket * WEIGHT_BYTES, dp),
+                      step.overlap_param_gather, window.forward))
+    sync = slowed = 0.0
+    for whole, one, overlap, work in parts:
+        shown, lost = (one, 0.0) if fsdp else beside(whole, one, work, interference) if overlap else (whole, 0.0)
+        sync, slowed = sync + shown, slowed + lost
     shard = params / dp if step.zero else params
-    return Tail(sync, shard * OPTIMIZER_STEP_BYTES / step.hbm_bytes_per_s)
+    return Tail(sync, shard * OPTIMIZER_STEP_BYTES / step.hbm_bytes_per_s, slowed)
 
 
 def window(layers: Sequence[Layer]) -> Window:

@@ -44,17 +44,18 @@ class Timing:
         """Seconds of pass ``p``'s kernels, collectives and all-to-alls."""
         compute = (c.kernel[p] if self.efficiency is None else
                    c.flops[p] / (self.device.flops * self.efficiency) + c.traffic[p] / self.memory_rate)
-        return compute + collectives(c, p, self.collective, self.tp_comm_overlap) + (
+        return compute + collectives(c, p, self.collective, self.tp_comm_overlap, self.device.interference) + (
             c.all_to_all[p] * self.exchange if c.all_to_all else 0.0)
 
     def pass_time(self, c: LayerCosts, p: int) -> float:
-        """Seconds of pass ``p``: its kernels and collectives, the ring's exposed exchange, and under FSDP what of
-        its parameters' all-gather (F, B) or its gradients' reduce-scatter (W) outlasts it."""
+        """Seconds of pass ``p``: its kernels and collectives, the ring's exposed exchange, and under FSDP the pass
+        beside its parameters' all-gather (F, B) or its gradients' reduce-scatter (W), the two slowing each other
+        (``Interference.overlapped``)."""
         t = self.seconds(c, p) + (c.ring[p] if p < 2 else 0.0)
         if self.fsdp is None:
             return t
         moved = (c.params + c.expert_params) * self.moved[p == 2]
-        return t + max(0.0, self.fsdp.collective(moved, self.replicas) - t)
+        return self.device.interference.overlapped(t, self.fsdp.collective(moved, self.replicas))
 
     def comm(self, c: LayerCosts) -> tuple[float, float] | tuple[None, None]:
         """The seconds of F and B that are expert all-to-all (``Layer.comm_f``, ``comm_b``), where it has any."""
