@@ -134,12 +134,14 @@ def test_the_bounds_are_never_above_predict_s_step(config, gpus, degrees_, combi
     dp, m = degrees(c)
     model = configured_model(c, dp)
     bound = group_bound(ModelAsOneStage(model), m, c.pp, parse_recompute(c.recompute), combined)
-    [assessed] = assess(space, Group(c.replace(vp=1), dp, m, (c.vp,), bound))
-    assert isinstance(assessed, Assessed)
-    p = predict(assessed.configuration)
-    assert not exceeds(bound, assessed.bound) and not exceeds(assessed.bound, p.step_time_s)
-    assert assessed.fits or not p.fits  # where one microbatch cannot fit, predict's order does not either
-    assert (assessed.configuration.schedule == "Combined1F1B") == combined
+    found = assess(space, Group(c.replace(vp=1), dp, m, (c.vp,), bound))  # a split each (uniform, balanced)
+    assert found
+    for assessed in found:
+        assert isinstance(assessed, Assessed)
+        p = predict(assessed.configuration)
+        assert not exceeds(bound, assessed.bound) and not exceeds(assessed.bound, p.step_time_s)
+        assert assessed.fits or not p.fits  # where one microbatch cannot fit, predict's order does not either
+        assert (assessed.configuration.schedule == "Combined1F1B") == combined
 
 
 def test_the_ranking_is_brute_force_s(configured):
