@@ -33,6 +33,7 @@ from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
 from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
 from zbsolve.configure.space import Space
 from zbsolve.core.torch_compat import has_pipelining
+from zbsolve.costmodel.calibration import Calibration
 from zbsolve.io.targets import TARGETS, check_target
 from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.planner import FINISH_SECONDS, plan
@@ -57,7 +58,8 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
               time_limit: float = 600.0, jobs: int | None = None, executor: str | cf.Executor | None = None,
               progress: Callable[[str], None] | None = None, tp_comm_overlap: bool = False,
               dispatcher: str = "alltoall", device_memory: int | None = None,
-              reserve: int = DEFAULT_RESERVE, began: float | None = None) -> ConfigureResult:
+              reserve: int = DEFAULT_RESERVE, began: float | None = None,
+              calibration: str | Path | Calibration | None = None) -> ConfigureResult:
     """The fastest configurations of the model of Hugging Face ``config`` on ``gpus`` GPUs of preset ``gpu`` for
     ``global_batch`` sequences of ``seq_len`` tokens a step, for runtime ``target`` (megatron, torchtitan, zbsolve):
     every configuration enumerated, pruned by memory and by a bound on its step, the rest timed by ``predict`` until
@@ -67,12 +69,13 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     that fits was timed propagates). Shapes are enumerated and configurations timed ``jobs`` at a time in local
     processes (default: all cores) or on ``executor`` ("dask://HOST:PORT" or a ``concurrent.futures.Executor``),
     which the plans share; ``progress`` hears how far the search is. ``device_memory`` and ``reserve`` are bytes per
-    device (default: the preset's memory, 4 GiB kept free). ``began`` (``time.monotonic()``, default now) is when
+    device (default: the preset's memory, 4 GiB kept free); ``calibration`` scales the cost model's terms
+    (``Setup.calibration``). ``began`` (``time.monotonic()``, default now) is when
     the limit started: a command line's start, so that its loading counts."""
     began = time.monotonic() if began is None else began
     space = Space.of(config, target=target, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu,
                      dtype=dtype, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,
-                     device_memory=device_memory, reserve=reserve)
+                     device_memory=device_memory, reserve=reserve, calibration=calibration)
     check_count("top", top)
     if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
         raise InputError(f"refine = {refine!r} must be a whole number >= 0")

@@ -20,6 +20,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
+from zbsolve.costmodel.calibration import described
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
@@ -49,7 +50,7 @@ class Configuration(Setup):
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep", "zero",
         "layout", "partition", "schedule", "recompute", "device_memory", "reserve", "dispatcher",
-        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "calibration")
     """The fields ``zbsolve predict`` takes as options, in the order its command line writes them."""
 
     config: Union[str, Path]
@@ -108,12 +109,15 @@ class Prediction:
     """Memory per device, GiB."""
     peak_flops: float
     """The dense peak the MFU is over, FLOP/s."""
+    calibration: str = "calibration: none"
+    """Which calibration scaled the cost model's terms, and by what (``calibration.described``)."""
 
     def figures(self) -> dict[str, object]:
         """The figures ``--json`` prints."""
         return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
-                "peak_memory_gib": list(self.peak_memory_gib), "fits": self.fits, "breakdown": self.breakdown}
+                "peak_memory_gib": list(self.peak_memory_gib), "fits": self.fits, "breakdown": self.breakdown,
+                "calibration": self.calibration}
 
 
 def degrees(c: Configuration) -> tuple[int, int]:
@@ -193,7 +197,7 @@ def predict(c: Configuration) -> Prediction:
     peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
                       costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
-                      counts, gib(c.memory), peak)
+                      counts, gib(c.memory), peak, described(c.calibration))
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

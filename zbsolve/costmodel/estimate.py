@@ -169,7 +169,8 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
     """The timing and the memory of ``setup``, and each layer's costs by name."""
     device, tp, cp, zero = setup.device, setup.tp, setup.cp, setup.zero
     tokens, e = setup.seq_len * setup.microbatch_size // cp, DTYPE_BYTES[setup.dtype]
-    shard = Shard(tokens, tp, setup.ep, Kernels(device, setup.dtype), arch.experts.routed if arch.experts else 1,
+    kernels = Kernels(device, setup.dtype, setup.calibrated)
+    shard = Shard(tokens, tp, setup.ep, kernels, arch.experts.routed if arch.experts else 1,
                   cp, ring_step(device, arch, tokens, e, tp, cp))
     costs = (_dense_layers(config, arch, shard, e, setup) if arch.experts is None else
              _expert_layers(arch, shard, e, setup.seq_len, setup.flash_attention, setup.microbatch_size))

@@ -19,6 +19,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import InputModel
 from zbsolve.base.units import GIB, MIB
+from zbsolve.costmodel.calibration import Calibration, load_calibration
 from zbsolve.costmodel.constants import DEFAULT_RESERVE, DTYPE_BYTES
 from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Dispatcher, Setting, Zero
@@ -85,6 +86,8 @@ class Setup(InputModel):
     """Flash attention, which keeps no s x s attention probabilities."""
     method: str = "formula"
     """formula (the closed form: fused kernels) or count (torch on transformers' eager modules: an upper bound)."""
+    calibration: str | Path | InstanceOf[Calibration] | None = None
+    """Multipliers on the cost model's terms: zbsolve calibrate's file or a shipped one's name (None: none)."""
 
     def __init__(self, /, **data: Any) -> None:
         for name, value in data.items():  # each knob's own rule first, in its words
@@ -98,6 +101,11 @@ class Setup(InputModel):
     def device(self) -> Gpu:
         """The GPU's figures."""
         return self.gpu if isinstance(self.gpu, Gpu) else get_gpu(self.gpu)
+
+    @property
+    def calibrated(self) -> Calibration:
+        """The multipliers ``calibration`` names (every one 1 without it)."""
+        return load_calibration(self.calibration)
 
     @property
     def gpu_name(self) -> str:
@@ -196,6 +204,12 @@ def _efficiency(name: str, value: object) -> None:
         raise InputError(f"{name} = {value!r}: should be a number in (0, 1], or None for the kernel model")
 
 
+def _calibration(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, (str, Path, Calibration)):
+        raise InputError(f"{name} = {value!r}: should be a calibration file, a shipped one's name or a Calibration")
+    load_calibration(value, name)  # type: ignore[arg-type]
+
+
 def _one_of(choices: tuple[str, ...], optional: bool = False) -> Callable[[str, object], None]:
     def rule(name: str, value: object) -> None:
         if not (optional and value is None) and value not in choices:
@@ -209,6 +223,6 @@ RULES: dict[str, Callable[[str, object], None]] = {
     "gpu": _gpu, "seq_len": _count, "microbatch_size": _count, "global_batch": _optional_count,
     "gpus": _optional_count, "tp": _count, "pp": _count, "vp": _count, "dp": _count, "cp": _count, "ep": _count,
     "zero": _zero, "efficiency": _efficiency, "link": _one_of(LINKS), "a2a_link": _one_of(LINKS, optional=True),
-    "dispatcher": _one_of(DISPATCHERS), "dtype": _one_of(tuple(DTYPE_BYTES))}
+    "dispatcher": _one_of(DISPATCHERS), "dtype": _one_of(tuple(DTYPE_BYTES)), "calibration": _calibration}
 """Each field's rule where its type says too little, by field (the method is the estimate's: ``estimate.METHODS``):
 an ``InputError`` naming the field and the value."""

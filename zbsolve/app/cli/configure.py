@@ -37,7 +37,7 @@ from zbsolve.present.configure_table import configure_table, lines
 from zbsolve.present.plot import check_chart_path
 
 FIELDS = ("gpus", "global_batch", "seq_len", "gpu", "dtype", "device_memory", "reserve", "tp_comm_overlap",
-          "dispatcher")
+          "dispatcher", "calibration")
 """The setup's fields ``zbsolve configure`` takes as options (the rest it searches)."""
 
 

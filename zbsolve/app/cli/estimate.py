@@ -18,7 +18,7 @@ from zbsolve.costmodel.setup import Setup
 from zbsolve.present.tables import text_table
 
 FIELDS = ("gpu", "seq_len", "microbatch_size", "tp", "dp", "zero", "cp", "dtype", "efficiency", "flash_attention",
-          "link", "ep", "dispatcher", "a2a_link", "tp_comm_overlap", "method")
+          "link", "ep", "dispatcher", "a2a_link", "tp_comm_overlap", "method", "calibration")
 """The setup's fields ``zbsolve estimate`` takes as options, in the order its model's source writes them."""
 EXPERTS = ("ep", "dispatcher", "a2a_link")
 """The fields the source writes for a model with experts alone."""

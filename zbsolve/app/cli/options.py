@@ -50,7 +50,7 @@ OPTIONS: dict[str, Option] = {
                                              "--overlap-param-gather)."),
     "tp_comm_overlap": Option(bool),
     "dispatcher": Option(str, "NAME"), "a2a_link": Option(str, "LINK"), "link": Option(str, "LINK"),
-    "efficiency": Option(float, "SHARE"), "method": Option(str, "METHOD"),
+    "efficiency": Option(float, "SHARE"), "method": Option(str, "METHOD"), "calibration": Option(str, "CAL"),
     "flash_attention": Option(bool, off="Keep the s x s attention probabilities (default: flash attention keeps "
                                         "none).")}
 """Each field's option, by field."""

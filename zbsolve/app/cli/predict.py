@@ -55,3 +55,4 @@ def predict(
               highlight=False)
     out.print(f"partition (layers per stage): {','.join(map(str, p.counts))}; {BREAKDOWN_NOTE}", highlight=False,
               markup=False, soft_wrap=True)
+    out.print(p.calibration, highlight=False, markup=False, soft_wrap=True)
