@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Self, cast
 
 from pydantic import ConfigDict, InstanceOf
 
@@ -134,7 +134,7 @@ class Setup(InputModel):
             return self.device_memory if self.device_memory is not None else self.gpu.memory_bytes
         return device_memory(self.gpu, self.device_memory)
 
-    def replace(self, **changes: Any) -> Setup:
+    def replace(self, **changes: Any) -> Self:
         """This setup with ``changes``, checked as a new one is."""
         return type(self)(**{**{name: getattr(self, name) for name in self.model_fields_set}, **changes})
 
@@ -207,7 +207,7 @@ def _efficiency(name: str, value: object) -> None:
 def _calibration(name: str, value: object) -> None:
     if value is not None and not isinstance(value, (str, Path, Calibration)):
         raise InputError(f"{name} = {value!r}: should be a calibration file, a shipped one's name or a Calibration")
-    load_calibration(value, name)  # type: ignore[arg-type]
+    load_calibration(value, name)
 
 
 def _one_of(choices: tuple[str, ...], optional: bool = False) -> Callable[[str, object], None]:

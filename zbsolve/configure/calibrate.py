@@ -1,0 +1,256 @@
+"""``zbsolve calibrate``: the multipliers of the cost model's terms (``costmodel.calibration.TERMS``) fitted to
+measured runs (``configure.measured_runs``) by bounded least squares.
+
+The procedure (docs/cost-model.md, "Calibration"): each run is predicted (``configure.predict``) under the
+multipliers; the residuals are the log of predicted over measured step time, and of predicted over measured peak
+memory per device (the largest device's) where the run publishes one, plus one prior residual per term,
+``log(multiplier) / PRIOR_WIDTH``, which keeps a term no run constrains at 1. ``scipy.optimize.least_squares``
+minimises their squares over the log multipliers within ``BOUNDS`` (trust-region reflective, the Jacobian by
+forward differences of ``DIFF_STEP``). Runs marked held back or not scored are never fitted. The fit's Jacobian at
+the solution is kept per run (``RunFit.sensitivity``): how its log step time moves with each log multiplier, which a
+leave-one-out refit (``refit_without``) reads instead of predicting again.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares, lsq_linear
+
+from zbsolve.base.errors import InputError
+from zbsolve.configure.measured_runs import MeasuredRun
+from zbsolve.configure.predict import predict
+from zbsolve.costmodel.calibration import BOUNDS, TERMS, Calibration
+
+PRIOR_WIDTH = math.log(BOUNDS[1])
+"""A term's prior residual is log(multiplier) / PRIOR_WIDTH: a multiplier at the bound weighs as much as a run off by
+a factor e."""
+DIFF_STEP = 0.05
+"""The forward-difference step of the Jacobian, in log multiplier (5%)."""
+MAX_EVALUATIONS = 12
+"""Iterations of the trust-region method at most (each predicts every run once, and once more per term for the
+Jacobian)."""
+TOLERANCE = 1e-3
+"""The relative change in cost, and in log multipliers, at which the fit stops."""
+
+
+@dataclass(frozen=True)
+class RunFit:
+    """One run under the fitted multipliers."""
+
+    name: str
+    """The run's name."""
+    measured_step_s: float
+    """Measured seconds of a step."""
+    predicted_step_s: float
+    """Predicted seconds of a step under the fitted multipliers."""
+    measured_memory_gib: float | None = None
+    """Published peak memory per device, GiB (None: not published)."""
+    predicted_memory_gib: float | None = None
+    """Predicted peak memory of the fullest device, GiB."""
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    """d log(step time) / d log(multiplier) at the fit, by term (empty where the fit stopped early)."""
+    memory_sensitivity: dict[str, float] = field(default_factory=dict)
+    """The same of the peak memory, where it is measured."""
+
+    @property
+    def residual(self) -> float:
+        """log(predicted / measured) step time."""
+        return math.log(self.predicted_step_s / self.measured_step_s)
+
+    @property
+    def memory_residual(self) -> float | None:
+        """log(predicted / measured) peak memory (None where either is missing)."""
+        if self.measured_memory_gib is None or self.predicted_memory_gib is None:
+            return None
+        return math.log(self.predicted_memory_gib / self.measured_memory_gib)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted calibration and the runs it was fitted on."""
+
+    multipliers: dict[str, float]
+    """The fitted multiplier of each term fitted."""
+    runs: tuple[RunFit, ...]
+    """Each run under the fitted multipliers."""
+    evaluations: int
+    """Times every run was predicted."""
+    stopped_early: bool = False
+    """Whether an interrupt stopped the fit: the multipliers are the best evaluated by then."""
+
+    @property
+    def calibration(self) -> Calibration:
+        """The fitted multipliers as a ``Calibration``."""
+        return Calibration(self.multipliers)
+
+    def summary(self) -> dict[str, float]:
+        """Median, largest and root-mean-square |log residual| of the step times, and of the memories where any."""
+        steps = [abs(r.residual) for r in self.runs]
+        found = {"median_abs_log_step": statistics.median(steps), "max_abs_log_step": max(steps),
+                 "rms_log_step": math.sqrt(statistics.fmean([s * s for s in steps]))}
+        memories = [abs(m) for r in self.runs if (m := r.memory_residual) is not None]
+        if memories:
+            found |= {"median_abs_log_memory": statistics.median(memories), "max_abs_log_memory": max(memories)}
+        return found
+
+
+def fitted_terms(terms: Sequence[str] | None) -> tuple[str, ...]:
+    """The terms a fit varies: ``terms`` (each one of ``TERMS``, none twice), or every term of ``TERMS``."""
+    chosen = tuple(TERMS) if terms is None else tuple(terms)
+    for term in chosen:
+        if term not in TERMS:
+            raise InputError(f"terms = {term!r}: should be among {', '.join(TERMS)}")
+    if not chosen or len(set(chosen)) != len(chosen):
+        raise InputError(f"terms = {', '.join(chosen) or 'none'}: give one or more terms, each once")
+    return chosen
+
+
+def predicted(run: MeasuredRun, calibration: Calibration) -> tuple[float, float]:
+    """Seconds of a step and GiB of the fullest device of ``run`` under ``calibration``."""
+    p = predict(run.configuration.replace(calibration=calibration))
+    return p.step_time_s, max(p.peak_memory_gib)
+
+
+def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] | None = None,
+        progress: Callable[[str], None] | None = None) -> Fit:
+    """The multipliers of ``terms`` (default: every term of ``TERMS``) that fit ``runs`` best (the module's
+    procedure); ``progress`` hears each evaluation. An interrupt (``KeyboardInterrupt``) returns the best
+    evaluated so far, ``stopped_early`` set (one before the first evaluation propagates)."""
+    names = fitted_terms(terms)
+    fitted = [r for r in runs if r.scored and not r.held_back]
+    if not fitted:
+        raise InputError("runs: none to fit (each is held back or not scored, or none was given)")
+    say = progress or (lambda line: None)
+    best: list[tuple[float, np.ndarray, list[tuple[float, float]]]] = []
+    count = [0]
+
+    def evaluate(x: np.ndarray) -> list[tuple[float, float]]:
+        calibration = Calibration(dict(zip(names, np.exp(x).tolist())))
+        return [predicted(run, calibration) for run in fitted]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        figures = evaluate(x)
+        r = _residuals(fitted, figures, x)
+        count[0] += 1
+        cost = float(r @ r)
+        if not best or cost < best[0][0]:
+            best[:] = [(cost, x.copy(), figures)]
+        say(f"evaluation {count[0]}: sum of squares {cost:.4f} at "
+            + ", ".join(f"{n} x{m:.3f}" for n, m in zip(names, np.exp(x))))
+        return r
+
+    low, high = math.log(BOUNDS[0]), math.log(BOUNDS[1])
+    try:
+        result = least_squares(residuals, np.zeros(len(names)), bounds=(low, high), diff_step=DIFF_STEP,
+                               max_nfev=MAX_EVALUATIONS, ftol=TOLERANCE, xtol=TOLERANCE, x_scale=1.0)
+    except KeyboardInterrupt:
+        if not best:
+            raise
+        _, x, figures = best[0]
+        return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, None), count[0], stopped_early=True)
+    _, x, figures = best[0]
+    jacobian = result.jac if np.allclose(result.x, x) else None
+    return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, jacobian), count[0])
+
+
+def _multipliers(names: tuple[str, ...], x: np.ndarray) -> dict[str, float]:
+    return {n: float(np.clip(np.exp(v), *BOUNDS)) for n, v in zip(names, x)}
+
+
+def _residuals(runs: Sequence[MeasuredRun], figures: list[tuple[float, float]], x: np.ndarray) -> np.ndarray:
+    """The fit's residuals: each run's log step ratio, then each measured memory's log ratio, then the priors."""
+    steps = [math.log(step / run.step_time_s) for run, (step, _) in zip(runs, figures)]
+    memories = [math.log(memory / run.peak_memory_gib) for run, (_, memory) in zip(runs, figures)
+                if run.peak_memory_gib is not None]
+    return np.array(steps + memories + list(x / PRIOR_WIDTH))
+
+
+def _run_fits(runs: Sequence[MeasuredRun], figures: list[tuple[float, float]], names: tuple[str, ...],
+              jacobian: np.ndarray | None) -> tuple[RunFit, ...]:
+    """Each run's figures at the fit, with its rows of the Jacobian where there is one."""
+    memory_rows = iter(range(len(runs), len(runs) + sum(r.peak_memory_gib is not None for r in runs)))
+    found = []
+    for i, (run, (step, memory)) in enumerate(zip(runs, figures)):
+        row = next(memory_rows) if run.peak_memory_gib is not None else None
+        step_row = {} if jacobian is None else dict(zip(names, map(float, jacobian[i])))
+        memory_row = {} if jacobian is None or row is None else dict(zip(names, map(float, jacobian[row])))
+        found.append(RunFit(run.name, run.step_time_s, step, run.peak_memory_gib, memory, step_row, memory_row))
+    return tuple(found)
+
+
+def refit_without(fit: Fit, left_out: str, residuals: dict[str, tuple[float, float | None]] | None = None
+                  ) -> Calibration:
+    """The calibration ``fit`` would have given without run ``left_out``: one Gauss-Newton step from its
+    multipliers on the other runs' residuals (``residuals``: each run's log step and memory ratio now, by name;
+    default: the fit's own), linearised with their sensitivities, within ``BOUNDS``, the priors kept. A run the fit
+    did not see gets the fit's own calibration."""
+    names = tuple(fit.multipliers)
+    if left_out not in {r.name for r in fit.runs}:
+        return fit.calibration
+    if any(not r.sensitivity for r in fit.runs):
+        raise InputError("calibration: the fit records no sensitivities (it stopped early): fit it again")
+    x = np.log(np.array([fit.multipliers[n] for n in names]))
+    rows, targets = [], []
+    for r in fit.runs:
+        if r.name == left_out:
+            continue
+        step, memory = (residuals or {}).get(r.name, (r.residual, r.memory_residual))
+        rows.append([r.sensitivity[n] for n in names])
+        targets.append(-step)
+        if memory is not None and r.memory_sensitivity:
+            rows.append([r.memory_sensitivity[n] for n in names])
+            targets.append(-memory)
+    a = np.vstack([np.array(rows).reshape(-1, len(names)), np.eye(len(names)) / PRIOR_WIDTH])
+    b = np.concatenate([np.array(targets), -x / PRIOR_WIDTH])
+    low, high = math.log(BOUNDS[0]) - x, math.log(BOUNDS[1]) - x
+    step = lsq_linear(a, b, bounds=(np.minimum(low, -1e-12), np.maximum(high, 1e-12))).x
+    return Calibration(_multipliers(names, x + step))
+
+
+def document(fit: Fit, command: str, version: str, date: str) -> dict:
+    """The calibration file of ``fit`` (what ``costmodel.calibration.load_calibration`` reads, and the fit written
+    down): its multipliers, bounds and terms, each run's figures, residuals and sensitivities, the summary, the
+    date, zbsolve's version and the command that wrote it."""
+    runs = []
+    for r in fit.runs:
+        entry: dict[str, object] = {"name": r.name, "measured_step_s": _round(r.measured_step_s),
+                                    "predicted_step_s": _round(r.predicted_step_s),
+                                    "log_step_residual": _round(r.residual)}
+        if r.measured_memory_gib is not None:
+            entry |= {"measured_memory_gib": r.measured_memory_gib,
+                      "predicted_memory_gib": _round(r.predicted_memory_gib),
+                      "log_memory_residual": _round(r.memory_residual)}
+        if r.sensitivity:
+            entry["sensitivity"] = {n: _round(v) for n, v in r.sensitivity.items()}
+        if r.memory_sensitivity:
+            entry["memory_sensitivity"] = {n: _round(v) for n, v in r.memory_sensitivity.items()}
+        runs.append(entry)
+    return {"multipliers": {n: _round(v) for n, v in fit.multipliers.items()},
+            "terms": {n: TERMS[n] for n in fit.multipliers}, "bounds": list(BOUNDS),
+            "objective": "least squares of log(predicted/measured) step time and peak memory where measured, "
+                         f"plus log(multiplier)/{PRIOR_WIDTH:.4f} per term (docs/cost-model.md, Calibration)",
+            "residuals": {k: _round(v) for k, v in fit.summary().items()}, "runs": runs,
+            "evaluations": fit.evaluations, "stopped_early": fit.stopped_early, "date": date,
+            "zbsolve_version": version, "command": command}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.6g}")
+
+
+def read_fit(data: dict, where: str = "calibration") -> Fit:
+    """The fit a calibration file (``document``) records; an ``InputError`` naming ``where`` where it records none."""
+    try:
+        runs = tuple(RunFit(r["name"], float(r["measured_step_s"]), float(r["predicted_step_s"]),
+                            r.get("measured_memory_gib"), r.get("predicted_memory_gib"),
+                            dict(r.get("sensitivity") or {}), dict(r.get("memory_sensitivity") or {}))
+                     for r in data["runs"])
+        return Fit(dict(Calibration(data["multipliers"]).multipliers), runs, int(data.get("evaluations", 0)),
+                   bool(data.get("stopped_early", False)))
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(f"{where}: records no fit zbsolve calibrate wrote ({type(error).__name__}: {error})") from None
