@@ -34,42 +34,31 @@ from rich.console import Console
 from rich.table import Table
 
 from zbsolve.base.errors import InputError
+from zbsolve.configure.calibrate import Fit, read_fit, refit_without
+from zbsolve.configure.measured_runs import GPUS, SCHEDULES, SUBSTITUTES, Mapped, mapped, recompute_choice, runtime
 from zbsolve.configure.predict import Configuration, predict
-from zbsolve.costmodel.model import RECOMPUTE_MODULES
-from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
+from zbsolve.costmodel.calibration import FITTED, Calibration
+
+__all__ = ["GPUS", "SCHEDULES", "SUBSTITUTES", "Configuration", "Mapped", "mapped", "recompute_choice"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "problems" / "calibration"
 MEDIAN = 0.10
-"""Largest median |predicted/measured - 1| over the scored pipeline-parallel runs."""
+"""Largest median leave-one-out |predicted/measured - 1| over the scored runs."""
 WITHIN = 0.25
-"""Largest |predicted/measured - 1| of any scored run."""
+"""Largest leave-one-out |predicted/measured - 1| of any scored run."""
 PAIR = 0.10
 """Largest |predicted ratio / measured ratio - 1| of an interleaving pair's step times."""
-GPUS = {"h100-sxm-80gb": "h100", "h100-hbm2e-96gb-500w": "h100", "h200-sxm-141gb": "h200"}
-"""The preset each calibration GPU is predicted with."""
-SUBSTITUTES = {"h100-hbm2e-96gb-500w": "no preset for the H100 96 GB HBM2e at 500 W: the h100 (SXM 80 GB, 700 W) "
-                                       "preset's peaks and memory"}
-"""What a preset stands in for where it is not the run's GPU."""
-SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "interleaved-1f1b-combined": COMBINED}
-"""predict's order for each calibration schedule name (``none (...)``: no pipeline, predict's default)."""
-
-
-@dataclass(frozen=True)
-class Mapped:
-    """A calibration file as ``zbsolve predict`` takes it."""
-
-    configuration: Configuration | None
-    """The configuration (None: ``reason``); its config path relative to the repository."""
-    reason: str | None
-    """Why the file has no configuration."""
-    notes: tuple[str, ...] = ()
-    """What the configuration assumes where the file leaves it open or predict has no flag for it."""
+MEMORY_MEDIAN = 0.10
+"""Largest median |predicted/measured - 1| of the published peak memories."""
+RANKED = 0.10
+"""Published alternatives whose measured figures differ by more than this must be predicted in the measured order."""
 
 
 @dataclass(frozen=True)
 class Row:
-    """One run's line of the table."""
+    """One run's line of the table: its figures as stated (no calibration), under its shipped calibration, and
+    left out (predicted by the calibration fitted without it): the last is the one the targets judge."""
 
     name: str
     """The file's stem."""
@@ -86,19 +75,33 @@ class Row:
     measured: float
     """Published tokens/s/GPU."""
     predicted: float | None
-    """Predicted tokens/s/GPU (None: ``reason``)."""
+    """Leave-one-out tokens/s/GPU (None: ``reason``)."""
     step_time_s: float | None
-    """Predicted seconds of a step."""
+    """Leave-one-out seconds of a step."""
     command: str | None
-    """The ``zbsolve predict`` command line that reproduces the row."""
+    """The ``zbsolve predict`` command line that reproduces the row (with ``--calibration`` where one applies)."""
     reason: str | None = None
     """Why there is no prediction."""
     notes: tuple[str, ...] = ()
     """What the configuration assumed."""
     fits: bool | None = None
-    """Whether the prediction fits the preset's memory."""
+    """Whether the leave-one-out prediction fits the preset's memory."""
     seconds: float = 0.0
-    """Wall-clock seconds of the prediction."""
+    """Wall-clock seconds of the predictions."""
+    stated: float | None = None
+    """Tokens/s/GPU without a calibration."""
+    calibrated: float | None = None
+    """Tokens/s/GPU under the shipped calibration of its GPU and runtime."""
+    group: str | None = None
+    """Its GPU preset and runtime (the shipped calibration's name)."""
+    model: str = ""
+    """The model's name (alternatives share it)."""
+    cluster: str = ""
+    """GPU, GPU count, sequence and global batch: what alternatives share."""
+    measured_memory_gib: float | None = None
+    """Published peak memory per device, GiB."""
+    predicted_memory_gib: float | None = None
+    """Leave-one-out peak memory of the fullest device, GiB."""
 
     @property
     def ratio(self) -> float | None:
@@ -115,6 +118,13 @@ class Row:
         """Whether the prediction is within ``WITHIN`` of the measurement."""
         return self.error <= WITHIN
 
+    @property
+    def memory_error(self) -> float | None:
+        """|predicted / measured - 1| of the peak memory (None where either is missing)."""
+        if self.measured_memory_gib is None or self.predicted_memory_gib is None:
+            return None
+        return abs(self.predicted_memory_gib / self.measured_memory_gib - 1)
+
 
 def load(path: Path) -> dict:
     """One calibration file."""
@@ -127,71 +137,9 @@ def runs(only: str | None = None) -> list[dict]:
     return [run for run in loaded if only is None or only in run["name"]]
 
 
-def recompute_choice(recompute: dict) -> str | InputError:
-    """The recomputation of a file in ``problem.recompute``'s grammar, or why it has none."""
-    granularity, modules, method = recompute["granularity"], recompute.get("modules"), recompute.get("method")
-    if granularity == "none":
-        return "none"
-    if granularity == "full":
-        if method == "block":
-            return f"uniform:{recompute['num_layers']}"
-        return "full"
-    if granularity == "selective" and modules:
-        unknown = [name for name in modules if name not in RECOMPUTE_MODULES]
-        if unknown:
-            return InputError(f"recompute module {unknown[0]!r} is not one of Megatron-LM's that zbsolve models")
-        return "modules:" + ",".join(modules)
-    if granularity == "selective":
-        return InputError(f"recompute: {method or 'a selective policy without modules'} has no form in "
-                          "problem/recompute.py (its selective form is Megatron's norms and activation)")
-    return InputError("recompute granularity not published (unknown)")
-
-
-def mapped(run: dict) -> Mapped:
-    """The ``zbsolve predict`` configuration of calibration file ``run``, or the reason it has none."""
-    if run["model"]["config"] is None:
-        return Mapped(None, "no config zbsolve's estimate reads (model.config: null)")
-    recompute = recompute_choice(run["recompute"])
-    if isinstance(recompute, InputError):
-        return Mapped(None, str(recompute))
-    par, batch, schedule = run["parallelism"], run["batch"], run.get("schedule") or {}
-    overlap, optimizer = run.get("overlap") or {}, run.get("optimizer") or {}
-    hardware = run["hardware"]
-    notes = [SUBSTITUTES[hardware["gpu"]]] if hardware["gpu"] in SUBSTITUTES else []
-    name = schedule.get("name") or "none"
-    if name not in SCHEDULES and not name.startswith("none"):
-        return Mapped(None, f"schedule {name!r} is not one predict runs")
-    zero = 3 if optimizer.get("fsdp") else optimizer.get("zero")
-    if zero is None:
-        zero = 1
-        notes.append("optimizer not published: zero 1 (the distributed optimizer)")
-    flags = {}
-    for key in ("overlap_grad_reduce", "overlap_param_gather"):
-        value = overlap.get(key, optimizer.get(key))
-        if value is None:
-            notes.append(f"{key} not published: on")
-        flags[key] = True if value is None else bool(value)
-    tp_comm_overlap = bool(overlap.get("tp_comm_overlap") or overlap.get("async_tp"))
-    if par["tp"] > 1 and overlap.get("tp_comm_overlap") is None and overlap.get("async_tp") is None:
-        notes.append("TP communication overlap not published: off")
-    dispatcher = "flex" if str((run.get("moe") or {}).get("dispatcher", "")).startswith("flex") else "alltoall"
-    if overlap.get("delay_wgrad_compute"):
-        notes.append("delay_wgrad_compute on in the run: predict has no flag for it")
-    vp = par["vp"] or 1
-    layout = schedule.get("layout")
-    titan = layout is None and par["pp"] > 1 and "torchtitan" in schedule.get("runtime", "")
-    if layout is None and par["pp"] > 1 and not titan and "split not published" in schedule.get("notes", ""):
-        notes.append("pipeline split not published: uniform")
-    order = SCHEDULES.get(name)
-    configuration = Configuration(
-        config=run["model"]["config"], gpu=GPUS[hardware["gpu"]], dtype=run["precision"]["dtype"],
-        seq_len=batch["seq_len"], microbatch_size=batch["microbatch_size"], global_batch=batch["global_batch_size"],
-        gpus=hardware["gpus"], tp=par["tp"], pp=par["pp"], vp=vp, cp=par["cp"], ep=par["ep"], zero=zero,
-        layout=layout, partition="torchtitan" if titan else "uniform",
-        schedule=None if order in (None, megatron_builtin(vp)) else order, recompute=recompute,
-        tp_comm_overlap=tp_comm_overlap and par["tp"] > 1, dispatcher=dispatcher if par["ep"] > 1 else "alltoall",
-        **flags)
-    return Mapped(configuration, None, tuple(notes))
+def shipped_fits() -> dict[str, Fit]:
+    """The shipped calibrations' fits, by name (``GPU-runtime``)."""
+    return {path.stem: read_fit(load(path), str(path)) for path in sorted(FITTED.glob("*.yaml"))}
 
 
 def parallelism(run: dict) -> str:
@@ -201,25 +149,39 @@ def parallelism(run: dict) -> str:
     return text + (f" FSDP{par['fsdp']}" if par.get("fsdp") else "")
 
 
-def row(run: dict) -> Row:
-    """The table's line of ``run``: predicted where it maps to a configuration predict takes."""
+def row(run: dict, fits: dict[str, Fit] | None = None) -> Row:
+    """The table's line of ``run``: predicted as stated, under its shipped calibration, and left out of it
+    (``calibrate.refit_without``: the shipped fit's Gauss-Newton step without the run), where it maps to a
+    configuration predict takes."""
+    group = f"{GPUS.get(run['hardware']['gpu'], run['hardware']['gpu'])}-{runtime(run)}"
+    memory = run["measured"].get("peak_memory_gib")
     base = dict(name=run["name"], parallelism=parallelism(run), dtype=run["precision"]["dtype"],
                 pipeline=run["parallelism"]["pp"] > 1, held_back=run["held_back"], scored=run["scored"],
-                measured=float(run["measured"]["tokens_per_s_per_gpu"]))
+                measured=float(run["measured"]["tokens_per_s_per_gpu"]), group=group, model=run["model"]["name"],
+                cluster=f"{run['hardware']['gpus']} x {run['hardware']['gpu']}, seq {run['batch']['seq_len']}, "
+                        f"global batch {run['batch']['global_batch_size']}",
+                measured_memory_gib=None if memory is None else float(memory))
     if not run["scored"]:
         return Row(**base, predicted=None, step_time_s=None, command=None,
                    reason="record only (scored: false): not predicted, not scored")
     m = mapped(run)
     if m.configuration is None:
         return Row(**base, predicted=None, step_time_s=None, command=None, reason=m.reason)
+    fit = (fits or {}).get(group)
+    c = m.configuration.replace(config=ROOT / m.configuration.config)
+    shown = m.configuration.replace(calibration=group) if fit else m.configuration
     began = time.monotonic()
     try:
-        p = predict(m.configuration.replace(config=ROOT / m.configuration.config))
+        stated = predict(c)
+        calibrated = predict(c.replace(calibration=fit.calibration)) if fit else stated
+        left = refit_without(fit, run["name"]) if fit else Calibration()
+        p = predict(c.replace(calibration=left)) if fit else stated
     except InputError as error:
-        return Row(**base, predicted=None, step_time_s=None, command=m.configuration.command(), reason=str(error),
+        return Row(**base, predicted=None, step_time_s=None, command=shown.command(), reason=str(error),
                    notes=m.notes, seconds=time.monotonic() - began)
-    return Row(**base, predicted=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s,
-               command=m.configuration.command(), notes=m.notes, fits=p.fits, seconds=time.monotonic() - began)
+    return Row(**base, predicted=p.tokens_per_s_per_gpu, step_time_s=p.step_time_s, command=shown.command(),
+               notes=m.notes, fits=p.fits, seconds=time.monotonic() - began, stated=stated.tokens_per_s_per_gpu,
+               calibrated=calibrated.tokens_per_s_per_gpu, predicted_memory_gib=max(p.peak_memory_gib))
 
 
 def median_error(rows: list[Row]) -> float | None:
@@ -246,19 +208,38 @@ def pairs(rows: list[Row], files: list[dict]) -> list[dict]:
     return found
 
 
-def targets(rows: list[Row], found: list[dict]) -> list[dict]:
-    """The calibration targets over the scored rows that are not held back, met or missed."""
+def ranking(rows: list[Row]) -> list[dict]:
+    """Every pair of published alternatives (same model and cluster: ``Row.cluster``) whose measured tokens/s/GPU
+    differ by more than ``RANKED``: whether the leave-one-out predictions order them as measured."""
+    found = []
+    for i, first in enumerate(rows):
+        for second in rows[i + 1:]:
+            if (first.model, first.cluster) != (second.model, second.cluster) or not (first.scored and second.scored):
+                continue
+            fast, slow = (first, second) if first.measured >= second.measured else (second, first)
+            if fast.measured / slow.measured - 1 <= RANKED:
+                continue
+            met = fast.predicted is not None and slow.predicted is not None and fast.predicted > slow.predicted
+            found.append({"pair": f"{fast.name} > {slow.name}", "measured": fast.measured / slow.measured,
+                          "predicted": None if not met and (fast.predicted is None or slow.predicted is None)
+                          else fast.predicted / slow.predicted, "met": met,
+                          "held_back": fast.held_back or slow.held_back})
+    return found
+
+
+def targets(rows: list[Row], found: list[dict], ranked: list[dict] | None = None) -> list[dict]:
+    """The targets over the scored rows that are not held back (leave-one-out figures), met or missed: time, the
+    interleaving pairs, memory and the ranking of alternatives."""
     scored = [r for r in rows if r.scored and not r.held_back]
-    pipeline = [r for r in scored if r.pipeline]
-    median = median_error(pipeline)
-    predicted = median_error([r for r in pipeline if r.ratio is not None])
+    median = median_error(scored)
+    predicted = median_error([r for r in scored if r.ratio is not None])
     misses = [r.name for r in scored if not r.within]
-    result = [{"target": f"median |pred/meas - 1| <= {MEDIAN:.0%} over the {len(pipeline)} scored pipeline-parallel "
-                         f"runs ({sum(r.ratio is None for r in pipeline)} unpredicted, counted as misses)",
+    result = [{"target": f"time: leave-one-out median |pred/meas - 1| <= {MEDIAN:.0%} over the {len(scored)} scored "
+                         f"runs ({sum(r.ratio is None for r in scored)} unpredicted, counted as misses)",
                "value": None if median is None or math.isinf(median) else median,
                "met": median is not None and median <= MEDIAN,
                "detail": f"median {fmt_pct(median)}; over the predicted ones alone {fmt_pct(predicted)}"},
-              {"target": f"every scored run within {WITHIN:.0%} ({len(scored)} runs)",
+              {"target": f"time: every scored run within {WITHIN:.0%} ({len(scored)} runs)",
                "value": len(scored) - len(misses), "met": not misses and bool(scored),
                "detail": f"{len(scored) - len(misses)} within; missed: {', '.join(misses) or 'none'}"}]
     for pair in found:
@@ -267,6 +248,26 @@ def targets(rows: list[Row], found: list[dict]) -> list[dict]:
                        "value": pair["predicted"], "met": pair["met"],
                        "detail": pair["reason"] or f"predicted {pair['predicted']:.3f}, "
                                                    f"{pair['predicted'] / pair['measured']:.3f} of the measured"})
+    memories = [r for r in scored if r.measured_memory_gib is not None]
+    errors = [e if (e := r.memory_error) is not None else math.inf for r in memories]
+    if memories:
+        middle = statistics.median(errors)
+        result += [{"target": f"memory: median |pred/meas - 1| <= {MEMORY_MEDIAN:.0%} over the {len(memories)} "
+                              "published peaks", "value": middle, "met": middle <= MEMORY_MEDIAN,
+                    "detail": f"median {fmt_pct(middle)}"},
+                   {"target": f"memory: every published peak within {WITHIN:.0%}",
+                    "value": sum(e <= WITHIN for e in errors), "met": all(e <= WITHIN for e in errors),
+                    "detail": f"missed: {', '.join(r.name for r, e in zip(memories, errors) if e > WITHIN) or 'none'}"}]
+    refused = [r.name for r in scored if r.fits is False]
+    result.append({"target": "memory: every scored configuration predicted to fit the GPU it ran on",
+                   "value": len(refused), "met": not refused and all(r.fits for r in scored),
+                   "detail": f"predicted not to fit: {', '.join(refused) or 'none'}"})
+    kept = [pair for pair in ranked or [] if not pair["held_back"]]
+    if kept:
+        wrong = [pair["pair"] for pair in kept if not pair["met"]]
+        result.append({"target": f"ranking: every pair of published alternatives more than {RANKED:.0%} apart in "
+                                 f"the measured order ({len(kept)} pairs)", "value": len(kept) - len(wrong),
+                       "met": not wrong, "detail": f"out of order: {'; '.join(wrong) or 'none'}"})
     return result
 
 
@@ -276,18 +277,18 @@ def fmt_pct(value: float | None) -> str:
 
 
 def print_rows(console: Console, rows: list[Row], title: str) -> None:
-    """The table of ``rows``, then each row's command and notes."""
+    """The table of ``rows`` (tokens/s/GPU as stated, under the shipped calibration and left out; memory), then
+    each row's command and notes."""
     table = Table(title=title)
-    for column in ("#", "run", "parallelism", "dtype", "measured", "predicted", "pred/meas", "|ratio-1|",
-                   f"within {WITHIN:.0%}", "note"):
+    for column in ("#", "run", "parallelism", "dtype", "measured", "stated", "shipped", "left out", "LOO/meas",
+                   f"within {WITHIN:.0%}", "GiB meas", "GiB LOO", "note"):
         table.add_column(column, overflow="fold")
     for i, r in enumerate(rows, 1):
         within = "not scored" if not r.scored else "yes" if r.within else "MISS"
         note = r.reason or ("" if r.fits is None or r.fits else "does not fit the preset's memory")
-        table.add_row(str(i), r.name, r.parallelism, r.dtype, f"{r.measured:,.1f}",
-                      "-" if r.predicted is None else f"{r.predicted:,.1f}",
-                      "-" if r.ratio is None else f"{r.ratio:.3f}", fmt_pct(r.error if r.scored else None), within,
-                      note)
+        table.add_row(str(i), r.name, r.parallelism, r.dtype, f"{r.measured:,.1f}", _figure(r.stated),
+                      _figure(r.calibrated), _figure(r.predicted), "-" if r.ratio is None else f"{r.ratio:.3f}",
+                      within, _figure(r.measured_memory_gib), _figure(r.predicted_memory_gib), note)
     console.print(table)
     for i, r in enumerate(rows, 1):
         if r.command is not None:
@@ -296,24 +297,67 @@ def print_rows(console: Console, rows: list[Row], title: str) -> None:
             console.print(f"   assumed: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def refit(files: list[dict], console: Console) -> None:
+    """Fit each GPU-and-runtime group's shipped calibration (``FITTED``) on its scored runs that are not held back,
+    as ``zbsolve calibrate`` does (the procedure of docs/cost-model.md, "Calibration")."""
+    import datetime
+
+    from zbsolve import __version__
+    from zbsolve.configure.calibrate import document, fit
+    from zbsolve.configure.measured_runs import read_run
+
+    groups: dict[str, list[Path]] = {}
+    for run in files:
+        path = RUNS / f"{run['name']}.yaml"
+        if run["scored"] and not run["held_back"] and mapped(run).configuration is not None:
+            groups.setdefault(read_run(path).group, []).append(path)
+    FITTED.mkdir(exist_ok=True)
+    for group, paths in sorted(groups.items()):
+        out = FITTED / f"{group}.yaml"
+        result = fit([read_run(path) for path in paths])
+        words = ["zbsolve", "calibrate", *(str(p.relative_to(ROOT)) for p in paths), "-o", str(out.relative_to(ROOT))]
+        out.write_text(yaml.safe_dump(document(result, " ".join(words), __version__,
+                                               datetime.date.today().isoformat()), sort_keys=False, width=120))
+        console.print(f"refit {group}: " + ", ".join(f"{n} x{m:.3f}" for n, m in result.multipliers.items()),
+                      highlight=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="only the runs whose file name holds this text")
     parser.add_argument("--json", type=Path, default=None, help="write the rows and targets as JSON here")
+    parser.add_argument("--refit", action="store_true", help="fit the shipped calibrations again first (a minute)")
     args = parser.parse_args()
     console = Console(width=200)
     files = runs(args.only)
     began = time.monotonic()
-    rows = [row(run) for run in files]
+    if args.refit:
+        refit(runs(), console)
+    fits = shipped_fits()
+    rows = [row(run, fits) for run in files]
     fitted = [r for r in rows if not r.held_back]
     held = [r for r in rows if r.held_back]
-    print_rows(console, fitted, "Published runs against zbsolve predict (tokens/s/GPU)")
+    print_rows(console, fitted, "Published runs against zbsolve predict (tokens/s/GPU: as stated, under the "
+                                "shipped calibration, left out of it)")
     if held:
         print_rows(console, held, "Held-back runs (never fitted to, outside the targets)")
         console.print(f"held back: median |ratio - 1| {fmt_pct(median_error(held))}, "
                       f"{sum(r.within for r in held)} of {len(held)} within {WITHIN:.0%}", highlight=False)
+    for name, f in fits.items():
+        console.print(f"shipped calibration {name}: " + ", ".join(f"{n} x{m:.3f}" for n, m in f.multipliers.items())
+                      + f" (fitted on {len(f.runs)} runs)", highlight=False)
     found = pairs(rows, files)
-    result = targets(rows, found)
+    ranked = ranking(rows)
+    for pair in ranked:
+        console.print(f"ranking{' (held back)' if pair['held_back'] else ''}: {pair['pair']}: measured "
+                      f"{pair['measured']:.3f}x, predicted "
+                      f"{'-' if pair['predicted'] is None else format(pair['predicted'], '.3f') + 'x'} "
+                      f"{'in order' if pair['met'] else 'OUT OF ORDER'}", highlight=False, markup=False)
+    result = targets(rows, found, ranked)
     for t in result:
         console.print(f"{'met   ' if t['met'] else 'MISSED'} {t['target']}: {t['detail']}", markup=False,
                       highlight=False, soft_wrap=True)
@@ -321,11 +365,11 @@ def main() -> None:
         console.print("interleaving: no published 1F1B / Interleaved1F1B pair among the runs selected",
                       highlight=False)
     console.print(f"{len(rows)} runs in {time.monotonic() - began:.1f} s "
-                  f"(slowest prediction {max((r.seconds for r in rows), default=0):.1f} s)", highlight=False)
+                  f"(slowest row {max((r.seconds for r in rows), default=0):.1f} s)", highlight=False)
     if args.json:
         records = [{**asdict(r), "ratio": r.ratio, "error": None if r.ratio is None else r.error} for r in rows]
-        args.json.write_text(json.dumps({"rows": records, "pairs": found, "targets": result}, indent=1,
-                                        default=str))
+        args.json.write_text(json.dumps({"rows": records, "pairs": found, "ranking": ranked, "targets": result},
+                                        indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -85,8 +85,17 @@ def test_a_row_is_its_ratio_and_a_missing_prediction_a_miss():
 def test_targets_count_unpredicted_runs_and_leave_held_back_and_records_out():
     rows = [row(100.0, 105.0), row(100.0, 95.0), row(100.0, 300.0, held_back=True),
             row(100.0, None, scored=False), row(100.0, 130.0, pipeline=False)]
-    median, every = calibration.targets(rows, [])
+    median, every, *_ = calibration.targets(rows, [])
     assert median["value"] == pytest.approx(0.05) and median["met"]
     assert not every["met"] and every["value"] == 2
-    median, _ = calibration.targets(rows + [row(100.0, None), row(100.0, None)], [])
+    median, *_ = calibration.targets(rows + [row(100.0, None), row(100.0, None), row(100.0, None)], [])
     assert median["value"] is None and not median["met"]
+
+
+def test_alternatives_more_than_ten_percent_apart_must_keep_their_order():
+    fast, slow, near = (row(200.0, 150.0, name="a", model="m", cluster="c"),
+                        row(100.0, 160.0, name="b", model="m", cluster="c"),
+                        row(195.0, 100.0, name="d", model="m", cluster="c"))
+    ranked = calibration.ranking([fast, slow, near])
+    assert [(p["pair"], p["met"]) for p in ranked] == [("a > b", False), ("d > b", False)]
+    assert calibration.ranking([fast, row(100.0, 100.0, name="e", model="m", cluster="other")]) == []

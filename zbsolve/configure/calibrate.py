@@ -26,15 +26,15 @@ from zbsolve.configure.measured_runs import MeasuredRun
 from zbsolve.configure.predict import predict
 from zbsolve.costmodel.calibration import BOUNDS, TERMS, Calibration
 
-PRIOR_WIDTH = math.log(BOUNDS[1])
-"""A term's prior residual is log(multiplier) / PRIOR_WIDTH: a multiplier at the bound weighs as much as a run off by
-a factor e."""
+PRIOR_WIDTH = 10 * math.log(BOUNDS[1])
+"""A term's prior residual is log(multiplier) / PRIOR_WIDTH: a multiplier at its bound weighs as much as one run off
+by 10% (a tie-break for terms the runs leave free, not a pull on those they fix)."""
 DIFF_STEP = 0.05
 """The forward-difference step of the Jacobian, in log multiplier (5%)."""
 MAX_EVALUATIONS = 12
 """Iterations of the trust-region method at most (each predicts every run once, and once more per term for the
 Jacobian)."""
-TOLERANCE = 1e-3
+TOLERANCE = 1e-4
 """The relative change in cost, and in log multipliers, at which the fit stops."""
 
 
@@ -145,8 +145,20 @@ def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] | None = None,
         return r
 
     low, high = math.log(BOUNDS[0]), math.log(BOUNDS[1])
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        """Forward differences of ``DIFF_STEP`` in each log multiplier (backward where the bound is nearer)."""
+        base = residuals(x)
+        columns = []
+        for k in range(len(names)):
+            step = DIFF_STEP if x[k] + DIFF_STEP <= high else -DIFF_STEP
+            moved = x.copy()
+            moved[k] += step
+            columns.append((residuals(moved) - base) / step)
+        return np.column_stack(columns)
+
     try:
-        result = least_squares(residuals, np.zeros(len(names)), bounds=(low, high), diff_step=DIFF_STEP,
+        result = least_squares(residuals, np.zeros(len(names)), jac=jacobian, bounds=(low, high),
                                max_nfev=MAX_EVALUATIONS, ftol=TOLERANCE, xtol=TOLERANCE, x_scale=1.0)
     except KeyboardInterrupt:
         if not best:

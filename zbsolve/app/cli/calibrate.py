@@ -37,7 +37,6 @@ def calibrate(
     Example: zbsolve calibrate problems/calibration/llama3-70b-h100-64-fp8-gbs128.yaml
     problems/calibration/llama3.1-405b-h100-1024-fp8-gbs512.yaml -o my-cluster.yaml
     """
-    from zbsolve import __version__
     from zbsolve.configure.calibrate import document, fit
     from zbsolve.configure.measured_runs import read_run
 
@@ -54,7 +53,7 @@ def calibrate(
             line, highlight=False, markup=False, soft_wrap=True))
     command = shlex.join(["zbsolve", "calibrate", *map(str, runs), "-o", str(output),
                           *(["--terms", terms] if terms else [])])
-    data = document(result, command, __version__, datetime.date.today().isoformat())
+    data = document(result, command, _version(), datetime.date.today().isoformat())
     with deferred() as late:
         output.write_text(yaml.safe_dump(data, sort_keys=False, width=120))
     if result.stopped_early or late:
@@ -72,3 +71,13 @@ def calibrate(
     if result.stopped_early or late:
         raise typer.Exit(exit_code())
 
+
+
+def _version() -> str:
+    """zbsolve's version as installed ("unknown" where it is run from a checkout that is not)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zbsolve")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,119 @@
+"""``zbsolve calibrate`` and ``--calibration``: a fit recovers the multipliers that made synthetic measurements, stays
+within its bounds, refuses bad input in one line, and its file changes predict's figure as its multipliers say."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from conftest import ROOT
+
+from zbsolve.app.cli import app
+from zbsolve.base.errors import InputError
+from zbsolve.configure.calibrate import fit, predicted, refit_without
+from zbsolve.configure.measured_runs import MeasuredRun, read_run
+from zbsolve.configure.predict import Configuration, predict
+from zbsolve.costmodel.calibration import BOUNDS, Calibration, load_calibration
+
+CONFIG = ROOT / "problems" / "models" / "configs" / "llama3-8b.json"
+SHAPES = [dict(seq_len=256, microbatch_size=8), dict(seq_len=8192, microbatch_size=1),
+          dict(seq_len=1024, microbatch_size=2, pp=2), dict(seq_len=2048, microbatch_size=4)]
+
+
+def synthetic(truth: Calibration) -> list[MeasuredRun]:
+    """Runs whose "measured" step is predict's under ``truth``."""
+    runs = []
+    for i, shape in enumerate(SHAPES):
+        c = Configuration(config=CONFIG, global_batch=16, gpus=shape.get("pp", 1), **shape)
+        step, _ = predicted(MeasuredRun(f"r{i}", c, 1.0, None, "h100-megatron"), truth)
+        runs.append(MeasuredRun(f"r{i}", c, step, None, "h100-megatron"))
+    return runs
+
+
+def test_the_fit_recovers_known_multipliers():
+    truth = Calibration({"gemm": 1.6, "attention": 0.7})
+    result = fit(synthetic(truth), ["gemm", "attention"])
+    assert result.multipliers["gemm"] == pytest.approx(1.6, rel=0.05)
+    assert result.multipliers["attention"] == pytest.approx(0.7, rel=0.15)
+    assert all(abs(r.residual) < 0.02 for r in result.runs) and not result.stopped_early
+    assert all(set(r.sensitivity) == {"gemm", "attention"} for r in result.runs)
+    left = refit_without(result, "r0")
+    assert left.scale("gemm") == pytest.approx(1.6, rel=0.08)
+
+
+def test_the_fit_stays_within_its_bounds():
+    runs = [dataclasses.replace(r, step_time_s=r.step_time_s * 100) for r in synthetic(Calibration())]
+    result = fit(runs, ["gemm"])
+    assert BOUNDS[0] <= result.multipliers["gemm"] <= BOUNDS[1]
+    assert result.multipliers["gemm"] == pytest.approx(BOUNDS[1], rel=1e-3)
+
+
+@pytest.mark.parametrize("terms, line", [(["flops"], "terms = 'flops': should be among"),
+                                         (["gemm", "gemm"], "give one or more terms, each once")])
+def test_bad_terms_are_one_line(terms, line):
+    with pytest.raises(InputError, match=line):
+        fit(synthetic(Calibration()), terms)
+
+
+def test_held_back_runs_are_never_fitted():
+    runs = [dataclasses.replace(r, held_back=True) for r in synthetic(Calibration())]
+    with pytest.raises(InputError, match="none to fit"):
+        fit(runs)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("multipliers: {gemm: 9}", "calibration.gemm = 9: should be a number in [0.25, 4]"),
+    ("multipliers: {flops: 1}", "'flops' should be one of"),
+    ("[1, 2]", "should be a mapping with 'multipliers'"),
+    ("{{", "not a readable YAML file")])
+def test_a_bad_calibration_file_is_one_line_naming_the_field(tmp_path, text, line):
+    path = tmp_path / "cal.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match="^calibration = ") as error:
+        Configuration(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=8, gpus=1, calibration=path)
+    assert line in str(error.value)
+    with pytest.raises(InputError, match="no such file, nor a shipped calibration"):
+        load_calibration("no-such-calibration")
+
+
+def test_calibrate_then_predict_with_its_file(tmp_path):
+    runs = synthetic(Calibration({"gemm": 2.0}))
+    files = []
+    for run in runs[:2]:
+        c = run.configuration
+        data = yaml.safe_load((ROOT / "problems" / "calibration" / "llama3-8b-h100-8-fp8-fsdp.yaml").read_text())
+        data.update(name=run.name, held_back=False, scored=True)
+        data["model"]["config"] = str(CONFIG)
+        data["hardware"].update(gpu="h100-sxm-80gb", gpus=c.gpus)
+        data["precision"]["dtype"] = "bf16"
+        data["parallelism"].update(tp=1, pp=1, vp=None, cp=1, ep=1, dp=1)
+        data["batch"].update(seq_len=c.seq_len, microbatch_size=c.microbatch_size, global_batch_size=16)
+        data["recompute"] = {"granularity": "none"}
+        data["optimizer"] = {"zero": 1}
+        data["measured"] = {"tokens_per_s_per_gpu": 16 * c.seq_len / run.step_time_s / c.gpus, "step_time_s": None,
+                            "derived": []}
+        path = tmp_path / f"{run.name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        files.append(str(path))
+        assert read_run(path).configuration.replace(config=CONFIG) == c.replace(zero=1)
+    out = tmp_path / "cal.yaml"
+    result = CliRunner().invoke(app, ["calibrate", *files, "-o", str(out), "--terms", "gemm", "-q"])
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load(out.read_text())
+    assert written["multipliers"]["gemm"] == pytest.approx(2.0, rel=0.05)
+    assert {"runs", "residuals", "date", "zbsolve_version", "command"} <= set(written)
+    c = runs[0].configuration
+    plain = predict(c).step_time_s
+    scaled = predict(c.replace(calibration=out)).step_time_s
+    assert scaled == pytest.approx(runs[0].step_time_s, rel=0.05) and scaled > plain
+    shown = CliRunner().invoke(app, ["predict", str(CONFIG), "--seq-len", "256", "-b", "8", "--global-batch", "16",
+                                     "--gpus", "1", "--calibration", str(out)])
+    assert shown.exit_code == 0 and f"calibration: {out}" in " ".join(shown.output.split())
+    bad = CliRunner().invoke(app, ["predict", str(CONFIG), "--seq-len", "256", "-b", "8", "--global-batch", "16",
+                                   "--gpus", "1", "--calibration", "nowhere"])
+    assert bad.exit_code == 2 and "--calibration = 'nowhere'" in bad.output
+    assert math.isfinite(scaled)
