@@ -166,8 +166,8 @@ def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] | None = None,
         _, x, figures = best[0]
         return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, None), count[0], stopped_early=True)
     _, x, figures = best[0]
-    jacobian = result.jac if np.allclose(result.x, x) else None
-    return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, jacobian), count[0])
+    slopes = result.jac if np.allclose(result.x, x) else None
+    return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, slopes), count[0])
 
 
 def _multipliers(names: tuple[str, ...], x: np.ndarray) -> dict[str, float]:
