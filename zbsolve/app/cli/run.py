@@ -3,55 +3,100 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 
 from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, err, out, output_option, wide
+from zbsolve.app.cli.groups import grouped
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.io.document import load_document
 from zbsolve.present.tables import text_table
 
 if TYPE_CHECKING:
+    from zbsolve.execute.executor import RunOptions
     from zbsolve.execute.modules import ModelSpec
     from zbsolve.execute.profiler import ProfileOptions
+    from zbsolve.problem.costs import Costs
 
 MODEL = typer.Option("gpt", "--model", help="gpt (the built-in small GPT) or module:function returning stages.")
-LAYERS = typer.Option(None, "--layers", help="GPT blocks (default: the document's partition's, else one per "
-                                              "stage).")
-HIDDEN = typer.Option(32, "--hidden", help="GPT hidden size.")
-HEADS = typer.Option(2, "--heads", help="GPT attention heads.")
-VOCAB = typer.Option(64, "--vocab", help="GPT vocabulary size.")
-SEQ_LEN = typer.Option(16, "--seq-len", help="Sequence length.")
-MODEL_SEED = typer.Option(0, "--seed", help="Model and data seed.")
+
+
+@dataclass(frozen=True)
+class GptShape:
+    """The built-in GPT's sizes and seed, as ``zbsolve run`` and ``zbsolve profile`` take them."""
+
+    hidden: Annotated[int, typer.Option(32, "--hidden", help="GPT hidden size.")]
+    heads: Annotated[int, typer.Option(2, "--heads", help="GPT attention heads.")]
+    vocab: Annotated[int, typer.Option(64, "--vocab", help="GPT vocabulary size.")]
+    seq_len: Annotated[int, typer.Option(16, "--seq-len", help="Sequence length.")]
+    seed: Annotated[int, typer.Option(0, "--seed", help="Model and data seed.")]
+
+    def spec(self, model: str, layers: Optional[int]) -> ModelSpec:
+        """The model ``model`` (with ``layers`` GPT blocks) of this shape."""
+        from zbsolve.execute.modules import ModelSpec
+
+        return ModelSpec(name=model, layers=layers, **asdict(self))
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """What ``zbsolve run`` runs, and how."""
+
+    model: Annotated[str, MODEL]
+    steps: Annotated[int, typer.Option(2, "--steps", min=1, help="Training steps (the first is not timed).")]
+    device: Annotated[str, typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL).")]
+    check: Annotated[bool, typer.Option(False, "--check",
+                                        help="Compare every gradient with a single-process reference.")]
+    batch_size: Annotated[Optional[int], typer.Option(None, "--batch-size", help="Batch size (default: m).")]
+    layers: Annotated[Optional[int], typer.Option(None, "--layers", help="GPT blocks (default: the document's "
+                                                                         "partition's, else one per stage).")]
+    gpt: GptShape
+    timeout: Annotated[float, typer.Option(60.0, "--timeout", help="Seconds before a silent peer is an error.")]
+
+    def options(self, costs: Optional[Costs]) -> RunOptions:
+        """The executor's options, with the document's ``costs``."""
+        from zbsolve.execute.executor import RunOptions
+
+        return RunOptions(model=self.gpt.spec(self.model, self.layers), steps=self.steps, device=self.device,
+                          check=self.check, batch_size=self.batch_size, timeout_s=self.timeout, seed=self.gpt.seed,
+                          costs=costs)
 
 
 @app.command()
 @cli_errors
-def run(
-    file: Path = typer.Argument(..., help="Schedule document (JSON)."),
-    model: str = MODEL,
-    steps: int = typer.Option(2, "--steps", min=1, help="Training steps (the first is not timed)."),
-    device: str = typer.Option("cpu", "--device", help="cpu (gloo) or cuda (NCCL)."),
-    check: bool = typer.Option(False, "--check", help="Compare every gradient with a single-process reference."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Batch size (default: m)."),
-    layers: Optional[int] = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
-    seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a silent peer is an error."),
-    as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE,
-) -> None:
+@grouped
+def run(file: Path = typer.Argument(..., help="Schedule document (JSON)."), *, args: RunArgs,
+        as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE) -> None:
     """Run a schedule on torch.distributed (one process per device, or under torchrun) and print the
     measured compute times, bubble and memory beside the simulator's prediction. A document with a "partition"
     section (solved from a model) cuts the GPT into the stages it names and checkpoints the blocks it recomputes.
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.execute.executor import RunOptions, oversubscription, run_schedule
+    from zbsolve.execute.executor import oversubscription, run_schedule
     from zbsolve.execute.launch import torchrun_rank
-    from zbsolve.execute.modules import ModelSpec
+
+    loaded = load_document(file, "zbsolve run")
+    sched = loaded.schedule
+    options = args.options(loaded.costs)
+    place = torchrun_rank()
+    lead = place is None or place.rank == 0
+    warning = oversubscription(sched.num_devices, args.device)
+    if warning and lead:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    rows = run_schedule(sched, options)
+    if not quiet and lead:
+        _print_run(rows, file, loaded.costs, as_json, whole)
+
+
+def _print_run(rows: list[dict[str, Any]], file: Path, costs: Optional[Costs], as_json: bool, whole: bool) -> None:
+    """The run's ``rows`` as JSON, or measured beside simulated: times and memory per rank, or (``whole``) one table
+    of every column."""
     from zbsolve.present.figures import Units
     from zbsolve.present.run_report import (
         MEMORY_COLUMNS,
@@ -63,23 +108,10 @@ def run(
         time_table,
     )
 
-    loaded = load_document(file, "zbsolve run")
-    sched = loaded.schedule
-    spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
-    options = RunOptions(model=spec, steps=steps, device=device, check=check, batch_size=batch_size,
-                         timeout_s=timeout, seed=seed, costs=loaded.costs)
-    place = torchrun_rank()
-    lead = place is None or place.rank == 0
-    warning = oversubscription(sched.num_devices, device)
-    if warning and lead:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
-    rows = run_schedule(sched, options)
-    if quiet or not lead:
-        return
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    note, units, name = report_note(rows), Units.of(loaded.costs), escape(str(file))
+    note, units, name = report_note(rows), Units.of(costs), escape(str(file))
     if whole:
         wide.print(text_table(REPORT_COLUMNS, report_table(rows, units), f"{name}: measured vs simulated",
                               None if note is None else escape(note)))
@@ -90,28 +122,46 @@ def run(
                          None if note is None else escape(note)))
 
 
+@dataclass(frozen=True)
+class ProfileArgs:
+    """What ``zbsolve profile`` measures, how, and where it writes."""
+
+    model: Annotated[str, MODEL]
+    stages: Annotated[Optional[int], typer.Option(None, "--stages", "-p", min=1, help="Number of pipeline stages, "
+                                                  "one per device (not with --per-layer).")]
+    per_layer: Annotated[bool, typer.Option(False, "--per-layer", help="Measure each layer; write a model "
+                                            "description (problems/models/) instead of a per-stage Profile.")]
+    microbatch_size: Annotated[int, typer.Option(1, "--microbatch-size", "-b", min=1, help="Microbatch size.")]
+    output: Annotated[Path, output_option(..., "Profile (--per-layer: model description) to write (.yaml or "
+                                          ".json).")]
+    repeats: Annotated[int, typer.Option(10, "--repeats", min=1,
+                                         help="Measurements per figure (medians are kept).")]
+    warmup: Annotated[int, typer.Option(2, "--warmup", min=0, help="Untimed runs first.")]
+    latency: Annotated[bool, typer.Option(True, "--latency/--no-latency",
+                                          help="Measure point-to-point latency (t_comm).")]
+    device: Annotated[str, typer.Option("cpu", "--device", help="cpu or cuda.")]
+    threads: Annotated[int, typer.Option(1, "--threads", min=1,
+                                         help="CPU threads (1 matches each rank of zbsolve run).")]
+    memory_model: Annotated[str, typer.Option("torch", "--memory-model", help="What B frees: torch (almost nothing, "
+                                              "as torch's split backward) or paper (every saved activation W does "
+                                              "not read).")]
+    layers: Annotated[Optional[int], typer.Option(None, "--layers", help="GPT layers (default: one per stage; 1 "
+                                                                         "with --per-layer).")]
+    gpt: GptShape
+
+    def options(self) -> ProfileOptions:
+        """The profiler's options."""
+        from zbsolve.execute.profiler import ProfileOptions
+
+        return ProfileOptions(microbatch_size=self.microbatch_size, repeats=self.repeats, warmup=self.warmup,
+                              latency=self.latency, device=self.device, threads=self.threads, seed=self.gpt.seed,
+                              memory_model=self.memory_model)
+
+
 @app.command()
 @cli_errors
-def profile(
-    model: str = MODEL,
-    stages: Optional[int] = typer.Option(None, "--stages", "-p", min=1,
-                                         help="Number of pipeline stages, one per device (not with --per-layer)."),
-    per_layer: bool = typer.Option(False, "--per-layer", help="Measure each layer; write a model description "
-                                                              "(problems/models/) instead of a per-stage Profile."),
-    microbatch_size: int = typer.Option(1, "--microbatch-size", "-b", min=1, help="Microbatch size."),
-    output: Path = output_option(..., "Profile (--per-layer: model description) to write (.yaml or .json)."),
-    repeats: int = typer.Option(10, "--repeats", min=1, help="Measurements per figure (medians are kept)."),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs first."),
-    latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure point-to-point latency (t_comm)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
-    threads: int = typer.Option(1, "--threads", min=1, help="CPU threads (1 matches each rank of zbsolve run)."),
-    memory_model: str = typer.Option("torch", "--memory-model", help="What B frees: torch (almost nothing, as "
-                                     "torch's split backward) or paper (every saved activation W does not read)."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="GPT layers (default: one per stage; 1 with "
-                                                                "--per-layer)."),
-    hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB, seq_len: int = SEQ_LEN, seed: int = MODEL_SEED,
-    quiet: bool = QUIET,
-) -> None:
+@grouped
+def profile(*, args: ProfileArgs, quiet: bool = QUIET) -> None:
     """Measure each stage's F, B, W times and memory and the communication latency; write a Profile. With
     --per-layer, measure each layer and write a model description, which zbsolve solve cuts into stages.
 
@@ -119,15 +169,15 @@ def profile(
 
     Example: zbsolve profile --model gpt --layers 8 --per-layer -o gpt.yaml
     """
-    check_output(output, "--output")
-    if stages is None and not per_layer:
+    check_output(args.output, "--output")
+    if args.stages is None and not args.per_layer:
         raise InputError("--stages is missing: give the number of pipeline stages, or --per-layer")
-    if stages is not None and per_layer:
-        raise InputError(f"--stages {stages} with --per-layer: a per-layer profile has no stages; leave --stages out")
-    from zbsolve.execute.modules import ModelSpec, load_model
+    if args.stages is not None and args.per_layer:
+        raise InputError(f"--stages {args.stages} with --per-layer: a per-layer profile has no stages; leave --stages "
+                         "out")
+    from zbsolve.execute.modules import load_model
     from zbsolve.execute.profiler import (
         NOISE_COLUMNS,
-        ProfileOptions,
         latency_line,
         measure,
         noise_table,
@@ -135,18 +185,15 @@ def profile(
         write_profile,
     )
 
-    spec = ModelSpec(name=model, layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq_len, seed=seed)
-    options = ProfileOptions(microbatch_size=microbatch_size, repeats=repeats, warmup=warmup, latency=latency,
-                             device=device, threads=threads, seed=seed, memory_model=memory_model)
-    header = profile_header(spec, stages, options)
-    if per_layer:
-        _profile_layers(spec, options, output, header, quiet)
+    spec, options = args.gpt.spec(args.model, args.layers), args.options()
+    header = profile_header(spec, args.stages, options)
+    if args.stages is None:
+        _profile_layers(spec, options, args.output, header, quiet)
         return
-    measurement = measure(load_model(spec, stages), options)
-    write_profile(measurement, output, header)
-    if quiet:
-        return
-    out.print(text_table(NOISE_COLUMNS, noise_table(measurement), header, latency_line(measurement)))
+    measurement = measure(load_model(spec, args.stages), options)
+    write_profile(measurement, args.output, header)
+    if not quiet:
+        out.print(text_table(NOISE_COLUMNS, noise_table(measurement), header, latency_line(measurement)))
 
 
 def _profile_layers(spec: ModelSpec, options: ProfileOptions, output: Path, header: str, quiet: bool) -> None:
