@@ -119,15 +119,6 @@ def read_profile(path: Optional[Path]) -> Profile:
     return UNIT if path is None else Profile.load(path, "--profile")
 
 
-def device_count(devices: Optional[int], stages: Optional[int]) -> int:
-    """The device count from ``--devices`` or its hidden other name ``--stages``."""
-    if devices is None and stages is None:
-        raise InputError("missing option --devices / -p: give the number of pipeline devices")
-    if devices is not None and stages is not None and devices != stages:
-        raise InputError(f"--devices {devices} and --stages {stages} differ: give --devices only")
-    return devices if devices is not None else stages
-
-
 def numbers(text: str, option: str) -> list[float]:
     """A comma-separated list of numbers."""
     try:
