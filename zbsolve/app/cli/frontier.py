@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -23,6 +24,7 @@ from zbsolve.app.cli.common import (
     progress,
     time_limit_option,
 )
+from zbsolve.app.cli.groups import grouped
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS
@@ -34,15 +36,32 @@ from zbsolve.problem.problem_file import Problem
 from zbsolve.problem.request import FRONTIER_TIME_LIMIT
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """What ``zbsolve frontier`` solves: each placement at each memory limit, and how."""
+
+    factors: Annotated[str, typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors",
+                                         help="Memory limits as K x 1F1B's peak.")]
+    placements: Annotated[str, typer.Option(",".join(DEFAULT_PLACEMENTS), "--placements", help="Comma-separated "
+                                            f"placements from {', '.join(SUPPORTED_PLACEMENTS)}.")]
+    time_limit: Annotated[float, time_limit_option(FRONTIER_TIME_LIMIT, "Time limit of each solve in seconds.")]
+    jobs: Annotated[Optional[int], jobs_option(None, "Parallel solver processes (default: all cores).")]
+
+    def limits(self) -> list[float]:
+        """The memory limits, as factors of 1F1B's peak."""
+        return numbers(self.factors, "--factors")
+
+    def names(self) -> tuple[str, ...]:
+        """The placements."""
+        return tuple(x.strip() for x in self.placements.split(",") if x.strip())
+
+
 @app.command()
 @cli_errors
+@grouped
 def frontier(
-    problem: Path = typer.Argument(..., help="Problem YAML (profile, num_devices, num_microbatches)."),
-    factors: str = typer.Option("0.33,0.5,0.75,1,1.5,2", "--factors", help="Memory limits as K x 1F1B's peak."),
-    placements: str = typer.Option(",".join(DEFAULT_PLACEMENTS), "--placements",
-                                   help=f"Comma-separated placements from {', '.join(SUPPORTED_PLACEMENTS)}."),
-    time_limit: float = time_limit_option(FRONTIER_TIME_LIMIT, "Time limit of each solve in seconds."),
-    jobs: Optional[int] = jobs_option(None, "Parallel solver processes (default: all cores)."),
+    problem: Path = typer.Argument(..., help="Problem YAML (profile, num_devices, num_microbatches)."), *,
+    sweep: Sweep,
     output: Optional[Path] = output_option(None, "Write rows and family points (JSON)."),
     chart: Optional[Path] = chart_option(None, "Write the frontier plot (.png, .svg or .pdf)."),
     as_json: bool = JSON, quiet: bool = QUIET,
@@ -60,13 +79,12 @@ def frontier(
     if chart:
         check_chart(chart, "--chart", [problem])
     prob = Problem.load(problem, "zbsolve frontier")
-    values = numbers(factors, "--factors")
-    names = tuple(x.strip() for x in placements.split(",") if x.strip())
+    values, names = sweep.limits(), sweep.names()
     with interruptible("before any solve finished"):
         with progress(f"{prob.name}: solves", quiet or as_json, counted=True) as update:
             result = run_frontier(prob.profile, factors=values, num_microbatches=prob.num_microbatches,
-                                  num_devices=prob.num_devices, placements=names, time_limit=time_limit,
-                                  jobs=jobs, progress=update)
+                                  num_devices=prob.num_devices, placements=names, time_limit=sweep.time_limit,
+                                  jobs=sweep.jobs, progress=update)
     with deferred() as late:  # the rows are final: an interrupt now is answered once they are written whole
         doc = {"problem": prob.name, **result.to_json()}
         if output:
