@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
@@ -170,7 +170,7 @@ def file_units(path: Optional[Path]) -> Units:
 
 
 def print_result(summary: dict[str, object], costs: Optional[Costs], title: str, *, units: Optional[Units] = None,
-                 extra: Optional[dict[str, object]] = None, note: Optional[str] = None) -> None:
+                 extra: Optional[Mapping[str, object]] = None, note: Optional[str] = None) -> None:
     """The figures table (each figure under its name with its unit, ``present.figures``: ``units``, default the
     costs'; the status as ``status_text`` reads it; ``extra`` rows after the figures; what tells the bubbles apart
     and ``note`` under it), then memory per device in GiB with the layers each device holds when it is in bytes."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -24,6 +25,7 @@ from zbsolve.app.cli.common import (
     progress,
     time_limit_option,
 )
+from zbsolve.app.cli.groups import grouped
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
@@ -56,28 +58,46 @@ RECOMPUTE = typer.Option("none", "--recompute", help="A model's blocks that run 
                          "the blocks not recomputed whole).")
 
 
+@dataclass(frozen=True)
+class SolveArgs:
+    """What ``zbsolve solve`` is asked, in its help's order: the request's fields under their names (``Request``),
+    and where and how it shows the schedule."""
+
+    num_devices: Annotated[Optional[int], devices_option(None, "Pipeline devices p (required for a model or a "
+                                                         "profile).", show_default=False)]
+    num_microbatches: Annotated[Optional[int], microbatches_option(None, "Microbatches m (required for a model or a "
+                                                                   "profile).", show_default=False)]
+    partition: Annotated[str, PARTITION]
+    mem_limit: Annotated[Optional[float], typer.Option(None, "--mem-limit",
+                                                       help="Memory limit in the profile's unit.")]
+    mem_factor: Annotated[Optional[float], typer.Option(None, "--mem-factor",
+                                                        help="Memory limit as K x 1F1B's peak.")]
+    solver: Annotated[str, typer.Option(SOLVERS[0], "--solver", help=f"One of {', '.join(SOLVERS)}.")]
+    time_limit: Annotated[float, time_limit_option(TIME_LIMIT, "Solver time limit in seconds.")]
+    objective: Annotated[str, OBJECTIVE]
+    workers: Annotated[Optional[int], typer.Option(None, "--workers", help="Solver threads (default: all cores).")]
+    seed: Annotated[int, typer.Option(0, "--seed", help="Solver random seed.")]
+    output: Annotated[Optional[Path], SCHEDULE_OUTPUT]
+    chart: Annotated[Optional[Path], GANTT_CHART]
+    as_json: Annotated[bool, JSON]
+    quiet: Annotated[bool, QUIET]
+    placement: Annotated[Optional[str], PLACEMENT]
+    chunks: Annotated[int, typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape.")]
+    recompute: Annotated[str, RECOMPUTE]
+
+    def wanted(self) -> dict[str, Any]:
+        """The request's fields as given (a problem file completes them: ``_load``)."""
+        return {name: getattr(self, name) for name in Request.model_fields if hasattr(self, name)}
+
+
 @app.command()
 @cli_errors
 @setup_options(Setup, ("device_memory", "reserve"), read=False)
+@grouped
 def solve(
     problem: Path = typer.Argument(..., metavar="PROBLEM",
                                    help="Problem, model or per-stage profile file (YAML/JSON)."),
-    devices: Optional[int] = devices_option(None, "Pipeline devices p (required for a model or a profile).",
-                                            show_default=False),
-    microbatches: Optional[int] = microbatches_option(None, "Microbatches m (required for a model or a profile).",
-                                                      show_default=False),
-    partition: str = PARTITION,
-    mem_limit: Optional[float] = typer.Option(None, "--mem-limit", help="Memory limit in the profile's unit."),
-    mem_factor: Optional[float] = typer.Option(None, "--mem-factor", help="Memory limit as K x 1F1B's peak."),
-    solver: str = typer.Option(SOLVERS[0], "--solver", help=f"One of {', '.join(SOLVERS)}."),
-    time_limit: float = time_limit_option(TIME_LIMIT, "Solver time limit in seconds."),
-    objective: str = OBJECTIVE,
-    workers: Optional[int] = typer.Option(None, "--workers", help="Solver threads (default: all cores)."),
-    seed: int = typer.Option(0, "--seed", help="Solver random seed."),
-    output: Optional[Path] = SCHEDULE_OUTPUT, chart: Optional[Path] = GANTT_CHART,
-    as_json: bool = JSON, quiet: bool = QUIET, placement: Optional[str] = PLACEMENT,
-    chunks: int = typer.Option(CHUNKS, "--chunks", help="Stages per device of interleaved and vshape."),
-    recompute: str = RECOMPUTE,
+    *, args: SolveArgs,
     knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:
     """Solve a problem, a model or a per-stage profile for the best schedule that fits the memory.
@@ -89,24 +109,22 @@ def solve(
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
     began = command_began()  # loading counts against the limit
-    if output:
-        check_output(output, "--output", [problem])
-    if chart:
-        check_chart_path(chart, "--chart", [problem])
-    wanted = dict(num_microbatches=microbatches, num_devices=devices, placement=placement, chunks=chunks,
-                  mem_limit=mem_limit, mem_factor=mem_factor, partition=partition, objective=objective, solver=solver,
-                  time_limit=time_limit, workers=workers, seed=seed, recompute=recompute, **knobs)
+    if args.output:
+        check_output(args.output, "--output", [problem])
+    if args.chart:
+        check_chart_path(args.chart, "--chart", [problem])
     with interruptible("before the first schedule was built"):
-        costs, name, published, table, keywords = _load(problem, wanted)
+        costs, name, published, table, keywords = _load(problem, {**args.wanted(), **knobs})
         request = Request(**keywords)
-        with progress(f"{name}: {solver}, limit {time_limit:g}s", quiet or as_json) as update:
+        with progress(f"{name}: {args.solver}, limit {args.time_limit:g}s", args.quiet or args.as_json) as update:
             result = solve_request(costs, request, update, began, check=True)  # loading counts against the limit
     stated = file_units(problem)
     units = Units.of(result.costs, stated.time, stated.memory)
-    interrupted = _write(result, result.title(name), units, output, chart)
-    if not quiet:
-        rows = published_rows(published, table, (request.num_devices, request.num_microbatches), objective)
-        _print(result, name, f"{name}: {solver}", units, as_json, rows)
+    interrupted = _write(result, result.title(name), units, args.output, args.chart)
+    if not args.quiet:
+        solved = (result.schedule.num_devices, result.schedule.num_microbatches)
+        rows = published_rows(published, table, solved, args.objective)
+        _print(result, name, f"{name}: {args.solver}", units, args.as_json, rows)
     if interrupted:
         raise typer.Exit(exit_code())
 
@@ -161,8 +179,9 @@ def _print(result: SolveResult, name: str, title: str, units: Units, as_json: bo
         print_result(summary, result.costs, title, units=units, extra=rows[0], note=rows[1])
 
 
-def _costs_figures(costs: Costs, limit: object) -> dict[str, object]:
-    """What the problem's costs are: the partition's layers per stage for a model, else the memory limit."""
-    if costs.model is not None:
+def _costs_figures(costs: Optional[Costs], limit: object) -> dict[str, object]:
+    """What the problem's costs are: the partition's layers per stage for a model, else the memory limit (none where
+    the device memory bounds it)."""
+    if costs is not None and costs.model is not None:
         return {"partition": [b - a for a, b in costs.ranges]}
-    return {} if costs.device_memory is not None else {"mem_limit": limit}
+    return {} if costs is not None and costs.device_memory is not None else {"mem_limit": limit}
