@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -31,6 +31,7 @@ from zbsolve.app.cli.common import (
     time_limit_option,
     wide,
 )
+from zbsolve.app.cli.groups import grouped
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
@@ -46,41 +47,6 @@ from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_cha
 from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import baselines_table, records_table
 from zbsolve.problem.request import PLAN_TIME_LIMIT
-
-
-@dataclass(frozen=True)
-class PlanArgs:
-    """The options of ``zbsolve plan`` that ``plan`` and ``plan_frontier`` take, as given: built once, passed whole."""
-
-    num_devices: int
-    """Pipeline devices p (``--devices``)."""
-    num_microbatches: int
-    """Microbatches m (``--microbatches``)."""
-    placement: str
-    """``--placement``: auto, sequential, interleaved or vshape."""
-    chunks: Optional[str]
-    """``--chunks`` as given: a whole number, auto, or None (the default); read by ``keywords``."""
-    time_limit: float
-    """Seconds the whole plan, or the whole frontier, may take."""
-    reserve: str
-    """``--reserve`` as given (or its default), e.g. 4GiB."""
-    jobs: Optional[int]
-    """Processes timing candidates (None: all cores)."""
-    executor: Optional[str]
-    """dask://HOST:PORT to time candidates on Dask (None: local processes)."""
-    recompute: str
-    """``--recompute``: the blocks that run their forward again inside their B."""
-    target: str
-    """``--target``: the runtime the plan is for."""
-    baseline_layout: Optional[str]
-    """A Megatron ``--pipeline-model-parallel-layout`` run as a baseline (None: none)."""
-    megatron_ends: tuple[Optional[int], Optional[int]]
-    """Megatron's blocks on the first and the last pipeline rank (``--num-layers-in-*-pipeline-stage``)."""
-
-    def keywords(self) -> dict[str, Any]:
-        """``plan``'s keyword arguments: these, ``--chunks`` checked and read (``_chunks``)."""
-        return {**asdict(self), "chunks": _chunks(self.chunks)}
-
 
 PLACEMENT = typer.Option("auto", "--placement",
                          help="auto (the best of the others), sequential, interleaved or vshape.")
@@ -108,25 +74,50 @@ FRONTIER = typer.Option(None, "--frontier", show_default=False,
                              "shared) beside the baselines and V-Half/V-Min; --chart draws step time against memory.")
 
 
+@dataclass(frozen=True)
+class PlanArgs:
+    """The options of ``zbsolve plan``, in its help's order: what ``plan`` and ``plan_frontier`` take
+    (``keywords``), and where and how the plan is shown."""
+
+    num_devices: Annotated[int, devices_option(..., "Pipeline devices p.")]
+    num_microbatches: Annotated[int, microbatches_option(..., "Microbatches m.")]
+    placement: Annotated[str, PLACEMENT]
+    chunks: Annotated[Optional[str], CHUNKS]
+    """A whole number, auto, or None (the default) as given; read by ``keywords``."""
+    time_limit: Annotated[float, time_limit_option(PLAN_TIME_LIMIT, "Seconds the whole plan may take.")]
+    jobs: Annotated[Optional[int], jobs_option(None, "Processes timing candidates (default: all cores).", min=1)]
+    executor: Annotated[Optional[str], executor_option(None, "dask://HOST:PORT to time candidates on Dask.")]
+    output: Annotated[Optional[Path], output_option(None, "Write the plan (a schedule document).")]
+    chart: Annotated[Optional[Path], chart_option(None, "Write the plan's Gantt chart beside the baselines' step "
+                                                  "times (.png or .svg).")]
+    recompute: Annotated[str, RECOMPUTE]
+    target: Annotated[str, TARGET]
+    baseline_layout: Annotated[Optional[str], BASELINE_LAYOUT]
+    first_layers: Annotated[Optional[int], FIRST_LAYERS]
+    last_layers: Annotated[Optional[int], LAST_LAYERS]
+    frontier: Annotated[Optional[str], FRONTIER]
+    as_json: Annotated[bool, JSON]
+    quiet: Annotated[bool, QUIET]
+    whole: Annotated[bool, WIDE]
+
+    def keywords(self, reserve: str) -> dict[str, Any]:
+        """``plan``'s keyword arguments, with ``reserve`` as given (e.g. 4GiB): ``--chunks`` checked and read
+        (``_chunks``), Megatron's blocks on its first and last rank as its ``megatron_ends``."""
+        return {"num_devices": self.num_devices, "num_microbatches": self.num_microbatches,
+                "placement": self.placement, "chunks": _chunks(self.chunks), "time_limit": self.time_limit,
+                "reserve": reserve, "jobs": self.jobs, "executor": self.executor, "recompute": self.recompute,
+                "target": self.target, "baseline_layout": self.baseline_layout,
+                "megatron_ends": (self.first_layers, self.last_layers)}
+
+
 @app.command()
 @cli_errors
 @setup_options(Setup, ("device_memory", "reserve"), read=False)
+@grouped
 def plan(
     model: Path = typer.Argument(..., metavar="MODEL",
                                  help="Model description (YAML/JSON), e.g. problems/models/llama3-8b.yaml."),
-    devices: int = devices_option(..., "Pipeline devices p."),
-    microbatches: int = microbatches_option(..., "Microbatches m."),
-    placement: str = PLACEMENT, chunks: Optional[str] = CHUNKS,
-    time_limit: float = time_limit_option(PLAN_TIME_LIMIT, "Seconds the whole plan may take."),
-    jobs: Optional[int] = jobs_option(None, "Processes timing candidates (default: all cores).", min=1),
-    executor: Optional[str] = executor_option(None, "dask://HOST:PORT to time candidates on Dask."),
-    output: Optional[Path] = output_option(None, "Write the plan (a schedule document)."),
-    chart: Optional[Path] = chart_option(None, "Write the plan's Gantt chart beside the baselines' step times (.png "
-                                         "or .svg)."),
-    recompute: str = RECOMPUTE, target: str = TARGET, baseline_layout: Optional[str] = BASELINE_LAYOUT,
-    first_layers: Optional[int] = FIRST_LAYERS, last_layers: Optional[int] = LAST_LAYERS,
-    frontier: Optional[str] = FRONTIER,
-    as_json: bool = JSON, quiet: bool = QUIET, whole: bool = WIDE,
+    *, args: PlanArgs,
     knobs: dict[str, Any] = {},  # noqa: B006 (set by setup_options)
 ) -> None:
     """Choose the split of layers into stages, the placement and the schedule for the shortest step that fits.
@@ -137,25 +128,21 @@ def plan(
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
-    args = PlanArgs(num_devices=devices, num_microbatches=microbatches, placement=placement, chunks=chunks,
-                    time_limit=time_limit, reserve=knobs["reserve"], jobs=jobs, executor=executor,
-                    recompute=recompute, target=target, baseline_layout=baseline_layout,
-                    megatron_ends=(first_layers, last_layers))
-    device_memory = knobs.get("device_memory")
-    if frontier is None:
-        _plan(model, device_memory, args, output, chart, quiet, as_json, whole)
+    device_memory, reserve = knobs.get("device_memory"), knobs["reserve"]
+    if args.frontier is None:
+        _plan(model, device_memory, reserve, args)
         return
-    if output:
-        raise InputError(f"--output = {output}: a frontier is many plans; give --output without --frontier")
+    if args.output:
+        raise InputError(f"--output = {args.output}: a frontier is many plans; give --output without --frontier")
     if device_memory is not None:
         raise InputError(f"--device-memory = {device_memory!r}: give it or --frontier, not both")
-    _frontier(model, parse_memories(frontier), chart, quiet, as_json, args, whole)
+    _frontier(model, parse_memories(args.frontier), reserve, args)
 
 
-def _plan(path: Path, device_memory: Optional[str], args: PlanArgs, output: Optional[Path], chart: Optional[Path],
-          quiet: bool, as_json: bool, whole: bool) -> None:
-    """``plan`` at one device memory: the plan written, its figures and the baselines' printed (``whole``: every
+def _plan(path: Path, device_memory: Optional[str], reserve: str, args: PlanArgs) -> None:
+    """``plan`` at one device memory: the plan written, its figures and the baselines' printed (``--wide``: every
     column)."""
+    output, chart = args.output, args.chart
     if output:
         check_output(output, "--output", [path])
     if chart:
@@ -163,9 +150,9 @@ def _plan(path: Path, device_memory: Optional[str], args: PlanArgs, output: Opti
     began = command_began()  # loading counts against the limit
     with interruptible("before the search timed a partition that fits", "nothing planned yet, nothing written"):
         loaded = Model.load(path, "zbsolve plan")
-        with progress(f"{loaded.name}: plan, limit {args.time_limit:g}s", quiet or as_json) as update:
-            result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, quiet), began=began,
-                              **args.keywords())
+        with progress(f"{loaded.name}: plan, limit {args.time_limit:g}s", args.quiet or args.as_json) as update:
+            result = run_plan(loaded, device_memory=device_memory, progress=_noting(update, args.quiet), began=began,
+                              **args.keywords(reserve))
     with deferred() as late:  # the plan is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output)
@@ -175,14 +162,14 @@ def _plan(path: Path, device_memory: Optional[str], args: PlanArgs, output: Opti
         written = [str(path) for path in (output, chart) if path]
         err.print(f"interrupted: the best plan found so far{' is in ' + ', '.join(written) if written else ''} "
                   f"({len(result.candidates)} partitions timed)", highlight=False, markup=False, soft_wrap=True)
-    if not quiet:
+    if not args.quiet:
         summary = {"model": loaded.name, **result.summary()}
-        if as_json:
+        if args.as_json:
             print(json.dumps({**summary, "baselines": [b.row() for b in result.baselines]}, indent=1, default=str))
         else:
             print_result(summary, result.costs, f"{loaded.name}: plan")
-            (wide if whole else out).print(baselines_table([b.row() for b in result.baselines],
-                                                           "baselines on the same costs", whole))
+            (wide if args.whole else out).print(baselines_table([b.row() for b in result.baselines],
+                                                                "baselines on the same costs", args.whole))
     if result.interrupted or late:
         raise typer.Exit(exit_code())
 
@@ -206,22 +193,22 @@ def _chunks(text: Optional[str]) -> int | str | None:
     return int(text)
 
 
-def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: bool, as_json: bool,
-              args: PlanArgs, whole: bool = False) -> None:
+def _frontier(path: Path, memories: list[int], reserve: str, args: PlanArgs) -> None:
     """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart; the tables fit 100
-    columns unless ``whole`` (``--wide``)."""
-    options = args.keywords()  # --chunks checked before the chart's path
-    if chart:
-        check_chart(chart, "--chart", [path])
+    columns unless ``--wide``."""
+    options = args.keywords(reserve)  # --chunks checked before the chart's path
+    if args.chart:
+        check_chart(args.chart, "--chart", [path])
     loaded = Model.load(path, "zbsolve plan")
     with interruptible("before the frontier was finished"):
-        with progress(f"{loaded.name}: frontier over {len(memories)} device memories", quiet or as_json) as update:
+        with progress(f"{loaded.name}: frontier over {len(memories)} device memories",
+                      args.quiet or args.as_json) as update:
             points = plan_frontier(loaded, memories, progress=update, **options)
-    blocks = building_blocks(loaded, args.num_devices, args.num_microbatches,
-                             parse_bytes(args.reserve, "reserve", zero=True))
-    if chart:
-        save_memory_frontier_chart(points, blocks, chart, f"{loaded.name}: step time against device memory")
-    if quiet:
+    spare = parse_bytes(reserve, "reserve", zero=True)
+    blocks = building_blocks(loaded, args.num_devices, args.num_microbatches, spare)
+    if args.chart:
+        save_memory_frontier_chart(points, blocks, args.chart, f"{loaded.name}: step time against device memory")
+    if args.quiet:
         return
     rows = [{"device memory": f"{gib(p.device_memory):g} GiB", "plan step (s)": p.step_time, "plan": p.plan,
              "carried from": f"{gib(p.carried):g} GiB" if p.carried else "", "best baseline (s)": p.baseline,
@@ -229,9 +216,9 @@ def _frontier(path: Path, memories: list[int], chart: Optional[Path], quiet: boo
     marks = [{"block": b.name, "recompute": b.recompute,
               "device memory needed (with the reserve)": f"{gib(b.memory):.2f} GiB",
               "step (s)": b.step_time} for b in blocks]
-    if as_json:
+    if args.as_json:
         print(json.dumps({"model": loaded.name, "frontier": rows, "building blocks": marks}, indent=1, default=str))
     else:
-        console = wide if whole else out
+        console = wide if args.whole else out
         console.print(records_table(rows, f"{loaded.name}: step time against device memory"))
         console.print(records_table(marks, "V-shape building blocks on the uniform split"))
