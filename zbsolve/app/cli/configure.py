@@ -4,8 +4,9 @@ planned and exported for its runtime."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -26,6 +27,7 @@ from zbsolve.app.cli.common import (
     target_option,
     time_limit_option,
 )
+from zbsolve.app.cli.groups import grouped
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.clock import command_began
 from zbsolve.base.errors import InputError
@@ -41,21 +43,32 @@ FIELDS = ("gpus", "global_batch", "seq_len", "gpu", "dtype", "device_memory", "r
 """The setup's fields ``zbsolve configure`` takes as options (the rest it searches)."""
 
 
+@dataclass(frozen=True)
+class Search:
+    """How ``zbsolve configure`` searches: for which runtime, how many configurations ranked and planned, in what
+    time and where."""
+
+    target: Annotated[str, target_option("megatron", "The runtime: megatron, torchtitan or zbsolve; only what it runs "
+                                         "is searched.", metavar="NAME")]
+    top: Annotated[int, typer.Option(10, "--top", min=1, metavar="K",
+                                     help="Configurations ranked (and searched for).")]
+    refine: Annotated[int, typer.Option(3, "--refine", min=0, metavar="N",
+                                        help="Best configurations planned (zbsolve plan).")]
+    time_limit: Annotated[float, time_limit_option(600.0, "Seconds the whole search may take, refining included.",
+                                                   metavar="SECONDS")]
+    jobs: Annotated[Optional[int], jobs_option(None, "Processes timing configurations (default: all cores).", min=1,
+                                               metavar="N")]
+    executor: Annotated[Optional[str], executor_option(None, "dask://HOST:PORT to time configurations on a Dask "
+                                                       "cluster.", metavar="URL")]
+
+
 @app.command()
 @cli_errors
 @setup_options(Configuration, FIELDS)
+@grouped
 def configure(
-    config: Path = CONFIG,
-    target: str = target_option("megatron", "The runtime: megatron, torchtitan or zbsolve; only what it runs is "
-                                "searched.", metavar="NAME"),
-    top: int = typer.Option(10, "--top", min=1, metavar="K", help="Configurations ranked (and searched for)."),
-    refine: int = typer.Option(3, "--refine", min=0, metavar="N", help="Best configurations planned (zbsolve plan)."),
-    time_limit: float = time_limit_option(600.0, "Seconds the whole search may take, refining included.",
-                                          metavar="SECONDS"),
-    jobs: Optional[int] = jobs_option(None, "Processes timing configurations (default: all cores).", min=1,
-                                      metavar="N"),
-    executor: Optional[str] = executor_option(None, "dask://HOST:PORT to time configurations on a Dask cluster.",
-                                              metavar="URL"),
+    config: Path = CONFIG, *,
+    search: Search,
     output: Optional[Path] = output_option(None, "Write the chosen configuration's plan (a schedule document)."),
     export: Optional[Path] = typer.Option(None, "--export", metavar="PATH",
                                           help="Write the target's export of the plan: Megatron's arguments (a "
@@ -76,13 +89,14 @@ def configure(
     began = command_began()  # loading counts against the limit
     from zbsolve.configure.choose import configure as run
 
-    _check_paths(config, target, output, export, chart)
+    _check_paths(config, search.target, output, export, chart)
     gpu = knobs.get("gpu", Configuration.model_fields["gpu"].default)
     with interruptible("before any configuration that fits was timed", "nothing ranked, nothing written"):
-        with progress(f"{escape(config.stem)}: configure on {knobs['gpus']} x {gpu}, limit {time_limit:g}s",
+        with progress(f"{escape(config.stem)}: configure on {knobs['gpus']} x {gpu}, limit {search.time_limit:g}s",
                       as_json) as update:
-            result = run(config, **knobs, target=target, top=top, refine=refine, time_limit=time_limit, jobs=jobs,
-                         executor=executor, progress=update, began=began)
+            result = run(config, **knobs, target=search.target, top=search.top, refine=search.refine,
+                         time_limit=search.time_limit, jobs=search.jobs, executor=search.executor, progress=update,
+                         began=began)
     with deferred() as late:  # the result is final: an interrupt now is answered once the files are whole
         if output is not None and result.plan is not None:
             result.plan.to_json(output)
