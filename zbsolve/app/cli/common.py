@@ -46,6 +46,10 @@ class _Out(Console):
             return ConsoleDimensions(TABLE_WIDTH, size.height)
         return size
 
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self.width, self.height = new_size
+
 
 def _tty(fd: int) -> bool:
     try:

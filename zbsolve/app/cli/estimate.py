@@ -77,15 +77,16 @@ def _print(model: Model, setup: Setup, note: str, output: Path) -> None:
     from zbsolve.costmodel.notes import method_note
     from zbsolve.present.layers import LAYER_HEADERS, layer_rows
 
-    s = model.setting
+    s, link = model.setting, model.link
+    assert s is not None and link is not None  # an estimate records both
     title = (f"{escape(model.name)}: {s.gpu}, seq_len {s.seq_len}, microbatch {s.microbatch_size}, tp {s.tp}, "
              + (f"ep {s.ep}, " if s.ep is not None else "")
              + f"dp {s.dp}, zero {s.zero}, {s.dtype}, "
              + (f"efficiency {s.efficiency:g}" if s.efficiency is not None else "kernel model")
              + "; per device, one microbatch")
     block = next(layer for layer in model.layers if layer.block)
-    comm = (f"t_comm after a block: {1e3 * model.link.time(block.out_bytes):.3f} ms ({mib(block.out_bytes):.1f} "
-            f"MiB over {model.link.name})")
+    comm = (f"t_comm after a block: {1e3 * link.time(block.out_bytes):.3f} ms ({mib(block.out_bytes):.1f} "
+            f"MiB over {link.name})")
     exchange = next((layer.comm_f for layer in model.layers if layer.comm_f is not None), None)
     if exchange is not None:
         where = (f"over {setup.a2a_link}" if setup.a2a_link
