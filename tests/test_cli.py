@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import zbsolve
+from typer.testing import CliRunner
 
 
 def process(*args):
@@ -105,7 +104,8 @@ def test_compare_same_devices_under_both_names():
 def test_every_command_has_help_with_an_example():
     from zbsolve.app.cli import app
     names = [c.name or c.callback.__name__ for c in app.registered_commands]
-    assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize", "frontier"} <= set(names)
+    assert {"schedule", "check", "compare", "plot", "solve", "export", "run", "profile", "grid", "summarize",
+            "frontier"} <= set(names)
     for name in names:  # in this process: the command line's start-up is test_schedule_check_roundtrip's
         run = CliRunner().invoke(app, [name, "--help"])
         assert run.exit_code == 0 and "Example: zbsolve " + name in " ".join(run.output.split()), name
