@@ -19,7 +19,7 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.estimate import (FP8_WEIGHT_BYTES, count_parameters, estimate,
                                               reference_flops_per_token, saving_windows)
-from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.constants import KERNEL_GAP, KERNEL_LAUNCH, P2P_LATENCY
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.kernels import Kernels, Matmul
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
@@ -130,8 +130,15 @@ def test_kernel_times_by_hand():
     """The kernel model (the default): a block's pass is its four products by shape (fused q/k/v, o, fused
     gate/up, down), the attention core at flash attention's rate and its memory-bound bytes a token at the fused
     rate (F: two norms 2·2h·e, two residual adds 2·3h·e, rotary 2·(a + k)·d·e, SwiGLU 3·f·e: 2432; B: 2·3h·e,
-    2·3h·e, 2·(a + k)·d·e, 5·f·e: 3200); the head its product (BF16) and the loss's bytes; the norm its bytes."""
+    2·3h·e, 2·(a + k)·d·e, 5·f·e: 3200); the head its product (BF16) and the loss's bytes; the norm its bytes.
+    Each pass a gap after each kernel it launches, and no faster than their launches (the block: four products,
+    the core, two norms, two residual adds, rotary and SwiGLU in F, the core's three kernels in B, the products in
+    W; the norm one kernel in F and B; the head its product in each pass and the loss's two kernels in F and B)."""
     kernels = Kernels(H100, "bf16")
+
+    def launched(seconds: float, kernels: int) -> float:
+        return max(seconds + kernels * KERNEL_GAP, kernels * KERNEL_LAUNCH)
+
     model = tiny()
     block, norm, head = model.layers[1], model.layers[3], model.layers[4]
     products = [kernels.matmul(mm, N, 1) for mm in (Matmul(64, 128), Matmul(64, 64, "row"), Matmul(64, 256),
@@ -139,11 +146,14 @@ def test_kernel_times_by_hand():
     f, b, w = map(sum, zip(*products))
     core_f, core_b = kernels.attention(131072, 16, S, True)
     assert (block.t_f, block.t_b, block.t_w) == pytest.approx(
-        (f + core_f + kernels.memory(N * 2432), b + core_b + kernels.memory(N * 3200), w), rel=1e-12)
-    assert (norm.t_f, norm.t_b, norm.t_w) == pytest.approx((kernels.memory(8192), kernels.memory(12288), 0))
+        (launched(f + core_f + kernels.memory(N * 2432), 11), launched(b + core_b + kernels.memory(N * 3200), 13),
+         launched(w, 4)), rel=1e-12)
+    assert (norm.t_f, norm.t_b, norm.t_w) == pytest.approx(
+        (launched(kernels.memory(8192), 1), launched(kernels.memory(12288), 1), 0))
     product = kernels.matmul(Matmul(64, 100, fp8=False), N, 1)
     assert (head.t_f, head.t_b, head.t_w) == pytest.approx(
-        (product[0] + kernels.memory(19200), product[1] + kernels.memory(19200), product[2]), rel=1e-12)
+        (launched(product[0] + kernels.memory(19200), 3), launched(product[1] + kernels.memory(19200), 3),
+         launched(product[2], 1)), rel=1e-12)
     assert model.setting.efficiency is None and tiny(efficiency=0.4).setting.efficiency == 0.4
 
 

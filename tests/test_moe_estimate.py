@@ -268,3 +268,32 @@ def test_shipped_configs():
     assert [layer.name for layer in model.layers[-3:]] == ["mtp.0", "norm", "output"]
     assert sum(layer.comm_f is not None for layer in model.layers) == 58 + 1  # blocks 3..60 and mtp.0
     assert model.flops_per_token() == pytest.approx(reference_flops_per_token(deepseek, 4096), rel=0.03)
+
+
+def test_kernel_launches_of_a_block_with_experts():
+    """Mixtral's block (4 experts, top 2) on ep 2: two local experts, so the alltoall dispatcher sorts the received
+    copies by expert and back (two kernels more in F and B than the flex dispatcher) and moves 4·K·h·e bytes more
+    a token; each local expert launches its own products."""
+    from zbsolve.costmodel import moe
+    from zbsolve.costmodel.kernels import Matmul, product_launches
+    arch = architecture(MIXTRAL)
+    assert moe.sorts("alltoall", 2) and not moe.sorts("alltoall", 1) and not moe.sorts("flex", 2)
+    plain, sorted_ = moe.routed(arch, 2), moe.routed(arch, 2, sort=True)
+    assert sorted_.launches == (5, 5, 0) and plain.launches == (3, 3, 0)
+    assert [s - p for s, p in zip(sorted_.elementwise, plain.elementwise)] == [4 * 2 * 64 * 2] * 2 + [0]
+    experts = (Matmul(64, 192, "expert", copies=2), Matmul(96, 64, "expert", copies=2))
+    assert product_launches(experts, 2, fp8=False) == (4, 4, 4)
+    assert product_launches(experts, 2, fp8=True) == (6, 6, 4)
+    launches = [small(MIXTRAL, ep=2, dispatcher=d).layers[1] for d in ("alltoall", "flex")]
+    assert launches[0].t_f > launches[1].t_f
+
+
+def test_a_pass_of_many_small_kernels_runs_at_their_launch_rate():
+    """A tiny block is host-bound: each pass takes its kernels' launches (KERNEL_LAUNCH each), not their time."""
+    from zbsolve.costmodel.constants import KERNEL_LAUNCH
+    block = small(MIXTRAL).layers[1]
+    # F: attention's norm, residual add, rotary, core and q/k/v and o products (6); the MLP's norm, residual add,
+    # router product and its two kernels, the permutation, its reverse, the sort by local expert and its reverse
+    # (the alltoall dispatcher sorts wherever a device holds several experts) and the activation, the experts' two
+    # products (4 local experts under ep 1, each its own): 6 + 10 + 8.
+    assert block.t_f == pytest.approx(24 * KERNEL_LAUNCH)

@@ -43,6 +43,9 @@ class Part:
     elementwise: tuple[int, int, int] = (0, 0, 0)
     """HBM bytes a token its memory-bound kernels (norms, residual adds, rotary, activation functions, routing)
     move in F, B and W: the kernel model times them, an explicit efficiency leaves them to itself."""
+    launches: tuple[int, int, int] = (0, 0, 0)
+    """Kernels its memory-bound work launches in F, B and W (its products' and the attention core's are counted
+    from ``matmuls`` and the core by ``zbsolve.costmodel.estimate``)."""
 
     def __add__(self, other: Part) -> Part:
         """Both parts, run one after the other."""
@@ -65,7 +68,8 @@ def half(arch: Architecture, e: int, inner: Part) -> Part:
 writes one in F, and adds the two gradients in B."""
     h = arch.hidden
     return inner + norm(arch, e) + Part(flops=(0, 0, 0), saved=h * arch.hidden_dropout, for_w=0, split=0, whole=0,
-                                        collectives=(0, 0, 0), elementwise=(3 * h * e, 3 * h * e, 0))
+                                        collectives=(0, 0, 0), elementwise=(3 * h * e, 3 * h * e, 0),
+                                        launches=(1, 1, 0))
 
 
 def norm(arch: Architecture, e: int) -> Part:
@@ -74,7 +78,7 @@ def norm(arch: Architecture, e: int) -> Part:
     reads the input and the output gradient and writes the input gradient."""
     h = arch.hidden
     return Part(flops=(0, 0, 0), saved=e * h, for_w=0, split=0, whole=arch.norm_params, collectives=(0, 0, 0),
-                recomputed=(2 * h * e, h * e), elementwise=(2 * h * e, 3 * h * e, 0))
+                recomputed=(2 * h * e, h * e), elementwise=(2 * h * e, 3 * h * e, 0), launches=(1, 1, 0))
 
 
 def attention(arch: Architecture, e: int) -> Part:
@@ -102,7 +106,7 @@ def _heads(arch: Architecture, e: int) -> Part:
                 for_w=e * (h + qd + 2 * kd + qd + h), split=weights + biases, whole=2 * arch.head_dim * arch.qk_norm,
                 collectives=(2, 2, 1),
                 matmuls=(Matmul(h, qd + 2 * kd, fused_norm=True), Matmul(qd, h, "row", shared_input=True)),
-                elementwise=(rotary + 2 * norms, rotary + 3 * norms, 0))
+                elementwise=(rotary + 2 * norms, rotary + 3 * norms, 0), launches=(1 + 2 * arch.qk_norm,) * 2 + (0,))
 
 
 def _latent(arch: Architecture, e: int) -> Part:
@@ -120,7 +124,7 @@ def _latent(arch: Architecture, e: int) -> Part:
         for_w=e * (2 * h + m.q_rank + m.kv_rank + m.rope + a * m.v), split=a * m.v * h,
         whole=down + m.q_rank + m.kv_rank, collectives=(1, 1, 0),
         matmuls=(Matmul(h, m.q_rank + m.kv_rank + m.rope, "whole"), Matmul(a * m.v, h, "row", shared_input=True)),
-        elementwise=(2 * latents, 3 * latents, 0))
+        elementwise=(2 * latents, 3 * latents, 0), launches=(2, 2, 0))
 
 
 def latent_up(arch: Architecture, e: int) -> Part:
@@ -138,7 +142,7 @@ def latent_up(arch: Architecture, e: int) -> Part:
                 for_w=e * (m.q_rank + m.kv_rank + a * qk + a * (m.nope + m.v)), split=up, whole=0,
                 collectives=(1, 1, 1), matmuls=(Matmul(m.q_rank or h, a * qk, fused_norm=bool(m.q_rank)),
                          Matmul(m.kv_rank, a * (m.nope + m.v), fused_norm=True)),
-                elementwise=(rotary, rotary, 0))
+                elementwise=(rotary, rotary, 0), launches=(1, 1, 0))
 
 
 def dense_mlp(arch: Architecture, e: int) -> Part:
@@ -157,7 +161,7 @@ def mlp(arch: Architecture, e: int) -> Part:
                 split=matrices * h * f + (f + h) * arch.biases, whole=0, collectives=(2, 2, 1),
                 recomputed=(e * matrices * f, e * f),
                 matmuls=(Matmul(h, (matrices - 1) * f, fused_norm=True), Matmul(f, h, "row")),
-                elementwise=activation(f, e, arch.gated))
+                elementwise=activation(f, e, arch.gated), launches=(1, 1, 0))
 
 
 def activation(f: int, e: int, gated: bool) -> tuple[int, int, int]:

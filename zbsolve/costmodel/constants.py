@@ -94,6 +94,18 @@ DEFAULT_RESERVE = _define("DEFAULT_RESERVE", 4 * GIB, "bytes", "an assumption",
 P2P_LATENCY = _define("P2P_LATENCY", 10e-6, "s",
                       "an assumption (NCCL's latency between two GPUs is a few to tens of microseconds)",
                       "added to every point-to-point transfer and collective")
+KERNEL_LAUNCH = _define("KERNEL_LAUNCH", 5e-6, "s",
+                        "CUDA's launch path through the driver, 4-6 microseconds a kernel (pegainfer, From Launch "
+                        "Overhead to CUDA Graph, 2025; NVIDIA Technical Blog, Getting Started with CUDA Graphs, 2019: "
+                        "2.9-microsecond kernels take 9.6 apiece with the host waiting between them)",
+                        "host seconds to launch one kernel: a pass runs no faster than its kernels' launches "
+                        "(``Timing.seconds``), which bites where a pass's kernels are many and small (a device's "
+                        "per-expert products, the dropless dispatcher's host synchronisation every layer)")
+KERNEL_GAP = _define("KERNEL_GAP", 0.9e-6, "s",
+                     "NVIDIA Technical Blog, Getting Started with CUDA Graphs (2019): 2.9-microsecond kernels "
+                     "launched back to back on one stream take 3.8 apiece",
+                     "device seconds between two kernels of a stream launched ahead of it: added per kernel a pass "
+                     "launches")
 GPUS_PER_NODE = _define("GPUS_PER_NODE", 8, "GPUs", "NVIDIA DGX/HGX nodes",
                         "GPUs an NVLink domain joins, unless a preset says otherwise")
 GEMM_FRACTION = _define("GEMM_FRACTION", 0.753, "share of the BF16 peak", H100_GRID,

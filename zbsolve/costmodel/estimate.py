@@ -31,7 +31,7 @@ from zbsolve.costmodel.constants import (
     WEIGHT_BYTES,
 )
 from zbsolve.costmodel.hf_config import Architecture, architecture, attended_pairs
-from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved
+from zbsolve.costmodel.kernels import Kernels, Matmul, fp8_casts, fp8_saved, product_launches
 from zbsolve.costmodel.layer_costs import (
     Hiding,
     LayerCosts,
@@ -173,7 +173,8 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
     shard = Shard(tokens, tp, setup.ep, kernels, arch.experts.routed if arch.experts else 1,
                   cp, ring_step(device, arch, tokens, e, tp, cp))
     costs = (_dense_layers(config, arch, shard, e, setup) if arch.experts is None else
-             _expert_layers(arch, shard, e, setup.seq_len, setup.flash_attention, setup.microbatch_size))
+             _expert_layers(arch, shard, e, setup.seq_len, setup.flash_attention, setup.microbatch_size,
+                            moe.sorts(setup.dispatcher, arch.experts.routed // setup.ep)))
     exchange = expert_exchange(device, arch, -(-tokens // tp), e, setup.ep, setup.a2a_link, setup.dispatcher)
     timing = Timing(device, setup.efficiency, tp_collective(device, arch, tokens, e, tp), exchange,
                     setup.tp_comm_overlap, group_link(device, tp * setup.replicas) if zero == 3 else None,
@@ -246,10 +247,10 @@ def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e
 
 
 def _expert_layers(arch: Architecture, shard: Shard, e: int, seq_len: int, flash_attention: bool,
-                   microbatch_size: int) -> list[tuple[str, LayerCosts]]:
-    """A mixture-of-experts decoder's layers by name: the embedding, its blocks (with experts or a dense MLP),
-    its multi-token prediction layers ``mtp.j``, the final norm and the head. Blocks of one kind (experts or not,
-    one window) share one set of costs."""
+                   microbatch_size: int, sort: bool) -> list[tuple[str, LayerCosts]]:
+    """A mixture-of-experts decoder's layers by name: the embedding, its blocks (with experts or a dense MLP; the
+    dispatch sorting by local expert with ``sort``, ``moe.sorts``), its multi-token prediction layers ``mtp.j``,
+    the final norm and the head. Blocks of one kind (experts or not, one window) share one set of costs."""
     kinds: dict[tuple[bool, int | None], LayerCosts] = {}
 
     def block(index: int, window: int | None) -> LayerCosts:
@@ -257,7 +258,7 @@ def _expert_layers(arch: Architecture, shard: Shard, e: int, seq_len: int, flash
         kind = arch.experts.layers[min(index, arch.layers - 1)], window
         if kind not in kinds:
             scores = microbatch_size * attended_pairs(seq_len, window)
-            kinds[kind] = _from_part(moe.block(arch, e, index), arch, shard, e, seq_len, flash_attention, scores,
+            kinds[kind] = _from_part(moe.block(arch, e, index, sort), arch, shard, e, seq_len, flash_attention, scores,
                                      recompute_modules.modules(arch, e, index))
         return kinds[kind]
 
@@ -278,7 +279,9 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again. Its kernels:
     the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
     FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``) and their casts move bytes
-    (``kernels.fp8_casts``)."""
+    (``kernels.fp8_casts``). Its kernels launched: the part's memory-bound ones, its products' and casts'
+    (``kernels.product_launches``), flash attention's core (one in F, three in B: FlashAttention-2's backward
+    preprocessing, main and dq conversion kernels)."""
     n, t, kernels = shard.tokens, shard.tp, shard.kernels
     core = core_flops(arch) * scores // (t * shard.cp)
     f, b, w = (n * flops // t for flops in part.flops)
@@ -312,6 +315,9 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     k_f, k_b, k_w = (g + a + kernels.memory(shard.bytes(x + c))
                      for g, a, x, c in zip(gemm, (*attention, 0.0), part.elementwise, casts(part.matmuls)))
     fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
+    launched = product_launches(part.matmuls, shard.experts // shard.ep, kernels.dtype == "fp8")
+    launches = (part.launches[0] + launched[0] + (core > 0), part.launches[1] + launched[1] + 3 * (core > 0),
+                part.launches[2] + launched[2])
     fp8_params = sum(mm.k * mm.n // (t if mm.split in ("column", "row") else 1)
                      * (shard.experts // shard.ep if mm.split == "expert" else 1) for mm in part.matmuls if mm.fp8)
     return LayerCosts(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
@@ -325,7 +331,7 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
                   all_to_all=(part.all_to_all, part.all_to_all, 0) if part.all_to_all else None,
                   modules=None if redone is None else {name: again(r) for name, r in redone.items()},
                   kernel=(k_f, k_b, k_w), fp8_params=fp8_params,
-                  ring=context.exposed(attention, shard.ring, shard.cp) if core else (0.0, 0.0))
+                  ring=context.exposed(attention, shard.ring, shard.cp) if core else (0.0, 0.0), launches=launches)
 
 
 def _mtp(arch: Architecture, shard: Shard, e: int, block: LayerCosts, first: bool) -> LayerCosts:
@@ -348,7 +354,7 @@ def _mtp(arch: Architecture, shard: Shard, e: int, block: LayerCosts, first: boo
                   params=sum(part.params for part in parts), out_bytes=shard.bytes(arch.hidden * e),
                   expert_params=block.expert_params, all_to_all=block.all_to_all, kernel=total("kernel"),
                   hiding=(_joined(parts, 0), _joined(parts, 1), _joined(parts, 2)),
-                  fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring)
+                  fp8_params=entry.fp8_params + block.fp8_params, ring=block.ring, launches=total("launches"))
 
 
 def _joined(parts: list[LayerCosts], p: int) -> tuple[float, ...]:

@@ -130,6 +130,15 @@ def attention_rate(head_dim: int, seq: int, measured: str = "h100") -> tuple[flo
     return f * at[0] / reference[4096][0], b * at[1] / reference[4096][1]
 
 
+def product_launches(matmuls: tuple[Matmul, ...], local_experts: int, fp8: bool) -> tuple[int, int, int]:
+    """Kernels the products of ``matmuls`` launch in F, B and W: one a product in each pass, one a local expert for
+    routed experts (Transformer Engine's ``GroupedLinear`` runs one cuBLAS product per expert); under ``fp8`` the
+    casts of ``fp8_casts``, one a product (a grouped product's in one multi-tensor kernel)."""
+    products = sum(local_experts if mm.split == "expert" else 1 for mm in matmuls)
+    casts = (sum(1 for mm in matmuls if mm.fp8 and not mm.fused_norm), sum(1 for mm in matmuls if mm.fp8), 0)
+    return (products + casts[0] * fp8, products + casts[1] * fp8, products)
+
+
 def fp8_saved(matmuls: tuple[Matmul, ...], e: int) -> tuple[int, int]:
     """Bytes a token F keeps (M_B) and W needs (M_W) more under FP8: Transformer Engine saves an FP8 product's input
     cast to FP8 for its weight gradient, in place of the 16-bit one (``e - 1`` bytes less an element), or beside it

@@ -47,6 +47,8 @@ class LayerCosts:
     """Seconds of F's and B's context-parallel key/value exchanges left exposed (``context.exposed``)."""
     held_b: int = 0
     """Bytes its B holds while it runs above what F kept (the loss's fp32 gradients of the logits)."""
+    launches: tuple[int, int, int] = (0, 0, 0)
+    """Kernels each pass launches (``Timing.seconds``: a gap after each, and no faster than their launches)."""
 
 
 def hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]], collectives: tuple[int, int, int],
@@ -93,7 +95,7 @@ def with_counts(part: LayerCosts, counts: counting.Counts, tp: int) -> LayerCost
 
 def embedding_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     """A gather: no FLOPs; F reads the rows and writes the output, W reads the output gradient and reads and
-    writes fp32 gradient rows (scatter-add); B has nothing to do (its input is token ids)."""
+    writes fp32 gradient rows (scatter-add); B has nothing to do (its input is token ids). A kernel in F and W."""
     n, h, t = shard.tokens, arch.hidden, shard.tp
     ids = n * ID_BYTES
     grad = shard.bytes(h * e)
@@ -101,7 +103,7 @@ def embedding_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     traffic = (2 * n * h * e, 0, n * h * (e + 2 * FP32_BYTES))
     return LayerCosts(flops=(0, 0, 0), traffic=traffic,
                   collectives=(1, 0, 1) if t > 1 else (0, 0, 0), m_b=ids, m_w=ids + grad, params=params,
-                  out_bytes=shard.bytes(h * e), kernel=streamed(shard, traffic))
+                  out_bytes=shard.bytes(h * e), kernel=streamed(shard, traffic), launches=(1, 0, 1))
 
 
 def streamed(shard: Shard, traffic: tuple[int, int, int]) -> tuple[float, float, float]:
@@ -120,19 +122,20 @@ def probability_bytes(arch: Architecture, e: int, seq_len: int, flash_attention:
 
 def norm_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     """Memory-bound: F reads and writes the activation, B reads it and the output gradient and writes the input
-    gradient (and its weight gradient: only matmul weights wait for W)."""
+    gradient (and its weight gradient: only matmul weights wait for W). A kernel in F and B."""
     slice_bytes = shard.bytes(arch.hidden * e)
     traffic = (2 * slice_bytes, 3 * slice_bytes, 0)
     return LayerCosts(flops=(0, 0, 0), traffic=traffic, collectives=(0, 0, 0),
                   m_b=slice_bytes, m_w=0, params=arch.norm_params, out_bytes=slice_bytes,
-                  kernel=streamed(shard, traffic))
+                  kernel=streamed(shard, traffic), launches=(1, 1, 0))
 
 
 def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
     log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input; while it
     runs B holds ``LOSS_GRAD_COPIES`` fp32 gradients of the logits beside the log-probabilities. The
-    product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8)."""
+    product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8). Kernels: the product in
+    each pass, the log-softmax and the loss in F, their backwards in B."""
     n, h, t = shard.tokens, arch.hidden, shard.tp
     vocab = -(-arch.vocab // t)
     matmul = 2 * n * h * vocab
@@ -146,7 +149,7 @@ def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
                   collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
                   params=vocab * h, out_bytes=FP32_BYTES, hiding=hiding((head,), [product], collectives, t),
                   held_b=LOSS_GRAD_COPIES * logits * FP32_BYTES,
-                  kernel=_added(product, streamed(shard, traffic)))
+                  kernel=_added(product, streamed(shard, traffic)), launches=(3, 3, 1))
 
 
 def _added(x: tuple[float, float, float], y: tuple[float, float, float]) -> tuple[float, float, float]:

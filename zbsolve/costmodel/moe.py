@@ -64,51 +64,62 @@ def split_by_tp(arch: Architecture) -> list[tuple[str, int]]:
     return sizes
 
 
-def block(arch: Architecture, e: int, index: int) -> Part:
+def block(arch: Architecture, e: int, index: int, sort: bool = False) -> Part:
     """Block ``index`` (a multi-token prediction layer's block for an index past the last: of the last's kind): its
-    attention and its MLP, routed experts where the config has them, else dense."""
+    attention and its MLP, routed experts where the config has them (``sort``: ``routed``'s), else dense."""
     routed = arch.experts is not None and arch.experts.layers[min(index, arch.layers - 1)]
-    return attention(arch, e) + (_experts(arch, e) if routed else dense_mlp(arch, e))
+    return attention(arch, e) + (_experts(arch, e, sort) if routed else dense_mlp(arch, e))
 
 
-def _experts(arch: Architecture, e: int) -> Part:
+def _experts(arch: Architecture, e: int, sort: bool) -> Part:
     """The MLP half of a block with experts, its norm included (``block.half``): the router, the routed experts and
     the shared experts (``router``, ``routed``, ``shared``)."""
-    return half(arch, e, router(arch, e) + routed(arch, e) + shared(arch, e))
+    return half(arch, e, router(arch, e) + routed(arch, e, sort) + shared(arch, e))
+
+
+def sorts(dispatcher: str, local_experts: int) -> bool:
+    """Whether the dispatch sorts the received copies by local expert and the combine restores their order
+    (megatron-core's ``MoEAlltoAllTokenDispatcher``: ``sort_chunks_by_idxs`` after the all-to-all where a device
+    holds more than one expert; DeepEP's dispatch delivers them grouped)."""
+    return dispatcher == "alltoall" and local_experts > 1
 
 
 def router(arch: Architecture, e: int) -> Part:
     """The router (h x E, and Qwen2-MoE's h x 1 shared-expert gate), whole on every device. Kept: the MLP's input
     (h), the fp32 probabilities (E) and top-k weights (k); W needs that input and the router's output gradient.
     Kernels: its product in 16 bits (Transformer Engine keeps the router out of FP8); the scores read the logits and
-    write fp32 probabilities in F, the reverse in B."""
+    write fp32 probabilities in F, the reverse in B: two kernels a pass (megatron-core's fused top-k with its
+    score function, and the auxiliary loss's scores), each with its backward in B."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     weights = h * x.routed + h * x.shared_gate
     scores = x.routed * (e + FP32_BYTES)
     return Part(flops=(2 * weights,) * 3, saved=e * h + FP32_BYTES * (x.routed + x.top_k), for_w=e * (h + x.routed),
                 split=0, whole=weights, collectives=(0, 0, 0),
-                matmuls=(Matmul(h, x.routed + x.shared_gate, "whole", fp8=False),), elementwise=(scores, scores, 0))
+                matmuls=(Matmul(h, x.routed + x.shared_gate, "whole", fp8=False),), elementwise=(scores, scores, 0),
+                launches=(2, 2, 0))
 
 
-def routed(arch: Architecture, e: int) -> Part:
+def routed(arch: Architecture, e: int, sort: bool = False) -> Part:
     """``top_k`` routed SwiGLU experts of inner size f_e a token, shared out over the expert-parallel group, each
     token dispatched and combined by all-to-all. Kept: the k dispatched copies of the token (k·h), each expert's
     gate and up outputs and down input (3·f_e), the experts' outputs the combine weighs (k·h); W needs each expert's
     inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions again.
     Kernels: grouped gate/up and down products over the device's experts; their activation functions; the
     permutation that copies each token k times before the dispatch and the weighted sum after the combine (read
-    h and write k·h, read k·h and write h, in F and in B)."""
+    h and write k·h, read k·h and write h, in F and in B), and with ``sort`` (``sorts``) the received copies'
+    sort by local expert and its reverse (each reads and writes k·h, in F and in B); a kernel each, in F and B."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     k, fe = x.top_k, x.ffn
-    permute = 2 * (k + 1) * h * e
+    permute = 2 * (k + 1) * h * e + sort * 4 * k * h * e
+    launches = 3 + 2 * sort
     act = activation(k * fe, e, True)
     return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=e * (2 * k * h + 3 * k * fe), for_w=e * k * (2 * h + 3 * fe),
                 split=0, whole=0, collectives=(0, 0, 0), recomputed=(e * 3 * k * fe, e * k * fe),
                 experts=3 * h * fe * x.routed, all_to_all=2,
                 matmuls=(Matmul(h, 2 * fe, "expert", copies=k), Matmul(fe, h, "expert", copies=k)),
-                elementwise=(act[0] + permute, act[1] + permute, 0))
+                elementwise=(act[0] + permute, act[1] + permute, 0), launches=(launches, launches, 0))
 
 
 def shared(arch: Architecture, e: int) -> Part:
@@ -123,7 +134,7 @@ def shared(arch: Architecture, e: int) -> Part:
                 for_w=e * ((3 * fs + h) * (fs > 0) + x.shared_gate), split=3 * h * fs, whole=0,
                 collectives=(2, 2, 1) if fs else (0, 0, 0), recomputed=(e * 3 * fs, e * fs),
                 matmuls=(Matmul(h, 2 * fs, shared_input=True), Matmul(fs, h, "row")) if fs else (),
-                elementwise=activation(fs, e, True))
+                elementwise=activation(fs, e, True), launches=(1, 1, 0) if fs else (0, 0, 0))
 
 
 def projection(arch: Architecture, e: int) -> Part:
@@ -131,10 +142,12 @@ def projection(arch: Architecture, e: int) -> Part:
     next token's embedding, each normed, concatenated and projected from 2h to h (split over tp). Kept: the two
     norms' inputs and the projection's 2h-wide input; W needs that input and the h-wide output gradient. Under
     tensor parallelism an all-gather of the 2h-wide input and one of the output in F, their transposes in B, the
-    input gathered again in W: 3, 3 and 2 h-wide collectives. Kernels: the projection and the two norms."""
+    input gathered again in W: 3, 3 and 2 h-wide collectives. Kernels: the projection, the two norms and the
+    concatenation."""
     h = arch.hidden
     return Part(flops=(4 * h * h,) * 3, saved=e * 4 * h, for_w=e * 3 * h, split=2 * h * h, whole=2 * arch.norm_params,
-                collectives=(3, 3, 2), matmuls=(Matmul(2 * h, h),), elementwise=(4 * h * e, 6 * h * e, 0))
+                collectives=(3, 3, 2), matmuls=(Matmul(2 * h, h),), elementwise=(4 * h * e, 6 * h * e, 0),
+                launches=(3, 3, 0))
 
 
 def active(part: Part, arch: Architecture) -> int:

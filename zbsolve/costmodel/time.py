@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zbsolve.costmodel.communication import collectives
+from zbsolve.costmodel.constants import KERNEL_GAP, KERNEL_LAUNCH
 from zbsolve.costmodel.gpus import Gpu
 from zbsolve.costmodel.layer_costs import LayerCosts
 from zbsolve.costmodel.model import Link
@@ -41,8 +42,10 @@ class Timing:
         return device.hbm_bytes_per_s * (device.memory_fraction if self.efficiency is None else self.efficiency)
 
     def seconds(self, c: LayerCosts, p: int) -> float:
-        """Seconds of pass ``p``'s kernels, collectives and all-to-alls."""
-        compute = (c.kernel[p] if self.efficiency is None else
+        """Seconds of pass ``p``'s kernels, collectives and all-to-alls. Under the kernel model the kernels take a
+        gap after each (``KERNEL_GAP``) and no less than the host takes to launch them (``KERNEL_LAUNCH``)."""
+        launched = c.launches[p]
+        compute = (max(c.kernel[p] + launched * KERNEL_GAP, launched * KERNEL_LAUNCH) if self.efficiency is None else
                    c.flops[p] / (self.device.flops * self.efficiency) + c.traffic[p] / self.memory_rate)
         return compute + collectives(c, p, self.collective, self.tp_comm_overlap, self.device.interference) + (
             c.all_to_all[p] * self.exchange if c.all_to_all else 0.0)
