@@ -10,12 +10,11 @@ from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.core.placement import make_placement
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
-from zbsolve.problem.costs import model_costs
+from zbsolve.core.placement import make_placement
 from zbsolve.costmodel.model import Interference, Link, StepEnd
-from zbsolve.costmodel.step_tail import (
-    OPTIMIZER_STEP_BYTES, Window, device_params, device_tail, device_tails, exposed)
+from zbsolve.costmodel.step_tail import OPTIMIZER_STEP_BYTES, Window, device_params, device_tail, device_tails, exposed
+from zbsolve.problem.costs import model_costs
 
 CONFIG = "problems/models/configs/llama3-8b.json"
 SMALL = Configuration(config=CONFIG, gpu="h100", dtype="bf16", seq_len=512, microbatch_size=1, global_batch=16, gpus=16,
@@ -109,7 +108,7 @@ def test_the_command_prints_exactly_its_json_keys():
     assert run.exit_code == 0, run.output
     figures = json.loads(run.output)
     assert set(figures) == {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "peak_memory_gib",
-                            "fits", "breakdown", "calibration"}
+                            "fits", "breakdown", "calibration", "memory_gib", "shortfall_gib"}
     assert set(figures["breakdown"]) == {"compute", "bubble", "exposed_comm", "dp_sync", "optimizer"}
     assert figures["step_time_s"] == pytest.approx(predict(SMALL).step_time_s)
 

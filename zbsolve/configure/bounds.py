@@ -101,7 +101,7 @@ def _average(whole: ModelAsOneStage, c: Configuration) -> tuple[Costs, int, floa
     reserve), those static bytes, and what every layer's F keeps there under ``c``'s recomputation
     (``ModelAsOneStage.kept``)."""
     static, kept = whole.static // c.pp, whole.kept(parse_recompute(c.recompute)) / c.pp
-    return Costs(whole.model, (), c.memory, c.reserve, (static,)), static, kept
+    return Costs(whole.model, (), c.memory, c.kept, (static,)), static, kept
 
 
 def _device_work(profile: Profile, stages: Sequence[int], paired: bool) -> float:

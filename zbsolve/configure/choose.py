@@ -155,7 +155,7 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         say(f"refining {label(c, p.dp)}: plan, {share:.0f} s")
         try:
             result = plan(configured_model(c, p.dp), num_devices=c.pp, num_microbatches=p.num_microbatches,
-                          device_memory=c.memory, reserve=c.reserve,
+                          device_memory=c.memory, reserve=c.kept,
                           placement="interleaved" if c.vp > 1 else "sequential",
                           chunks=c.vp if c.vp > 1 else None, time_limit=share, jobs=jobs, executor=pool,
                           progress=say, recompute="auto", target=space.target)

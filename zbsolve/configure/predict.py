@@ -18,6 +18,7 @@ from typing import ClassVar, NamedTuple, Optional, Union
 
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import gib
+from zbsolve.configure.memory_parts import DeviceMemory, device_memory, shortfalls
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
 from zbsolve.costmodel.calibration import described
@@ -49,7 +50,7 @@ class Configuration(Setup):
     what: ClassVar[str] = "configuration"
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep", "zero",
-        "layout", "partition", "schedule", "recompute", "device_memory", "reserve", "dispatcher",
+        "layout", "partition", "schedule", "recompute", "device_memory", "reserve", "runtime", "dispatcher",
         "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "calibration")
     """The fields ``zbsolve predict`` takes as options, in the order its command line writes them."""
 
@@ -92,9 +93,10 @@ class Prediction:
     mfu: float
     """Model FLOPs over the GPU's dense peak for the dtype."""
     peak_memory_gib: tuple[float, ...]
-    """Per pipeline device, its static bytes and peak activations, GiB."""
+    """Per pipeline device, what torch's caching allocator holds at the peak (``DeviceMemory.allocator``: every
+    part but the CUDA context's and NCCL's), GiB."""
     fits: bool
-    """Whether every device fits its memory with the reserve."""
+    """Whether every device's memory (``memory``: every part, the reserve included) fits the device memory."""
     breakdown: dict[str, float]
     """Seconds of the step by ``BREAKDOWN``."""
     dp: int
@@ -111,13 +113,18 @@ class Prediction:
     """The dense peak the MFU is over, FLOP/s."""
     calibration: str = "calibration: none"
     """Which calibration scaled the cost model's terms, and by what (``calibration.described``)."""
+    memory: tuple[DeviceMemory, ...] = ()
+    """Per pipeline device, its memory by part (``memory_parts.PARTS``), which sum to what it needs."""
+    shortfall_gib: tuple[float, ...] = ()
+    """Per pipeline device, the GiB it needs beyond the device memory (0 where it fits)."""
 
     def figures(self) -> dict[str, object]:
         """The figures ``--json`` prints."""
         return {"step_time_s": self.step_time_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
                 "peak_memory_gib": list(self.peak_memory_gib), "fits": self.fits, "breakdown": self.breakdown,
-                "calibration": self.calibration}
+                "calibration": self.calibration, "memory_gib": [m.gib() for m in self.memory],
+                "shortfall_gib": list(self.shortfall_gib)}
 
 
 def degrees(c: Configuration) -> tuple[int, int]:
@@ -181,7 +188,7 @@ def run(c: Configuration) -> Run:
     if name == DUALPIPE and c.vp > 1:
         raise InputError(f"vp = {c.vp}: DualPipe runs pp stages, each on two ranks (stages r and pp - 1 - r on "
                          "rank r); give vp 1")
-    setting = BaselineSetting(model, c.pp, m, c.memory, c.reserve)
+    setting = BaselineSetting(model, c.pp, m, c.memory, c.kept)
     counts = stage_counts(c, model)
     timeline, costs = builtin_run(setting, name, c.vp, counts, parse_recompute(c.recompute))
     return Run(model, name, tuple(counts), timeline, costs, dp, m)
@@ -195,9 +202,11 @@ def predict(c: Configuration) -> Prediction:
     tokens = c.global_batch * c.seq_len / step / c.gpus
     flops = tokens * reference_flops_per_token(c.config, c.seq_len)
     peak = gpu.fp8_flops if c.dtype == "fp8" and gpu.fp8_flops else gpu.flops
-    return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(b) for b in costs.used(timeline.peak_memory)),
-                      costs.first_over(timeline.peak_memory) is None, breakdown(model, timeline, costs), dp, m, name,
-                      counts, gib(c.memory), peak, described(c.calibration))
+    memory = device_memory(c, costs, timeline, m, dp)
+    short = shortfalls(memory, c.memory)
+    return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(d.allocator) for d in memory),
+                      not any(short), breakdown(model, timeline, costs), dp, m, name, counts, gib(c.memory), peak,
+                      described(c.calibration), memory, short)
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

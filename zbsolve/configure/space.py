@@ -287,7 +287,7 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
             if split != SPLITS[0] and ranges == partition(model, placement.num_stages, SPLITS[0]):
                 continue  # the same configuration as the uniform split
             counts = tuple(b - a for a, b in ranges)
-            profile, costs = model_costs(model, placement, counts, c.memory, c.reserve, recompute)
+            profile, costs = model_costs(model, placement, counts, c.memory, c.kept, recompute)
             refusal = partition_refusal(space.target, model, counts, base.pp)
             if refusal is not None:
                 raise InputError(refusal)

@@ -88,9 +88,49 @@ FSDP_PIPELINED = _define("FSDP_PIPELINED", True, "flag",
                          "FSDP reshards after backward and reduce-scatters only on the last microbatch",
                          "under FSDP with pipeline parallelism a device holds every layer of its stages gathered "
                          "(16-bit weight and gradient) for the whole step, not FSDP_LIVE_LAYERS of them")
+FSDP_REDUCE_BYTES = _define("FSDP_REDUCE_BYTES", {"megatron": GRAD_BYTES, "torchtitan": 4}, "bytes/parameter",
+                            "torchtitan 9dec370 config_manager.py: training.mixed_precision_reduce float32 "
+                            "(MixedPrecisionPolicy reduce_dtype); torch 2.13 fsdp/_fully_shard/_fsdp_param.py "
+                            "to_accumulated_grad_if_needed, _fsdp_collectives.py foreach_reduce",
+                            "a gathered layer's gradient under FSDP by runtime: torchtitan's FSDP2 holds it in its "
+                            "reduce dtype (fp32: the accumulator between a pipeline's microbatches, else the "
+                            "reduce-scatter's input); Megatron's in the 16-bit gradient")
+FP8_GATHER_BYTES = _define("FP8_GATHER_BYTES", 1, "bytes/parameter",
+                           "torchao eab345c float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather "
+                           "(torchtitan float8.enable_fsdp_float8_all_gather)",
+                           "under torchtitan with dtype fp8 and FSDP, a gathered parameter of an FP8 product: the "
+                           "weight all-gathered and kept in FP8; torchao keeps no FP8 copy beside the sharded weight")
+PP_RECV_BUFFERS = _define("PP_RECV_BUFFERS", 1, "buffers per microbatch and direction",
+                          "torch 2.13 distributed/pipelining/stage.py PipelineStage._setup_forward_recv_info, "
+                          "_create_grad_recv_info: a receive buffer allocated per microbatch at the first step",
+                          "under torchtitan (torch.distributed.pipelining) a stage holds, for the whole step, one "
+                          "buffer per microbatch for the activation it receives (not the first stage) and one for "
+                          "the gradient it receives (not the last)")
+PP_OUTPUT_CHUNKS = _define("PP_OUTPUT_CHUNKS", 1, "outputs per microbatch",
+                           "torch 2.13 distributed/pipelining/stage.py forward_one_chunk (output_chunks) with the "
+                           "schedules' step(return_outputs=True) default, as torchtitan 9dec370 calls it",
+                           "under torchtitan the last stage keeps each microbatch's output (its 16-bit logits) "
+                           "until the step ends")
+CUDA_CONTEXT = _define("CUDA_CONTEXT", 512 * 2**20, "bytes",
+                       "an assumption: PyTorch's CUDA semantics notes (memory management) leave the CUDA context "
+                       "and the libraries' workspaces outside the caching allocator's statistics; CUDA 12's lazy "
+                       "loading keeps the context near 0.5 GiB on Hopper",
+                       "a device's CUDA context and library handles, outside torch's allocator")
+NCCL_BUFFSIZE = _define("NCCL_BUFFSIZE", 4 * 2**20, "bytes",
+                        "NCCL 2.x documentation, environment variables: NCCL_BUFFSIZE default 4194304",
+                        "the buffer NCCL allocates per channel and peer of a communicator")
+NCCL_CHANNELS = _define("NCCL_CHANNELS", 32, "channels", "NCCL 2.x src/include/device.h MAXCHANNELS (an upper bound)",
+                        "channels of a communicator")
+NCCL_PEERS = _define("NCCL_PEERS", 2, "peers", "NCCL's ring algorithms and the pipeline's point-to-point: the "
+                     "previous and the next rank", "peers a rank of a communicator keeps buffers for")
+ALLOCATOR_FRAGMENTATION = _define("ALLOCATOR_FRAGMENTATION", 0.0, "share of the allocator's bytes",
+                                  "an assumption: torchtitan 9dec370 run_llama_train.sh sets "
+                                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place); no "
+                                  "published measurement states more",
+                                  "what torch's caching allocator reserves beyond the bytes it hands out")
 DEFAULT_RESERVE = _define("DEFAULT_RESERVE", 4 * GIB, "bytes", "an assumption",
-                          "kept free on every device: the CUDA context, communication buffers, the allocator's "
-                          "fragmentation")
+                          "kept free on every device by zbsolve plan (predict and configure count the runtime's "
+                          "terms instead: costmodel.runtime_memory)")
 P2P_LATENCY = _define("P2P_LATENCY", 10e-6, "s",
                       "an assumption (NCCL's latency between two GPUs is a few to tens of microseconds)",
                       "added to every point-to-point transfer and collective")

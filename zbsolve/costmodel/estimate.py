@@ -25,7 +25,9 @@ from zbsolve.costmodel.communication import expert_exchange, group_link, link_of
 from zbsolve.costmodel.constants import (
     BUCKET_PARAMS,
     DTYPE_BYTES,
+    FP8_GATHER_BYTES,
     FP8_WEIGHT_BYTES,
+    FSDP_REDUCE_BYTES,
     GRAD_BYTES,
     OPTIMIZER_BYTES,
     WEIGHT_BYTES,
@@ -179,8 +181,10 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
     timing = Timing(device, setup.efficiency, tp_collective(device, arch, tokens, e, tp), exchange,
                     setup.tp_comm_overlap, group_link(device, tp * setup.replicas) if zero == 3 else None,
                     setup.replicas, (WEIGHT_BYTES, GRAD_BYTES))
-    memory = Memory(WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, FP8_WEIGHT_BYTES if setup.dtype == "fp8" else 0,
-                    zero, setup.replicas, tp * setup.replicas // setup.ep)
+    fp8, torchao = setup.dtype == "fp8", setup.runtime == "torchtitan"
+    memory = Memory(WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, FP8_WEIGHT_BYTES if fp8 and not torchao else 0,
+                    zero, setup.replicas, tp * setup.replicas // setup.ep,
+                    FP8_GATHER_BYTES if fp8 and torchao else WEIGHT_BYTES, FSDP_REDUCE_BYTES[setup.runtime])
     return timing, memory, costs
 
 
@@ -215,10 +219,12 @@ def _layer(n: str, c: LayerCosts, arch: Architecture, timing: Timing, memory: Me
         for module, (again, saved) in c.modules.items()}
     mem_f, mem_b, mem_w = memory.activations(c)
     comm_f, comm_b = timing.comm(c)
+    _, grads, states = memory.static_parts(c)
     return Layer(name=n, block=n.startswith("layers."), t_f=timing.pass_time(c, 0), t_b=timing.pass_time(c, 1),
                  t_w=timing.pass_time(c, 2), mem_f=mem_f, mem_b=mem_b, mem_w=mem_w,
-                 static_bytes=memory.static_bytes(c), params=c.params + c.expert_params,
-                 gathered_bytes=memory.gathered_bytes(c), out_bytes=c.out_bytes, held_b=c.held_b or None,
+                 static_bytes=memory.static_bytes(c), grad_bytes=grads or None, optimizer_bytes=states or None,
+                 params=c.params + c.expert_params, gathered_bytes=memory.gathered_bytes(c),
+                 gathered_grad_bytes=memory.gathered_grad_bytes(c), out_bytes=c.out_bytes, held_b=c.held_b or None,
                  flops_f=c.flops[0], flops_b=c.flops[1], flops_w=c.flops[2], t_sel=t_sel, mem_sel=mem_sel,
                  recompute_modules=modules, shares="tok_embeddings" if n == "output" and arch.tied else None,
                  comm_f=comm_f, comm_b=comm_b)

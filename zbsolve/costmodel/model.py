@@ -93,6 +93,10 @@ class Layer(InputModel):
     """Activation bytes W changes (-M_W); mem_f + mem_b + mem_w = 0."""
     static_bytes: Bytes = Field(ge=0)
     """Bytes held for the whole step: weights, their gradients and optimizer states."""
+    grad_bytes: Optional[Bytes] = Field(None, ge=0)
+    """The gradients' part of ``static_bytes``, where known (estimates)."""
+    optimizer_bytes: Optional[Bytes] = Field(None, ge=0)
+    """The optimizer states' part of ``static_bytes``, where known (the weights are the rest)."""
     out_bytes: Bytes = Field(ge=0)
     """Bytes of the output activation, sent to the next stage when a stage boundary follows this layer."""
     flops_f: Optional[Flops] = None
@@ -128,6 +132,8 @@ class Layer(InputModel):
     """Under FSDP, bytes its passes hold unsharded beyond ``static_bytes``: its parameters gathered before F and
     again before B, and the gradient B writes before the reduce-scatter; a device holds ``FSDP_LIVE_LAYERS`` of its
     largest at once (``problem.partition.held_static_bytes``); where known."""
+    gathered_grad_bytes: Optional[Bytes] = Field(None, ge=0)
+    """The gradient's part of ``gathered_bytes`` (the weights are the rest), where known."""
 
     @model_validator(mode="after")
     def _balanced(self) -> "Layer":
@@ -141,6 +147,10 @@ class Layer(InputModel):
                 raise ValueError(f"recompute_modules: {name!r} should be one of {', '.join(RECOMPUTE_MODULES)}")
             if cost.mem > self.mem_f:
                 raise ValueError(f"recompute_modules.{name}.mem = {cost.mem} must be at most mem_f = {self.mem_f}")
+        if (self.grad_bytes or 0) + (self.optimizer_bytes or 0) > self.static_bytes:
+            raise ValueError(f"grad_bytes + optimizer_bytes must be at most static_bytes = {self.static_bytes}")
+        if (self.gathered_grad_bytes or 0) > (self.gathered_bytes or 0):
+            raise ValueError(f"gathered_grad_bytes must be at most gathered_bytes = {self.gathered_bytes}")
         if (self.t_sel is None) != (self.mem_sel is None):
             raise ValueError("give both t_sel and mem_sel, or neither")
         if self.mem_f + self.mem_b + self.mem_w:

@@ -20,10 +20,11 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import InputModel
 from zbsolve.base.units import GIB, MIB
 from zbsolve.costmodel.calibration import Calibration, load_calibration
-from zbsolve.costmodel.constants import DEFAULT_RESERVE, DTYPE_BYTES
+from zbsolve.costmodel.constants import DTYPE_BYTES
 from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Dispatcher, Setting, Zero
 from zbsolve.costmodel.moe import DISPATCHERS
+from zbsolve.costmodel.runtime_memory import RUNTIMES, outside_allocator
 
 
 class Setup(InputModel):
@@ -64,8 +65,11 @@ class Setup(InputModel):
     """none, full, uniform:N, per-stage:..., selective or modules:M,..."""
     device_memory: int | None = None
     """Memory per device, bytes (None: the GPU preset's)."""
-    reserve: int = DEFAULT_RESERVE
-    """Memory per device kept free of stages and activations, bytes."""
+    reserve: int | None = None
+    """Memory per device kept free of stages and activations, bytes (None: the runtime's own, the CUDA context and
+    NCCL's buffers: ``kept``)."""
+    runtime: str = "megatron"
+    """The training runtime whose allocations the memory follows: megatron or torchtitan."""
     overlap_grad_reduce: bool = False
     """Gradients reduced during the backward, bucket by bucket (Megatron's --overlap-grad-reduce)."""
     overlap_param_gather: bool = False
@@ -133,6 +137,14 @@ class Setup(InputModel):
         if isinstance(self.gpu, Gpu):
             return self.device_memory if self.device_memory is not None else self.gpu.memory_bytes
         return device_memory(self.gpu, self.device_memory)
+
+    @property
+    def kept(self) -> int:
+        """Bytes per device outside the model's tensors: ``reserve`` where given, else the CUDA context and NCCL's
+        buffers of the setup's communicators (``runtime_memory.outside_allocator``)."""
+        if self.reserve is not None:
+            return self.reserve
+        return outside_allocator((self.tp, self.cp, self.dp, self.pp, self.ep))
 
     def replace(self, **changes: Any) -> Self:
         """This setup with ``changes``, checked as a new one is."""
@@ -223,6 +235,7 @@ RULES: dict[str, Callable[[str, object], None]] = {
     "gpu": _gpu, "seq_len": _count, "microbatch_size": _count, "global_batch": _optional_count,
     "gpus": _optional_count, "tp": _count, "pp": _count, "vp": _count, "dp": _count, "cp": _count, "ep": _count,
     "zero": _zero, "efficiency": _efficiency, "link": _one_of(LINKS), "a2a_link": _one_of(LINKS, optional=True),
-    "dispatcher": _one_of(DISPATCHERS), "dtype": _one_of(tuple(DTYPE_BYTES)), "calibration": _calibration}
+    "dispatcher": _one_of(DISPATCHERS), "runtime": _one_of(RUNTIMES), "dtype": _one_of(tuple(DTYPE_BYTES)),
+    "calibration": _calibration}
 """Each field's rule where its type says too little, by field (the method is the estimate's: ``estimate.METHODS``):
 an ``InputError`` naming the field and the value."""

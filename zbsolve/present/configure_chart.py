@@ -47,7 +47,7 @@ def plot_configure(result: ConfigureResult) -> Figure:
                     arrowprops=dict(arrowstyle="->", color="#55a868", linewidth=1.2))
     device = chosen.prediction.device_memory_gib
     ax.axvline(device, color="black", linewidth=1.2, label=f"device memory ({device:.4g} GiB)")
-    reserve = gib(chosen.configuration.reserve)
+    reserve = gib(chosen.configuration.kept)
     if reserve:
         ax.axvline(device - reserve, color="black", linewidth=1.0, linestyle="--",
                    label=f"less the reserve ({reserve:.4g} GiB)")

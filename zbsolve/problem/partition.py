@@ -209,15 +209,34 @@ def timed(model: Model, counts: Sequence[int]) -> bool:
     return all(untimed(model.layers[a:b]) is None for a, b in zip(ends, ends[1:]))
 
 
+STATIC_PARTS = ("weights", "gradients", "optimizer")
+"""The parts of a device's static bytes (``held_static_parts``)."""
+
+
 def held_static_bytes(layers: Sequence[Layer], pipelined: bool = False) -> int:
-    """The static bytes of ``layers`` held together, a weight two of them share counted once, and under FSDP the
-    ``FSDP_LIVE_LAYERS`` largest of their ``gathered_bytes``; all of them on a ``pipelined`` device, whose
-    runtime keeps a stage's parameters gathered from its forwards to its backwards and its gradients unsharded
-    until the last microbatch (``FSDP_PIPELINED``)."""
+    """The static bytes of ``layers`` held together: the sum of their ``held_static_parts``."""
+    return sum(held_static_parts(layers, pipelined).values())
+
+
+def held_static_parts(layers: Sequence[Layer], pipelined: bool = False) -> dict[str, int]:
+    """The static bytes of ``layers`` held together by ``STATIC_PARTS`` (a layer that does not split its own counts
+    as weights), a weight two of them share counted once, and under FSDP the ``FSDP_LIVE_LAYERS`` largest of their
+    ``gathered_bytes`` (weights and gradient); all of them on a ``pipelined`` device, whose runtime keeps a stage's
+    parameters gathered from its forwards to its backwards and its gradients unsharded until the last microbatch
+    (``FSDP_PIPELINED``)."""
     names = {layer.name for layer in layers}
     live = len(layers) if pipelined and FSDP_PIPELINED else FSDP_LIVE_LAYERS
-    gathered = sorted((layer.gathered_bytes or 0 for layer in layers), reverse=True)[:live]
-    return sum(layer.static_bytes for layer in layers if layer.shares not in names) + sum(gathered)
+    parts = dict.fromkeys(STATIC_PARTS, 0)
+    for layer in layers:
+        if layer.shares not in names:
+            grads, states = layer.grad_bytes or 0, layer.optimizer_bytes or 0
+            parts["weights"] += layer.static_bytes - grads - states
+            parts["gradients"] += grads
+            parts["optimizer"] += states
+    for layer in sorted(layers, key=lambda layer: layer.gathered_bytes or 0, reverse=True)[:live]:
+        parts["weights"] += (layer.gathered_bytes or 0) - (layer.gathered_grad_bytes or 0)
+        parts["gradients"] += layer.gathered_grad_bytes or 0
+    return parts
 
 
 def module_names(model: Model, ranges: Sequence[Sequence[int]]) -> str:

@@ -43,7 +43,9 @@ OPTIONS: dict[str, Option] = {
     "layout": Option(str, "STR"), "partition": Option(str, "SPLIT"), "schedule": Option(str, "NAME"),
     "recompute": Option(str, "CHOICE"),
     "device_memory": Option(str, "SIZE", help="Memory per device, e.g. 80GiB, 80GB or bytes (default: the GPU's)."),
-    "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations."),
+    "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations (default: the CUDA "
+                                        "context and NCCL's buffers)."),
+    "runtime": Option(str, "NAME", help="Runtime whose allocations the memory follows: megatron or torchtitan."),
     "overlap_grad_reduce": Option(bool, off="Gradients reduced after the backward (not Megatron's "
                                             "--overlap-grad-reduce)."),
     "overlap_param_gather": Option(bool, off="Parameters all-gathered before the forward (not Megatron's "

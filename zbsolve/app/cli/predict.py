@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.markup import escape
 
 from zbsolve.app.cli.common import CONFIG, JSON, app, cli_errors, out
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
-from zbsolve.configure.predict import Configuration
+from zbsolve.configure.predict import Configuration, Prediction
 from zbsolve.present.tables import text_table
 
 
@@ -29,7 +30,6 @@ def predict(
     Example: zbsolve predict problems/models/configs/llama3-70b.json --gpu h100 --dtype bf16 --seq-len 8192
     --microbatch-size 1 --global-batch 128 --gpus 64 --tp 4 --pp 8 --vp 5
     """
-    from zbsolve.configure.predict import BREAKDOWN_NOTE
     from zbsolve.configure.predict import predict as run
 
     if "layout" in knobs and "partition" in knobs:
@@ -38,7 +38,16 @@ def predict(
     p = run(c)
     if as_json:
         print(json.dumps(p.figures(), indent=1))
-        return
+    else:
+        show(c, p, config)
+    if not p.fits:
+        raise typer.Exit(1)
+
+
+def show(c: Configuration, p: Prediction, config: Path) -> None:
+    """Print ``p``'s figures, each device's memory by part and the step's breakdown."""
+    from zbsolve.configure.predict import BREAKDOWN_NOTE
+
     title = (f"{escape(config.stem)}: {c.gpus} x {c.gpu}, {c.dtype}, tp {c.tp} pp {c.pp} vp {c.vp} dp {p.dp} "
              f"ep {c.ep} zero {c.zero}, seq {c.seq_len}, microbatch {c.microbatch_size}, global batch "
              f"{c.global_batch} (m = {p.num_microbatches}), {p.schedule}")
@@ -47,12 +56,21 @@ def predict(
             ("MFU", f"{100 * p.mfu:.1f}% of {p.peak_flops / 1e12:.0f} TFLOP/s"),
             ("fits", f"{'yes' if p.fits else 'no'} ({p.device_memory_gib:.2f} GiB a device)")]
     out.print(text_table(("figure", "value"), rows, title), highlight=False)
-    out.print(text_table([f"device {d}" for d in range(len(p.peak_memory_gib))],
-                         [[f"{x:.2f}" for x in p.peak_memory_gib]], "peak memory, GiB (static + activations)"),
-              highlight=False)
+    out.print(text_table(MEMORY_COLUMNS, memory_rows(p), "memory per device, GiB"), highlight=False)
     out.print(text_table(("part", "seconds", "share"), [(name, f"{t:.4f}", f"{100 * t / p.step_time_s:.1f}%")
                                                         for name, t in p.breakdown.items()], "breakdown"),
               highlight=False)
     out.print(f"partition (layers per stage): {','.join(map(str, p.counts))}; {BREAKDOWN_NOTE}", highlight=False,
               markup=False, soft_wrap=True)
     out.print(p.calibration, highlight=False, markup=False, soft_wrap=True)
+
+
+MEMORY_COLUMNS = ("device", "weights", "grads", "optim", "activ", "recomp", "logits", "buffers", "reserve", "total",
+                  "short")
+"""The memory table's columns: a device, its parts (``memory_parts.PARTS``), their sum and the GiB it lacks."""
+
+
+def memory_rows(p: Prediction) -> list[list[str]]:
+    """One row per device of ``p``: its memory's parts, total and shortfall, GiB."""
+    return [[str(d), *(f"{x:.1f}" for x in m.gib().values()), f"{m.total / 2**30:.1f}",
+             f"{short:.1f}" if short else "-"] for d, (m, short) in enumerate(zip(p.memory, p.shortfall_gib))]
