@@ -29,6 +29,8 @@ demo: $(VENV)/.installed
 	@echo "schedule written to $(OUT)/best.json, chart to $(OUT)/best.png"
 
 test: $(VENV)/.installed-dev
+	$(BIN)/ruff check zbsolve zbsolve_cli
+	$(BIN)/mypy zbsolve zbsolve_cli
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 clean:
