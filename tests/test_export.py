@@ -24,6 +24,7 @@ from zbsolve.core.transforms import renumber_last_stage, torch_actions
 from zbsolve.io.document import read_document, write_document
 from zbsolve.io.targets import export_document
 from zbsolve.io.targets.megatron import megatron_export
+from zbsolve.io.targets.megatron.layout import parse_layout
 from zbsolve.io.targets.plan import Plan, read_plan
 from zbsolve.io.targets.torchtitan import torchtitan_args, torchtitan_config, torchtitan_schedule_name
 from zbsolve.io.torch_csv import export_schedule, torch_csv
@@ -442,8 +443,7 @@ def test_megatron_export(tmp_path: Path, placement: str, layout: str) -> None:
     assert export_document(doc, "megatron", None) == ([], text)
     assert MEGATRON_LAYOUT.fullmatch(layout)
     blocks = [sum(n.startswith("layers.") for n in stage) for stage in _stage_names(doc)]
-    assert [int(m.group(1) or 1) if (m := re.search(r"t(?:\*(\d+))?", stage)) else 0
-            for stage in layout.split("|")] == blocks
+    assert [stage.count("t") for stage in parse_layout(layout)] == blocks
     out = tmp_path / "megatron.txt"
     assert export_document(doc, "megatron", out) == ([out], text) and out.read_text() == text + "\n"
 

@@ -34,7 +34,9 @@ from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
 from zbsolve.configure.space import Space
 from zbsolve.core.torch_compat import has_pipelining
 from zbsolve.costmodel.calibration import Calibration
+from zbsolve.costmodel.config_values import read_config
 from zbsolve.io.targets import TARGETS, check_target
+from zbsolve.io.targets.launch import FLAGS, Launch
 from zbsolve.optimize.warm_start import after_search
 from zbsolve.planning.planner import FINISH_SECONDS, plan
 from zbsolve.planning.result import OWN_ORDER, PlanResult
@@ -125,7 +127,10 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     order = sorted(range(len(ranked)), key=lambda k: (ranked[k].step_s, key(ranked[k].configuration)))
     best = ranked[order[0]]
     ranked = [replace(ranked[k], why="" if k == order[0] else why_loses(ranked[k], best)) for k in order]
-    return ConfigureResult(tuple(ranked), search.counts(refined), ranked[0], plans.get(order[0]), interrupted,
+    chosen = plans.get(order[0])
+    if chosen is not None:
+        chosen = replace(chosen, launch=launch_of(best.configuration))
+    return ConfigureResult(tuple(ranked), search.counts(refined), ranked[0], chosen, interrupted,
                            time.monotonic() - began, target, tuple(notes), tuple(search.timed))
 
 
@@ -176,6 +181,12 @@ def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, po
         if result.interrupted:
             return True
     return False
+
+
+def launch_of(c: Configuration) -> Launch:
+    """What ``c`` is launched with: its model's config, its GPUs and the switches its costs assumed."""
+    return Launch(read_config(c.config)[0], c.gpus, c.device.gpus_per_node, c.gpu_name,
+                  tuple(flag for flag in FLAGS if getattr(c, flag)))
 
 
 def predicted_plan(c: Configuration, target: str) -> tuple[PlanResult, float]:

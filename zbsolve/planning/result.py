@@ -15,6 +15,7 @@ from zbsolve.core.step_time import StepTimes, step_times
 from zbsolve.io.costs_section import costs_section
 from zbsolve.io.document import to_document, write_document
 from zbsolve.io.targets import Exportable, runs_as_planned
+from zbsolve.io.targets.launch import Launch
 from zbsolve.io.targets.plan import Plan
 from zbsolve.problem.costs import Costs, memory_figures
 from zbsolve.schedulers.builtins import builtin_placement
@@ -145,6 +146,8 @@ class PlanResult(Shown, Exportable):
     """The runtime the plan was made for (``plan --target``)."""
     measured: StepTimes | None = None
     """The step times the plan made of its schedule, in its time limit (None: ``step_times`` makes them when read)."""
+    launch: Launch | None = None
+    """What it is to be launched with (the document's "launch" section), where known: ``configure`` says."""
 
     @cached_property
     def runtimes(self) -> tuple[str, ...]:
@@ -213,7 +216,8 @@ class PlanResult(Shown, Exportable):
         plan = {**self.summary(), "baselines": [b.__dict__ | {"counts": list(b.counts or []) or None}
                                                 for b in self.baselines],
                 "candidates": [c.__dict__ | {"counts": list(c.counts)} for c in self.candidates], "log": self.log}
-        extra = {**costs_section(self.costs), "plan": _finite(plan)}
+        extra = {**costs_section(self.costs), "plan": _finite(plan),
+                 **({"launch": self.launch.section()} if self.launch is not None else {})}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
 

@@ -12,6 +12,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.core.schedule import Schedule, pair_count
 from zbsolve.costmodel.model import Model
 from zbsolve.io.document import Loaded, load_document
+from zbsolve.io.targets.launch import Launch, read_launch
 from zbsolve.io.targets.target import Target, listed, refused
 from zbsolve.problem.recompute import stage_blocks
 
@@ -37,6 +38,8 @@ class Plan:
     """The blocks whose norms and MLP activation function run again inside their B ("partition.selective")."""
     modules: tuple[str, ...] = ()
     """Megatron-LM's modules every block recomputes ("partition.modules")."""
+    launch: Launch | None = None
+    """What to launch it with (the document's "launch" section: ``megatron.launch``), where the document says."""
 
     def check(self, target: Target) -> tuple[str, int]:
         """(placement name, stages per device) of the plan when ``target``'s row of the target table runs it: its
@@ -87,5 +90,5 @@ def read_plan(document: str | Path | Loaded, fmt: str) -> Plan:
               for layer, record in zip(costs.model.layers, records)]
     model = Model(name=costs.model.name, setting=costs.model.setting, layers=layers)
     return Plan(loaded.schedule, model, costs.ranges, frozenset(costs.recomputed), frozenset(costs.selective),
-                costs.modules)
+                costs.modules, read_launch(loaded.data.get("launch"), loaded.where))
 

@@ -28,7 +28,8 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model, Setting
 from zbsolve.io.targets.export import Export, Request
-from zbsolve.io.targets.megatron.layout import megatron_layout
+from zbsolve.io.targets.megatron.launch import megatron_command
+from zbsolve.io.targets.megatron.layout import grouped_layout, megatron_layout
 from zbsolve.io.targets.megatron.overlap import COMBINED_FLAGS, combined_refusal
 from zbsolve.io.targets.plan import Plan, counted
 from zbsolve.io.targets.target import Target
@@ -151,7 +152,8 @@ SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--e
 
 def megatron_args(plan: Plan) -> list[str]:
     """Megatron's arguments for ``plan``: ``--pipeline-model-parallel-size`` p, ``--pipeline-model-parallel-layout``
-    (``layout.megatron_layout``), ``megatron_recompute``'s and, where the document has the setting
+    (``layout.megatron_layout`` in Megatron's grouped form, ``layout.grouped_layout``), ``megatron_recompute``'s
+    and, where the document has the setting
     the costs are for, ``megatron_setting``'s (the valued ones first, the flags that take no value last), with
     ``COMBINED_FLAGS`` before those flags where Megatron runs combined 1F1B (``combined_refusal`` is None, as
     ``megatron_order`` decides). Megatron places stage i on pipeline rank i % p, so any other placement (a V-shape,
@@ -163,7 +165,7 @@ def megatron_args(plan: Plan) -> list[str]:
     why = combined_refusal(plan.model, placement.num_devices, chunks, bool(plan.recomputed), plan.modules)
     if why is not None and plan.schedule.name == COMBINED:
         raise InputError(f"schedule {COMBINED}: Megatron runs combined 1F1B only where its conditions hold: {why}")
-    layout = megatron_layout(plan.model, plan.stages, placement.num_devices)
+    layout = grouped_layout(megatron_layout(plan.model, plan.stages, placement.num_devices))
     sizes, batch, switches = megatron_setting(plan.model.setting, plan.schedule.num_microbatches)
     return [*sizes[:2], "--pipeline-model-parallel-size", str(placement.num_devices), *sizes[2:], *batch,
             "--pipeline-model-parallel-layout", layout, *megatron_recompute(plan),
@@ -220,28 +222,40 @@ def megatron_notes(plan: Plan) -> list[str]:
         notes.append(f"--expert-model-parallel-size {setting.ep} with --expert-tensor-parallel-size 1 needs tp x cp x "
                      f"dp = {ranks} ranks per pipeline stage to be a multiple of {setting.ep} (megatron-core's "
                      "initialize_model_parallel refuses it otherwise)")
-    if setting.zero == 3:
-        notes.append("--use-megatron-fsdp: Megatron-LM checks Megatron FSDP's other arguments itself (validate_args "
-                     "in megatron/training/arguments.py, not megatron-core), e.g. the checkpoint format its examples "
-                     "save it with, --ckpt-format fsdp_dtensor: add what it asks for")
+    if setting.zero == 3 and plan.launch is None:
+        notes.append("--use-megatron-fsdp: Megatron-LM's validate_args (megatron/training/arguments.py l.690) asks "
+                     "for --ckpt-format fsdp_dtensor beside it, and for CUDA_DEVICE_MAX_CONNECTIONS other than 1")
     return notes
 
 
+def megatron_launch(plan: Plan) -> tuple[str, list[str]]:
+    """The line ``megatron_export`` prints and the lines for the user: where the document says what to launch
+    (``Plan.launch``), ``launch.megatron_command``'s ``torchrun ... pretrain_gpt.py`` command with every argument
+    and its notes (an ``InputError`` where Megatron-LM's rules refuse it: ``rules``); else ``megatron_args`` as
+    one shell line and ``megatron_notes``."""
+    args = megatron_args(plan)
+    setting = plan.model.setting
+    if plan.launch is None or setting is None:
+        return shlex.join(args), megatron_notes(plan)
+    command, notes = megatron_command(args, plan.launch, setting.seq_len)
+    return command, megatron_notes(plan)[1:] + notes
+
+
 def megatron_export(plan: Plan) -> str:
-    """``megatron_args`` as one shell line (the layout quoted)."""
-    return shlex.join(megatron_args(plan))
+    """Megatron's launch of ``plan`` (``megatron_launch``): the command, or the arguments as one shell line."""
+    return megatron_launch(plan)[0]
 
 
 def write_args(request: Request) -> tuple[list[Path], str]:
-    """The request's plan as ``megatron_export``'s line, written to its output where it has one, and
-    ``megatron_notes``'s lines to its ``note``; returns the file written (if any) and the line."""
+    """The request's plan as ``megatron_launch``'s line, written to its output where it has one, and its notes to
+    the request's ``note``; returns the file written (if any) and the line."""
     plan = request.plan()
-    text = megatron_export(plan)
+    text, notes = megatron_launch(plan)
     if request.output is not None:
         write_atomic(request.output, text + "\n")
     note = request.note
     if note is not None:
-        for line in megatron_notes(plan):
+        for line in notes:
             note(line)
     return ([] if request.output is None else [Path(request.output)]), text
 

@@ -207,3 +207,32 @@ def megatron_layout(model: Model, ranges: Sequence[Sequence[int]], num_devices: 
                              f"{s % num_devices}: Megatron keeps the MTP layers there")
         stages.append(("E" if s == 0 else "") + runs + ("L" if s == len(ranges) - 1 else ""))
     return "|".join(stages)
+
+
+def _stage_text(stage: str) -> str:
+    """One stage's symbols as ``megatron_layout`` writes them: each run of one symbol longer than 1 as ``x*n``."""
+    runs = [(m[0][0], len(m[0])) for m in re.finditer(r"(.)\1*", stage)]
+    return "".join(symbol if n == 1 else f"{symbol}*{n}" for symbol, n in runs)
+
+
+def grouped_layout(text: str) -> str:
+    """The shortest layout string Megatron parses to the same stages as ``text`` with each stage written as
+    ``megatron_layout`` writes it (``_stage_text``: ``t*2``): repeated runs of stages grouped as ``(...|)*n``
+    (``"Et|t*2|t*2|t*2|tL"`` -> ``"Et|(t*2|)*3tL"``).
+
+    megatron-core 0.16.1's ``parse_str_to_list`` unrolls ``(...)*n`` (no nesting: ``[^)]+``) before ``x*n``, so a
+    group may hold ``x*n`` but no group; the last stage (the only one with L) is never in one. Among the
+    groupings of the stages, the shortest is found exactly (a stage count squared, times its divisors)."""
+    stages = parse_layout(text)
+    tokens = [_stage_text(stage) + "|" for stage in stages[:-1]]
+    best: list[str] = [""]
+    for end in range(1, len(tokens) + 1):
+        choices = [best[end - 1] + tokens[end - 1]]
+        for start in range(end - 1):
+            span = end - start
+            for period in range(1, span // 2 + 1):
+                if span % period or tokens[start:end] != tokens[start:start + period] * (span // period):
+                    continue
+                choices.append(best[start] + f"({''.join(tokens[start:start + period])})*{span // period}")
+        best.append(min(choices, key=len))
+    return best[-1] + _stage_text(stages[-1])

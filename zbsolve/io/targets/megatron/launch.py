@@ -1,0 +1,63 @@
+"""The launch a Megatron export writes where the schedule document says what to launch (its "launch" section, which
+``zbsolve configure`` writes): one ``torchrun ... pretrain_gpt.py`` command with the model's arguments
+(``model_args``), the plan's, the overlap and optimizer flags the costs assumed, checked by Megatron-LM's rules
+(``rules``).
+
+torchrun's flags are torch's (``torch/distributed/run.py``: ``--nproc-per-node``, ``--nnodes``, ``--node-rank``,
+``--master-addr``, ``--master-port``); Megatron-LM's entry point is ``pretrain_gpt.py`` at its root (tag
+core_v0.16.1).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from zbsolve.io.targets.launch import Launch
+from zbsolve.io.targets.megatron.model_args import model_arguments
+from zbsolve.io.targets.megatron.rules import Command, check_rules, connections_refusal, parse_flags
+
+RENDEZVOUS = ("--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT")
+"""torchrun's rendezvous flags, left to the user's shell (one value per node for the rank)."""
+USER_ARGS = ("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "$TOKENIZER_MODEL",
+             "--data-path", "$DATA_PATH", "--train-iters", "$TRAIN_ITERS", "--lr", "$LR")
+"""What the costs do not decide and a run needs: the tokenizer, the data, the steps and the learning rate."""
+
+
+def _token(arg: str) -> str:
+    """One argument for the shell: a ``$NAME`` left for the shell to expand, anything else quoted."""
+    return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
+
+
+def launch_args(args: Sequence[str], launch: Launch, seq_len: int, fsdp: bool) -> list[str]:
+    """``pretrain_gpt.py``'s arguments: the model's, the plan's ``args``, the switches, Megatron FSDP's checkpoint
+    format (``--ckpt-format fsdp_dtensor``, which ``validate_args`` asks for) and ``USER_ARGS``."""
+    switches = [f"--{flag.replace('_', '-')}" for flag in launch.switches]
+    if "--tp-comm-overlap" in switches and "--sequence-parallel" not in args:
+        switches.remove("--tp-comm-overlap")  # tp = 1: no tensor-parallel collective to hide
+    return [*model_arguments(launch.config, seq_len), *args, *switches,
+            *(["--ckpt-format", "fsdp_dtensor"] if fsdp else []), *USER_ARGS]
+
+
+def environment(args: Sequence[str], launch: Launch) -> dict[str, str]:
+    """The environment the command sets: CUDA_DEVICE_MAX_CONNECTIONS=1 where ``validate_args`` asks for it
+    (tensor or context parallelism before compute capability 10, without Megatron FSDP or the MoE overlap)."""
+    probe = Command(parse_flags(args), {}, launch.gpu)
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if connections_refusal(probe) is not None else {}
+
+
+def megatron_command(args: Sequence[str], launch: Launch, seq_len: int) -> tuple[str, list[str]]:
+    """The ``torchrun ... pretrain_gpt.py`` command of the plan's ``args`` under ``launch``, and the lines for the
+    user (the rules' warnings, the rendezvous and what to fill in); an ``InputError`` where a rule refuses it."""
+    fsdp = "--use-megatron-fsdp" in args
+    full = launch_args(args, launch, seq_len, fsdp)
+    env = environment(full, launch)
+    nodes = -(-launch.gpus // launch.gpus_per_node)
+    per_node = min(launch.gpus, launch.gpus_per_node)
+    notes = check_rules(full, {**env, "WORLD_SIZE": str(launch.gpus)}, launch.gpu)
+    words = [*(f"{key}={value}" for key, value in env.items()), "torchrun", "--nproc-per-node", str(per_node),
+             "--nnodes", str(nodes), *RENDEZVOUS, "pretrain_gpt.py", *full]
+    notes.append(f"run it on each of the {nodes} node(s) from Megatron-LM's root with NODE_RANK (0 to {nodes - 1}), "
+                 "MASTER_ADDR and MASTER_PORT (node 0's) set, and TOKENIZER_MODEL, DATA_PATH, TRAIN_ITERS and LR "
+                 "(the run's tokenizer, data, steps and learning rate, which the costs do not decide)")
+    return " ".join(_token(word) if not word.startswith("CUDA_") else word for word in words), notes
