@@ -29,14 +29,16 @@ def _token(arg: str) -> str:
     return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
 
 
-def launch_args(args: Sequence[str], launch: Launch, seq_len: int, fsdp: bool) -> list[str]:
-    """``pretrain_gpt.py``'s arguments: the model's, the plan's ``args``, the switches, Megatron FSDP's checkpoint
-    format (``--ckpt-format fsdp_dtensor``, which ``validate_args`` asks for) and ``USER_ARGS``."""
+def launch_args(args: Sequence[str], launch: Launch, seq_len: int) -> list[str]:
+    """``pretrain_gpt.py``'s arguments: the model's, the plan's ``args``, the switches the costs assumed (those
+    that apply: no AsyncTP overlap without tensor parallelism, no parameter gather without the distributed
+    optimizer) and ``USER_ARGS``."""
     switches = [f"--{flag.replace('_', '-')}" for flag in launch.switches]
     if "--tp-comm-overlap" in switches and "--sequence-parallel" not in args:
         switches.remove("--tp-comm-overlap")  # tp = 1: no tensor-parallel collective to hide
-    return [*model_arguments(launch.config, seq_len), *args, *switches,
-            *(["--ckpt-format", "fsdp_dtensor"] if fsdp else []), *USER_ARGS]
+    if "--overlap-param-gather" in switches and "--use-distributed-optimizer" not in args:
+        switches.remove("--overlap-param-gather")  # ZeRO-0: no parameter all-gather to overlap
+    return [*model_arguments(launch.config, seq_len), *args, *switches, *USER_ARGS]
 
 
 def environment(args: Sequence[str], launch: Launch) -> dict[str, str]:
@@ -49,8 +51,7 @@ def environment(args: Sequence[str], launch: Launch) -> dict[str, str]:
 def megatron_command(args: Sequence[str], launch: Launch, seq_len: int) -> tuple[str, list[str]]:
     """The ``torchrun ... pretrain_gpt.py`` command of the plan's ``args`` under ``launch``, and the lines for the
     user (the rules' warnings, the rendezvous and what to fill in); an ``InputError`` where a rule refuses it."""
-    fsdp = "--use-megatron-fsdp" in args
-    full = launch_args(args, launch, seq_len, fsdp)
+    full = launch_args(args, launch, seq_len)
     env = environment(full, launch)
     nodes = -(-launch.gpus // launch.gpus_per_node)
     per_node = min(launch.gpus, launch.gpus_per_node)
