@@ -358,9 +358,11 @@ def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_pa
     assert done.exit_code == 0, done.output
     assert "configurations timed" in (tmp_path / "chart.svg").read_text()
     assert "why it" in done.output and " enumerated: " in done.output
-    assert "chosen: zbsolve predict " in done.output and "Megatron: --tensor-model-parallel-size" in done.output
+    assert "chosen: zbsolve predict " in done.output and "torchrun --nproc-per-node" in done.output
+    assert json.loads((tmp_path / "plan.json").read_text())["launch"]["gpus"] > 0  # what to launch travels along
     assert json.loads((tmp_path / "plan.json").read_text())["plan"]["target"] == "megatron"
-    assert "--pipeline-model-parallel-layout" in (tmp_path / "args.txt").read_text()
+    assert {"--pipeline-model-parallel-layout", "pretrain_gpt.py", "--num-layers"} <= set(
+        shlex.split((tmp_path / "args.txt").read_text()))
     listed = _cli("--top", 3, "--refine", 0, "--json", monkeypatch=monkeypatch)
     assert listed.exit_code == 0, listed.output
     summary = json.loads(listed.output)

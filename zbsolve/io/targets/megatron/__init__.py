@@ -144,7 +144,8 @@ DISPATCHER_FLAGS = {"alltoall": ["--moe-token-dispatcher-type", "alltoall"],
 its alltoall dispatcher, or its flex dispatcher with DeepEP (megatron-core's default, allgather, is not modelled)."""
 SETTING_FLAGS = ("--tensor-model-parallel-size", "--context-parallel-size", "--expert-model-parallel-size",
                  "--expert-tensor-parallel-size", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend",
-                 "--seq-length", "--micro-batch-size", "--global-batch-size", "--data-parallel-sharding-strategy", "--ckpt-format",
+                 "--seq-length", "--micro-batch-size", "--global-batch-size", "--data-parallel-sharding-strategy",
+                 "--ckpt-format",
                  "--fp8-format", "--fp8-recipe", "--bf16", "--fp16", "--sequence-parallel",
                  "--use-distributed-optimizer", "--use-megatron-fsdp")
 """The arguments ``megatron_args`` takes from the plan's setting ("partition.setting")."""
@@ -175,8 +176,8 @@ def megatron_args(plan: Plan) -> list[str]:
 def megatron_setting(setting: Setting | None, num_microbatches: int) -> tuple[list[str], list[str], list[str]]:
     """The arguments of ``setting`` for a step of ``num_microbatches``: the parallel sizes (tensor, context, expert
     with experts whole, ``--expert-tensor-parallel-size 1``, and the token dispatcher, ``DISPATCHER_FLAGS``, for a
-    model with experts, and ``--data-parallel-sharding-strategy optim_grads_params`` with ``--ckpt-format fsdp_dtensor``, which
-    Megatron-LM's ``validate_args`` asks of Megatron FSDP, for ZeRO-3), the batch
+    model with experts, and ``--data-parallel-sharding-strategy optim_grads_params`` with ``--ckpt-format
+    fsdp_dtensor``, which Megatron-LM's ``validate_args`` asks of Megatron FSDP, for ZeRO-3), the batch
     (``--seq-length``, ``--micro-batch-size``, ``--global-batch-size`` = micro-batch size x microbatches x dp, then
     the dtype's valued arguments: ``DTYPE_FLAGS``) and the flags (``--bf16``/``--fp16``, ``--sequence-parallel``
     where tp > 1: the cost model divides every activation over the tensor-parallel group,
