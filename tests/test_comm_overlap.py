@@ -7,17 +7,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from conftest import ROOT
+
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration, configured_model
 from zbsolve.costmodel import moe
-from zbsolve.costmodel.communication import collectives
+from zbsolve.costmodel.communication import bandwidth, collectives
+from zbsolve.costmodel.constants import P2P_LATENCY
 from zbsolve.costmodel.estimate import estimate
-from zbsolve.costmodel.layer_costs import LayerCosts, hiding
 from zbsolve.costmodel.gpus import GPUS, get_gpu
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.kernels import Matmul
+from zbsolve.costmodel.layer_costs import LayerCosts, hiding
 from zbsolve.costmodel.model import Interference
 
 MIXTRAL = {"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -86,10 +87,11 @@ def test_the_estimate_sends_both_parts_at_once():
     two_a_node = dataclasses.replace(H100, gpus_per_node=2)
     nvlink, network = moe.all_to_all_bytes(32, architecture(V3), 2, 8, 2, "flex")
     block = estimate(V3, gpu=two_a_node, seq_len=16, microbatch_size=2, ep=8, dispatcher="flex").layers[2]
-    once = max(nvlink / two_a_node.nvlink_bytes_per_s, network / two_a_node.network_bytes_per_s) + 10e-6
+    once = (max(nvlink / bandwidth(two_a_node, "nvlink"), network / two_a_node.network_bytes_per_s)
+            + P2P_LATENCY["network"])
     assert block.comm_f == pytest.approx(2 * once, rel=1e-12)
     every = estimate(V3, gpu=two_a_node, seq_len=16, microbatch_size=2, ep=8, dispatcher="flex", a2a_link="network")
-    assert every.layers[2].comm_f == pytest.approx(2 * ((nvlink + network) / 50e9 + 10e-6), rel=1e-12)
+    assert every.layers[2].comm_f == pytest.approx(2 * ((nvlink + network) / 50e9 + P2P_LATENCY["network"]), rel=1e-12)
     with pytest.raises(InputError, match="dispatcher = 'deepep': should be one of alltoall, flex"):
         estimate(V3, seq_len=16, microbatch_size=2, ep=8, dispatcher="deepep")
 
@@ -149,7 +151,7 @@ def test_stages_on_different_nodes_take_the_network(gpus, pp, link):
     c = Configuration(config=ROOT / "problems/models/configs/llama3-8b.json", gpu="h100", dtype="bf16", seq_len=1024,
                       microbatch_size=1, global_batch=gpus, gpus=gpus, tp=1, pp=pp)
     model = configured_model(c, gpus // pp)
-    assert (model.link.name, model.link.bytes_per_s) == (link, H100.link(link))
+    assert (model.link.name, model.link.bytes_per_s) == (link, bandwidth(H100, link))
 
 
 def test_predict_passes_the_flag_to_the_estimate():

@@ -11,18 +11,31 @@ import re
 import shlex
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
-from conftest import ROOT
-from zbsolve.costmodel import counting
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel.estimate import (FP8_WEIGHT_BYTES, count_parameters, estimate,
-                                              reference_flops_per_token, saving_windows)
-from zbsolve.costmodel.constants import KERNEL_GAP, KERNEL_LAUNCH, P2P_LATENCY
+from zbsolve.costmodel import counting
+from zbsolve.costmodel.constants import (
+    KERNEL_GAP,
+    KERNEL_LAUNCH,
+    NCCL_BASE_LATENCY,
+    NCCL_NVLINK_HOP,
+    NCCL_NVLINK_SHARE,
+    NCCL_PROTOCOL_SHARE,
+    P2P_LATENCY,
+)
+from zbsolve.costmodel.estimate import (
+    FP8_WEIGHT_BYTES,
+    count_parameters,
+    estimate,
+    reference_flops_per_token,
+    saving_windows,
+)
 from zbsolve.costmodel.gpus import GPUS
-from zbsolve.costmodel.kernels import Kernels, Matmul
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
+from zbsolve.costmodel.kernels import Kernels, Matmul
 from zbsolve.costmodel.model import Model
 from zbsolve.problem.partition import partition, stage_profile
 
@@ -122,8 +135,9 @@ def test_times_static_and_comm_by_hand():
     assert [layer.static_bytes for layer in model.layers] == [102400, 591872, 591872, 1024, 102400]
     # ZeRO-1 over 4 replicas: 2 + 2 + 12/4 = 7 bytes a parameter.
     assert tiny(zero=1, dp=4).layers[1].static_bytes == 36992 * 7
-    # Between stages: 4096 bytes over NVLink (450 GB/s a direction) plus the latency.
-    assert stage_profile(model, partition(model, 2)).t_comm == pytest.approx(4096 / 450e9 + P2P_LATENCY)
+    # Between stages: 4096 bytes over NVLink (450 GB/s a direction, as NCCL drives it) plus the latency.
+    assert stage_profile(model, partition(model, 2)).t_comm == pytest.approx(
+        4096 / (450e9 * NCCL_NVLINK_SHARE) + P2P_LATENCY["nvlink"])
 
 
 def test_kernel_times_by_hand():
@@ -181,8 +195,10 @@ def test_tensor_parallel_by_hand():
     assert (block.mem_f, block.out_bytes) == (53248 // 2, 4096 // 2)
     # Matmul weights and biases split, the two norms replicated: 36864 / 2 + 128 parameters.
     assert block.static_bytes == (36864 // 2 + 128) * 16
-    # Each collective moves (t - 1) / t of the 4096-byte activation over NVLink: four in F and B, two in W.
-    collective = 4096 / 2 / 450e9 + P2P_LATENCY
+    # Each collective moves (t - 1) / t of the 4096-byte activation over NVLink: four in F and B, two in W; so
+    # small a message goes at NCCL's LL protocol (half the bandwidth, the least latency), one ring step.
+    collective = (NCCL_BASE_LATENCY["LL"] + NCCL_NVLINK_HOP["LL"]
+                  + 4096 / 2 / (450e9 * NCCL_NVLINK_SHARE * NCCL_PROTOCOL_SHARE["LL"]))
     assert (block.t_f, block.t_b, block.t_w) == pytest.approx(
         (BLOCK_FLOPS[0] / 2 / PEAK + 4 * collective, BLOCK_FLOPS[1] / 2 / PEAK + 4 * collective,
          BLOCK_FLOPS[2] / 2 / PEAK + 2 * collective), rel=1e-12)

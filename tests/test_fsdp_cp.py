@@ -8,8 +8,8 @@ import pytest
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import sequential
-from zbsolve.costmodel import context
-from zbsolve.costmodel.constants import COLLECTIVE_INTERFERENCE, COMPUTE_INTERFERENCE, P2P_LATENCY
+from zbsolve.costmodel import context, nccl
+from zbsolve.costmodel.constants import COLLECTIVE_INTERFERENCE, COMPUTE_INTERFERENCE, NCCL_NVLINK_SHARE, P2P_LATENCY
 from zbsolve.costmodel.estimate import count_parameters, estimate
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture, attended_pairs
@@ -55,12 +55,12 @@ def test_fsdp_under_pipeline_parallelism_holds_every_layer_of_its_stages_gathere
 
 
 def test_fsdp_adds_only_what_of_a_layer_s_transfers_outlasts_its_pass():
-    """16 replicas of one GPU each span two nodes: a block's 2-byte parameters cross the network, an all-gather
-    before F and before B, a reduce-scatter after W; overlapped with the pass, the longer of the two counts, the
-    transfer COLLECTIVE_INTERFERENCE slower beside the pass and the pass losing COMPUTE_INTERFERENCE a second of
-    their overlap."""
+    """16 replicas of one GPU each span two nodes: a block's 2-byte parameters cross the network (NCCL's ring over
+    8 ranks a node), an all-gather before F and before B, a reduce-scatter after W; overlapped with the pass, the
+    longer of the two counts, the transfer COLLECTIVE_INTERFERENCE slower beside the pass and the pass losing
+    COMPUTE_INTERFERENCE a second of their overlap."""
     sharded, fsdp = tiny(dp=16, zero=1), tiny(dp=16, zero=3)
-    move = (15 / 16 * BLOCK * 2 / NETWORK + P2P_LATENCY) * (1 + COLLECTIVE_INTERFERENCE)
+    move = nccl.ring(BLOCK * 2, 16, min(8 * NETWORK, 450e9 * NCCL_NVLINK_SHARE), 8) * (1 + COLLECTIVE_INTERFERENCE)
 
     def beside(t: float) -> float:
         return max(t + COMPUTE_INTERFERENCE * min(t, move), move)
@@ -80,7 +80,7 @@ def test_context_parallelism_halves_a_block_s_compute_and_activations_but_not_th
     assert split.flops_per_token() == pytest.approx(whole.flops_per_token())
     # one step of the ring passes the device's 16 tokens' K and V (2 x 32 x 2 bytes each) over NVLink, beside
     # half of the device's attention core (F: 4 x 64 FLOPs a pair, half of the microbatch's pairs, at sequence 8)
-    exchange = 16 * 2 * 32 * 2 / 450e9 + P2P_LATENCY
+    exchange = 16 * 2 * 32 * 2 / (450e9 * NCCL_NVLINK_SHARE) + P2P_LATENCY["nvlink"]
     attention = Kernels(GPUS["h100"], "bf16").attention(4 * 64 * B * attended_pairs(S, None) // 2, 16, S // 2, True)
     exposed = (max(0.0, exchange - attention[0] / 2), max(0.0, 2 * exchange - attention[1] / 2))
     assert b.t_f == pytest.approx(a.t_f / 2 + exposed[0]) and b.t_b == pytest.approx(a.t_b / 2 + exposed[1])

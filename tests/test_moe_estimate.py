@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel import counting
-from zbsolve.costmodel.constants import P2P_LATENCY
+from zbsolve.costmodel.constants import NCCL_NVLINK_SHARE, P2P_LATENCY
 from zbsolve.costmodel.estimate import count_parameters, estimate, reference_flops_per_token
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.hf_config import architecture
@@ -161,7 +161,8 @@ def test_all_to_all_by_hand():
     the copies within the node over NVLink and the others over the network at once; or every byte over the link
     named; t_f and t_b include them."""
     sent = N * 2 * 64 * 2 * 3 // 4  # 32 tokens, top-2, h = 64, bf16; ep = 4 keeps a quarter
-    nvlink, network = sent / 450e9 + P2P_LATENCY, sent / 50e9 + P2P_LATENCY
+    fast = 450e9 * NCCL_NVLINK_SHARE  # NVLink as NCCL drives it
+    nvlink, network = sent / fast + P2P_LATENCY["nvlink"], sent / 50e9 + P2P_LATENCY["network"]
     block = small(MIXTRAL, ep=4, efficiency=0.4).layers[1]
     assert (block.comm_f, block.comm_b) == pytest.approx((2 * nvlink, 2 * nvlink), rel=1e-12)
     assert (block.t_f, block.t_b, block.t_w) == pytest.approx(
@@ -169,13 +170,13 @@ def test_all_to_all_by_hand():
         rel=1e-12)
     two_a_node = dataclasses.replace(H100, gpus_per_node=2)
     # Two a node: of 4 devices' copies a quarter stays, a quarter goes over NVLink and a half over the network.
-    off_node = sent * 2 // 3 / 50e9 + P2P_LATENCY
+    off_node = sent * 2 // 3 / 50e9 + P2P_LATENCY["network"]
     assert small(MIXTRAL, ep=4, gpu=two_a_node).layers[1].comm_f == pytest.approx(2 * off_node, rel=1e-12)
     assert small(MIXTRAL, ep=4, a2a_link="network").layers[1].comm_f == pytest.approx(2 * network, rel=1e-12)
     assert (small(MIXTRAL, ep=4, gpu=two_a_node, a2a_link="nvlink").layers[1].comm_f
             == pytest.approx(2 * nvlink, rel=1e-12))
     # Under tp = 2 a device dispatches its half of the tokens (sequence parallelism).
-    assert small(MIXTRAL, ep=4, tp=2).layers[1].comm_f == pytest.approx(2 * (sent / 2 / 450e9 + P2P_LATENCY))
+    assert small(MIXTRAL, ep=4, tp=2).layers[1].comm_f == pytest.approx(2 * (sent / 2 / fast + P2P_LATENCY["nvlink"]))
 
 
 def test_layer_comm_is_part_of_its_time():

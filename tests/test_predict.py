@@ -12,6 +12,7 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.core.placement import make_placement
+from zbsolve.costmodel import nccl
 from zbsolve.costmodel.model import Interference, Link, StepEnd
 from zbsolve.costmodel.step_tail import OPTIMIZER_STEP_BYTES, Window, device_params, device_tail, device_tails, exposed
 from zbsolve.problem.costs import model_costs
@@ -24,6 +25,17 @@ ARGS = [CONFIG, "--gpu", "h100", "--seq-len", "512", "--microbatch-size", "1", "
         "--tp", "2", "--pp", "4", "--vp", "2"]
 LINK = Link(name="network", bytes_per_s=50e9, latency_s=1e-5)
 P = 10**9
+"""25 buckets of 40e6 parameters, each its own collective (NCCL's ring over the 4 replicas of one node)."""
+
+
+def rs(params: float) -> float:
+    """A reduce-scatter or all-gather of ``params`` 2-byte parameters over LINK's 4 ranks."""
+    return nccl.ring(params * 2, 4, 50e9)
+
+
+def ar(params: float) -> float:
+    """An all-reduce so."""
+    return nccl.ring(params * 2, 4, 50e9, factor=2)
 
 
 def step_end(**kw) -> StepEnd:
@@ -37,16 +49,16 @@ def test_one_replica_leaves_the_optimizer_step_alone():
 
 def test_ddp_all_reduces_every_gradient_after_the_last_pass_without_overlap():
     tail = device_tail(P, step_end())
-    assert tail.sync == pytest.approx(2 * 3 / 4 * P * 2 / 50e9 + 1e-5)
+    assert tail.sync == pytest.approx(25 * ar(40e6))
     long = device_tail(P, step_end(overlap_grad_reduce=True), Window(1.0, 1.0))  # the backward outlasts it
-    assert long.sync == pytest.approx(2 * 3 / 4 * 40e6 * 2 / 50e9 + 1e-5)
+    assert long.sync == pytest.approx(ar(40e6))
     assert long.optimizer == tail.optimizer
 
 
 def test_the_overlapped_reduction_shows_what_outlasts_the_backward_left():
     """The reduction hides behind the backward still to run: the shorter it is, the more shows, down to all of
     it with none, and at least the last bucket however long."""
-    whole = 2 * 3 / 4 * P * 2 / 50e9 + 1e-5
+    whole = 25 * ar(40e6)
     syncs = [device_tail(P, step_end(overlap_grad_reduce=True), Window(0.0, b)).sync for b in (0.0, 0.02, 0.05)]
     assert syncs[0] == pytest.approx(whole) and syncs == sorted(syncs, reverse=True)
     assert syncs[1] == pytest.approx(whole - 0.02)
@@ -55,19 +67,19 @@ def test_the_overlapped_reduction_shows_what_outlasts_the_backward_left():
 
 def test_the_overlapped_gather_hides_behind_the_forward_alone():
     step = step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True)
-    gather = 3 / 4 * P * 2 / 50e9 + 1e-5
+    gather = 25 * rs(40e6)
     backward_only = device_tail(P, step, Window(0.0, 1.0))
-    assert backward_only.sync == pytest.approx(3 / 4 * 40e6 * 2 / 50e9 + 1e-5 + gather)
+    assert backward_only.sync == pytest.approx(rs(40e6) + gather)
     both = device_tail(P, step, Window(1.0, 1.0))
-    assert both.sync == pytest.approx(2 * (3 / 4 * 40e6 * 2 / 50e9 + 1e-5))
+    assert both.sync == pytest.approx(2 * (rs(40e6)))
 
 
 def test_the_distributed_optimizer_shards_the_step_and_gathers_the_parameters():
     plain, sharded = device_tail(P, step_end()), device_tail(P, step_end(zero=1))
     assert sharded.optimizer == pytest.approx(plain.optimizer / 4)
-    assert sharded.sync == pytest.approx(2 * (3 / 4 * P * 2 / 50e9 + 1e-5))  # reduce-scatter, then all-gather
+    assert sharded.sync == pytest.approx(2 * (25 * rs(40e6)))  # reduce-scatter, then all-gather
     both = device_tail(P, step_end(zero=1, overlap_grad_reduce=True, overlap_param_gather=True), Window(1.0, 1.0))
-    assert both.sync == pytest.approx(2 * (3 / 4 * 40e6 * 2 / 50e9 + 1e-5))
+    assert both.sync == pytest.approx(2 * (rs(40e6)))
     assert device_tail(P, step_end(zero=3)).sync == pytest.approx(both.sync)  # FSDP's passes hide the rest
 
 
@@ -170,7 +182,7 @@ def test_the_overlapped_synchronisation_slows_the_backward_beside_it():
     """Beside the backward, the reduction runs slower and the backward loses time while they overlap: the tail
     counts the loss apart, and a bound's tail leaves it out."""
     felt = Interference(compute=0.2, collective=0.3)
-    whole = 2 * 3 / 4 * P * 2 / 50e9 + 1e-5
+    whole = 25 * ar(40e6)
     tail = device_tail(P, step_end(overlap_grad_reduce=True, interference=felt), Window(0.0, 0.02))
     assert tail.sync == pytest.approx(whole * 1.3 - 0.02) and tail.slowed == pytest.approx(0.2 * 0.02)
     assert tail.unslowed == pytest.approx(tail.sync + tail.optimizer)

@@ -131,9 +131,44 @@ ALLOCATOR_FRAGMENTATION = _define("ALLOCATOR_FRAGMENTATION", 0.0, "share of the 
 DEFAULT_RESERVE = _define("DEFAULT_RESERVE", 4 * GIB, "bytes", "an assumption",
                           "kept free on every device by zbsolve plan (predict and configure count the runtime's "
                           "terms instead: costmodel.runtime_memory)")
-P2P_LATENCY = _define("P2P_LATENCY", 10e-6, "s",
-                      "an assumption (NCCL's latency between two GPUs is a few to tens of microseconds)",
-                      "added to every point-to-point transfer and collective")
+NCCL = "NCCL 2.27.7 src/graph/tuning.cc"
+"""The runtime source NCCL's tuning model (``zbsolve.costmodel.nccl``) is read from."""
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+"""NCCL's protocols, in its tables' order."""
+NCCL_BASE_LATENCY = _define("NCCL_BASE_LATENCY", {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}, "s",
+                            NCCL + " baseLat (Ring)",
+                            "what a ring collective takes by protocol before its steps (``nccl.ring``)")
+NCCL_NVLINK_HOP = _define("NCCL_NVLINK_HOP", {"LL": 0.6e-6, "LL128": 1.9e-6, "Simple": 3.4e-6}, "s",
+                          NCCL + " hwLat[NVLINK] (Ring)", "latency a ring step within a node adds, by protocol")
+NCCL_NETWORK_HOP = _define("NCCL_NETWORK_HOP", {"LL": 2.7e-6, "LL128": 4.0e-6, "Simple": 14.0e-6}, "s",
+                           NCCL + " hwLat[NET] (Ring; latencyInter 0, as NCCL's IB transport reports it)",
+                           "latency a ring step between nodes adds, by protocol, where a node holds more than one "
+                           "rank of the group")
+NCCL_NETWORK_HOP_ALONE = _define("NCCL_NETWORK_HOP_ALONE", {"LL": 5.0e-6, "LL128": 8.5e-6, "Simple": 14.0e-6}, "s",
+                                 NCCL + " hwLat[NET] (Tree), which the ring takes with one rank per node",
+                                 "latency a ring step between nodes adds where a node holds one rank of the group")
+NCCL_NET_OVERHEAD = _define("NCCL_NET_OVERHEAD", {"LL": 1.0e-6, "LL128": 1.0e-6, "Simple": 3.0e-6}, "s",
+                            NCCL + " getNetOverhead (1 us on x86, 3x under Simple)",
+                            "the least a ring step within a node adds where the ring spans nodes")
+NCCL_PROTOCOL_SHARE = _define("NCCL_PROTOCOL_SHARE", {"LL": 0.5, "LL128": 0.92, "Simple": 1.0},
+                              "share of the bus bandwidth", NCCL + " ncclTopoTuneModel (Ring LL: x 0.5; "
+                              "LL128: x 0.92, x 0.7 with one rank per node)",
+                              "bandwidth each protocol reaches; NCCL picks the protocol of the least time, so small "
+                              "messages go latency-bound at LL's and large ones at Simple's bandwidth")
+NCCL_LL128_ALONE = _define("NCCL_LL128_ALONE", 0.7, "share of the bus bandwidth", NCCL + " ncclTopoTuneModel",
+                           "LL128's share where a node holds one rank of the group")
+NCCL_RING_PLATEAU = _define("NCCL_RING_PLATEAU", 1.4, "times the latency", NCCL + " ncclTopoGetAlgoTime",
+                            "a ring all-reduce's Simple latency across nodes (from compute capability 8.0)")
+NCCL_NVLINK_SHARE = _define("NCCL_NVLINK_SHARE", 20.6 / 25, "share of the NVLink bandwidth",
+                            "NCCL 2.27.7 src/graph/topo.h SM90_NVLINK_BW 20.6 GB/s of NVLink 4's 25 GB/s per link "
+                            "and direction (SM80 20 of 25, SM100 40.1 of 50: 0.80)",
+                            "what NCCL drives NVLink at: every transfer and collective within a node")
+P2P_LATENCY = _define("P2P_LATENCY", {"nvlink": NCCL_BASE_LATENCY["Simple"] + NCCL_NVLINK_HOP["Simple"],
+                                      "network": NCCL_BASE_LATENCY["Simple"] + NCCL_NETWORK_HOP["Simple"]}, "s",
+                      NCCL + ": one Simple ring step, baseLat + hwLat (NCCL's point-to-point sends take the Simple "
+                      "protocol and its model gives them no table of their own)",
+                      "added to every point-to-point transfer by link: a stage's send, a context-parallel ring "
+                      "step, an expert all-to-all")
 KERNEL_LAUNCH = _define("KERNEL_LAUNCH", 5e-6, "s",
                         "CUDA's launch path through the driver, 4-6 microseconds a kernel (pegainfer, From Launch "
                         "Overhead to CUDA Graph, 2025; NVIDIA Technical Blog, Getting Started with CUDA Graphs, 2019: "

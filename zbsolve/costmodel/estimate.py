@@ -179,7 +179,7 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
                             moe.sorts(setup.dispatcher, arch.experts.routed // setup.ep)))
     exchange = expert_exchange(device, arch, -(-tokens // tp), e, setup.ep, setup.a2a_link, setup.dispatcher)
     timing = Timing(device, setup.efficiency, tp_collective(device, arch, tokens, e, tp), exchange,
-                    setup.tp_comm_overlap, group_link(device, tp * setup.replicas) if zero == 3 else None,
+                    setup.tp_comm_overlap, group_link(device, setup.replicas, tp) if zero == 3 else None,
                     setup.replicas, (WEIGHT_BYTES, GRAD_BYTES))
     fp8, torchao = setup.dtype == "fp8", setup.runtime == "torchtitan"
     memory = Memory(WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, FP8_WEIGHT_BYTES if fp8 and not torchao else 0,
@@ -191,7 +191,7 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
 def _step_end(setup: Setup) -> StepEnd:
     """How a step of ``setup`` ends: its data-parallel synchronisation over its group's link, and the optimizer."""
     replicas = setup.replicas
-    return StepEnd(dp=replicas, zero=setup.zero_stage, link=group_link(setup.device, setup.tp * replicas),
+    return StepEnd(dp=replicas, zero=setup.zero_stage, link=group_link(setup.device, replicas, setup.tp),
                    hbm_bytes_per_s=setup.device.hbm_bytes_per_s, overlap_grad_reduce=setup.overlap_grad_reduce,
                    overlap_param_gather=setup.overlap_param_gather,
                    bucket_params=max(BUCKET_PARAMS[0], BUCKET_PARAMS[1] * replicas),

@@ -17,6 +17,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import write_atomic
 from zbsolve.base.inputs import InputModel
 from zbsolve.base.kinds import MODEL
+from zbsolve.costmodel import nccl
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A non-negative, finite duration in seconds."""
@@ -171,7 +172,8 @@ class Layer(InputModel):
 
 
 class Link(InputModel):
-    """The link between consecutive stages: a transfer of n bytes takes n / bytes_per_s + latency_s."""
+    """A link: a point-to-point transfer of n bytes takes n / bytes_per_s + latency_s, a collective NCCL's ring
+    (``collective``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     what: ClassVar[str] = "link"
@@ -179,21 +181,24 @@ class Link(InputModel):
     name: str = ""
     """What the link is, e.g. "nvlink" or "network"."""
     bytes_per_s: float = Field(gt=0, allow_inf_nan=False)
-    """Bandwidth per direction, bytes/s."""
+    """Bandwidth per direction, bytes/s: a collective's bus bandwidth."""
     latency_s: Seconds = 0.0
-    """Seconds added to every transfer."""
+    """Seconds added to every point-to-point transfer."""
+    ranks_per_node: Optional[PositiveInt] = None
+    """Ranks of a collective's group that share a node, where the group spans nodes (None: one node holds them
+    all)."""
 
-    def time(self, num_bytes: int) -> float:
+    def time(self, num_bytes: float) -> float:
         """Seconds to send ``num_bytes``."""
         return num_bytes / self.bytes_per_s + self.latency_s
 
     def collective(self, num_bytes: float, ranks: int, factor: int = 1) -> float:
-        """Seconds of a ring reduce-scatter or all-gather (``factor`` 2: an all-reduce) of ``num_bytes`` a rank over
-        ``ranks`` ranks on this link: (r - 1) / r of the bytes a rank (NCCL's ring algorithms, its performance
-        notes' "algorithm bandwidth") plus the latency; 0 for one rank or no bytes."""
+        """Seconds of a ring reduce-scatter or all-gather (``factor`` 2: an all-reduce) of a ``num_bytes`` buffer
+        over ``ranks`` ranks on this link, as NCCL's tuning model times it (``nccl.ring``: its latency per step
+        within and between nodes, the protocol of the least time); 0 for one rank or no bytes."""
         if ranks == 1 or num_bytes == 0:
             return 0.0
-        return factor * (ranks - 1) / ranks * num_bytes / self.bytes_per_s + self.latency_s
+        return nccl.ring(num_bytes, ranks, self.bytes_per_s, self.ranks_per_node, factor)
 
 
 class Interference(InputModel):

@@ -1,7 +1,8 @@
 """What a device's step runs after its last pass (its tail, ``core.objective``): the gradients' data-parallel
 synchronisation left exposed and the optimizer step, from the parameters the device holds and ``Model.step``.
 
-Collectives are NCCL's ring algorithms over the data-parallel group's link (``Link.collective``). The optimizer is
+Collectives are NCCL's ring algorithms over the data-parallel group's link (``Link.collective``), one a bucket
+(``bucketed``), each with its latency. The optimizer is
 Adam, memory-bound: a parameter of the device's shard reads and writes its fp32 states and reads its gradient and
 writes its weight (``OPTIMIZER_STEP_BYTES``), at the step's HBM bandwidth. What each runtime overlaps:
 
@@ -30,7 +31,7 @@ from typing import NamedTuple
 
 from zbsolve.core.placement import Placement
 from zbsolve.costmodel.constants import GRAD_BYTES, OPTIMIZER_STEP_BYTES, WEIGHT_BYTES
-from zbsolve.costmodel.model import NO_INTERFERENCE, Interference, Layer, Model, StepEnd
+from zbsolve.costmodel.model import NO_INTERFERENCE, Interference, Layer, Link, Model, StepEnd
 
 
 class Window(NamedTuple):
@@ -83,6 +84,14 @@ def beside(total: float, last: float, window: float, interference: Interference)
     return exposed(slow, last, window), interference.compute * min(window, slow)
 
 
+def bucketed(link: Link, params: int, bucket: int, element: int, dp: int, factor: int = 1) -> float:
+    """Seconds of a collective over ``dp`` ranks of ``params`` parameters of ``element`` bytes, sent bucket by bucket
+    (``bucket`` parameters each, the last what is left), each bucket its own collective with its own latency
+    (``Link.collective``)."""
+    full, rest = divmod(params, bucket) if bucket else (0, params)
+    return full * link.collective(bucket * element, dp, factor) + link.collective(rest * element, dp, factor)
+
+
 def device_tail(params: int, step: StepEnd, window: Window = NO_WINDOW) -> Tail:
     """The tail of a device holding ``params`` parameters (``Layer.params``) under ``step``, its overlapped
     transfers hidden by the work of ``window`` (``exposed``; FSDP's by its passes)."""
@@ -90,10 +99,10 @@ def device_tail(params: int, step: StepEnd, window: Window = NO_WINDOW) -> Tail:
     interference = step.interference or NO_INTERFERENCE
     bucket = min(params, step.bucket_params)
     factor = 1 if step.zero else 2
-    parts = [(link.collective(params * GRAD_BYTES, dp, factor), link.collective(bucket * GRAD_BYTES, dp, factor),
-              step.overlap_grad_reduce, window.backward)]
+    parts = [(bucketed(link, params, bucket, GRAD_BYTES, dp, factor),
+              link.collective(bucket * GRAD_BYTES, dp, factor), step.overlap_grad_reduce, window.backward)]
     if step.zero:
-        parts.append((link.collective(params * WEIGHT_BYTES, dp), link.collective(bucket * WEIGHT_BYTES, dp),
+        parts.append((bucketed(link, params, bucket, WEIGHT_BYTES, dp), link.collective(bucket * WEIGHT_BYTES, dp),
                       step.overlap_param_gather, window.forward))
     sync = slowed = 0.0
     for whole, one, overlap, work in parts:
