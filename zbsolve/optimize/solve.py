@@ -3,11 +3,12 @@
 The first schedule comes first, whatever the time limit: the placement's cheapest family to build that fits the
 memory limit, or one microbatch at a time (each built and simulated in linear time, so no solve returns a schedule
 worse than it). Its simulation is timed, and the time its step times and its document take is measured on it and
-kept before the deadline. The floor follows (the first of the placement's families that fits, the best of them),
-then the paper's heuristic and the V-shape greedy (the warm start is the best of them); a backend improves it; the
-result is always re-simulated, and never worse than the warm start.
+kept before the deadline. The floor follows, whatever the time left: every family of the placement that fits
+(``warm_start.floor``: each builds in a few simulations' time), so no solve returns a schedule worse than a family
+it can build. Then the paper's heuristic, the V-shape greedy and the periodic pattern (the warm start is the best of
+them all); a backend improves it; the result is always re-simulated, and never worse than the warm start.
 
-Every phase after the first schedule draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``,
+Every phase after the floor draws on one deadline, ``time.monotonic()`` at the call plus ``time_limit``,
 less the time kept for the step times and for writing the document. Each search phase's cost is estimated as a
 multiple of the first schedule's simulation (``COSTS``): a phase that does not fit in the time left is skipped,
 with a log line saying so, and the heuristic and the V-shape greedy stop trying variants in time for what follows
@@ -17,8 +18,8 @@ An interrupt (``KeyboardInterrupt``: Ctrl-C, or SIGTERM inside ``zbsolve.base.in
 in any phase after the first schedule exists returns the best schedule found so far, with ``interrupted`` set
 and a log line saying so; a signal while the problem is resolved and the first schedule built is answered once
 that schedule exists (it takes linear time), so only a ``KeyboardInterrupt`` raised there by code propagates.
-A time limit shorter than the first schedule, its step times and its document need on this machine (timed on a
-smaller problem first) is refused before anything is built.
+A time limit shorter than the first schedule, the families, its step times and its document need on this machine
+(timed on a smaller problem first) is refused before anything is built.
 """
 
 from __future__ import annotations
@@ -77,18 +78,17 @@ def _run_backend(solver: str, form: Formulation, order: list[list[int]], time_li
     return BACKENDS[solver](form, order, time_limit=time_limit, workers=workers, seed=seed, lower=lower, report=report)
 
 
-def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str]) -> None:
-    """Every phase after the first schedule (``tried``: the families tried for it) in turn; where F and B may run as
-    overlapped pairs (``best.overlap``), the phases without pairs keep ``OVERLAP_SHARE`` of the time for the pair
-    search that follows them."""
+def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
+    """Every search phase after the families in turn; where F and B may run as overlapped pairs (``best.overlap``),
+    the phases without pairs keep ``OVERLAP_SHARE`` of the time for the pair search that follows them."""
     objective = request.objective
     if not best.overlap:
-        _unpaired_phases(spec, request, budget, log, best, tried)
+        _unpaired_phases(spec, request, budget, log, best)
         return
     keep = OVERLAP_SHARE * budget.left()
     budget.deadline -= keep
     try:
-        _unpaired_phases(spec, request, budget, log, best, tried)
+        _unpaired_phases(spec, request, budget, log, best)
     finally:
         budget.deadline += keep
     starts = [best.unpaired] + ([best.timeline] if best.timeline is not best.unpaired else [])
@@ -98,11 +98,11 @@ def _search(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, 
         best.offer(paired.schedule.name, paired, log)
 
 
-def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str]) -> None:
+def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, best: Best) -> None:
     """Every phase of passes run one at a time in turn, each keeping what it finds in ``best``: the warm starts, the
     formulation and its lower bounds, the solver's search."""
     workers = request.workers or os.cpu_count() or 1
-    if not _warm_starts(spec, request, budget, log, best, tried, workers):
+    if not _warm_starts(spec, request, budget, log, best, workers):
         return
     bounded = _bounds(spec, request, budget, log, best, workers)
     if bounded is None or not budget.allows("search", log, budget.cost("re-simulate")):
@@ -111,14 +111,11 @@ def _unpaired_phases(spec: Spec, request: Request, budget: Budget, log: Log, bes
     _solver_search(form, lower, request, budget, log, best, workers)
 
 
-def _warm_starts(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, tried: list[str],
-                 workers: int) -> bool:
-    """The families and the warm starts, leaving time for the formulation, the bound, a search and its
-    re-simulation when these take at most half of what is left; whether the later phases may run."""
-    families = floor(spec, budget, log, best, tried)
+def _warm_starts(spec: Spec, request: Request, budget: Budget, log: Log, best: Best, workers: int) -> bool:
+    """The warm starts, leaving time for the formulation, the bound, a search and its re-simulation when these take
+    at most half of what is left; whether the later phases may run."""
     later = sum(budget.cost(phase) for phase in ("formulate", "lower bound", "search", "re-simulate"))
-    warm_start(spec, families, budget, later if later < budget.left() / 2 else 0.0, log, best, workers,
-               request.periodic)
+    warm_start(spec, budget, later if later < budget.left() / 2 else 0.0, log, best, workers, request.periodic)
     if best.optimal():
         log.append("the warm start meets the devices' work: optimal")
         return False
@@ -226,8 +223,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     function, again inside their B (``zbsolve.problem.recompute``). The arguments are checked once, as one
     ``Request`` (``solve_request`` takes one). ``progress`` is passed each solver log line as it comes (warm
     starts, bounds, improvements). The first schedule (the placement's cheapest family that fits, else one
-    microbatch at a time) is built whatever the time limit, and the result is never worse than it, nor, time
-    allowing, than the floor: the first of the placement's families that fits (the best of them). An interrupt
+    microbatch at a time) is built whatever the time limit, and the result is never worse than it, nor than any of
+    the placement's families that fits (built whatever the time limit too, unless interrupted). An interrupt
     (after a recomputation is chosen) returns the best schedule found so far with ``interrupted`` set, the first
     schedule finished first. Raises InputError on bad arguments or on a time limit shorter than the first schedule
     needs on this machine (``check_time``, naming the least that could hold), and InfeasibleError (stating the
@@ -266,7 +263,8 @@ def solve_request(profile: Profile | Model, request: Request, progress: Callable
         if came:
             raise KeyboardInterrupt
         measure(budget, log, best, document)
-        _search(spec, request, budget, log, best, tried)
+        floor(spec, log, best, tried)
+        _search(spec, request, budget, log, best)
     except KeyboardInterrupt:
         if best.timeline is None:
             raise

@@ -137,23 +137,29 @@ def measure(budget: Budget, log: Log, best: Best, document: bool = True) -> None
                "step times and the document (as long as its own took)")
 
 
-def floor(spec: Spec, budget: Budget, log: Log, best: Best, tried: list[str]) -> list[str]:
-    """Offer the floor, each family as the time left allows: the first of the placement's families
-    (``PLACEMENT_FAMILIES``) that fits the memory limit, the best of them, unless ``tried`` for the first schedule
-    (the first schedule's own family last). Returns the families after it, left for the warm start."""
-    families = list(PLACEMENT_FAMILIES.get(spec.placement_name, ()) if spec.chunks in (1, CHUNKS) else ())
-    while families and not best.optimal():
-        family = families.pop(0)
-        if family == tried[-1]:
-            break
-        if family in tried or not budget.allows("family", log, name=family):
+def placement_families(spec: Spec, overlap: bool = False) -> list[str]:
+    """The families a solve of ``spec`` builds: the placement's (``PLACEMENT_FAMILIES``, with two chunks for the
+    multi-chunk ones), and those whose F&B pairs it tries too where pairs may run (``overlap``)."""
+    if spec.chunks not in (1, CHUNKS):
+        return []
+    paired = OVERLAP_FAMILIES.get(spec.placement_name, ()) if overlap and spec.chunks == CHUNKS else ()
+    return list(PLACEMENT_FAMILIES.get(spec.placement_name, ())) + list(paired)
+
+
+def floor(spec: Spec, log: Log, best: Best, tried: list[str]) -> None:
+    """Offer every family the solve builds (``placement_families``) that fits the memory limit, but those ``tried``
+    for the first schedule, whatever the time left (each builds in a few simulations' time): no solve returns a
+    schedule worse than a family it can build."""
+    for family in placement_families(spec, best.overlap):
+        if best.optimal():
+            return
+        if family in tried:
             continue
         schedule = _family(spec, family)
         if isinstance(schedule, Schedule):
             best.offer(family, simulate(schedule), log)
-            break
-        log.append(f"{family}: {schedule}")
-    return [family for family in families if family not in tried]
+        else:
+            log.append(f"{family}: {schedule}")
 
 
 def after_search(timeline: Timeline, clock: Callable[[], float] = time.monotonic) -> tuple[StepTimes, float, float]:
@@ -170,12 +176,12 @@ SAMPLE = 4
 
 
 def check_time(spec: Spec, time_limit: float, began: float) -> None:
-    """Refuse, before the solve builds anything, a time limit shorter than what its first schedule needs here, with
-    a margin of max(2 s, 5%): built and simulated, its step times and its document made to measure them, and its
-    document written. Each takes time in proportion to the passes, so all are timed on the placement's first family
-    over 1 / ``SAMPLE`` of the devices and of the microbatches, unit costs and no memory limit, in this process's
-    CPU time (what other processes take from it now is not counted), and scaled (problems of fewer than ``SAMPLE``
-    devices or microbatches are not timed)."""
+    """Refuse, before the solve builds anything, a time limit shorter than what its first schedule and its families
+    (``floor``) need here, with a margin of max(2 s, 5%): built and simulated, the first's step times and its
+    document made to measure them, and its document written. Each takes time in proportion to the passes, so all
+    are timed on the placement's families over 1 / ``SAMPLE`` of the devices and of the microbatches, unit costs
+    and no memory limit, in this process's CPU time (what other processes take from it now is not counted), and
+    scaled (problems of fewer than ``SAMPLE`` devices or microbatches are not timed)."""
     p, m = spec.num_devices, spec.num_microbatches
     if min(p, m) < SAMPLE:
         return
@@ -183,11 +189,14 @@ def check_time(spec: Spec, time_limit: float, began: float) -> None:
                        placement=spec.placement_name, chunks=spec.chunks)
     now = time.process_time()
     *_, document = after_search(simulate(first_schedule(sample, Log(None))[1]), time.process_time)
+    for family in placement_families(sample)[1:]:
+        simulate(make_schedule(family, sample.profile, sample.num_devices, sample.num_microbatches))
     took = time.process_time() - now + document
     least = time.monotonic() - began + took * p * m / (sample.num_devices * sample.num_microbatches)
     if least > time_limit + max(2.0, 0.05 * time_limit):
         raise InputError(f"time_limit = {time_limit:g} is too short for {p} devices and {m} microbatches here: the "
-                         f"first schedule, its step times and its document take about {least:.0f}s on this machine "
+                         f"first schedule, the families, its step times and its document take about {least:.0f}s on "
+                         "this machine "
                          f"(timed on {sample.num_devices} devices and {sample.num_microbatches} microbatches); give a "
                          f"time limit of at least {math.ceil(min(least - 2.0, least / 1.05))}s, or fewer "
                          "microbatches")
@@ -208,12 +217,12 @@ def _one_at_a_time(spec: Spec) -> Schedule:
     return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
 
 
-def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log: Log, best: Best,
-               workers: int = 1, pattern: bool = True) -> None:
-    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape), the periodic pattern's (where ``pattern``, in
-    ``PERIODIC_SHARE`` of the time left, no longer than the two before it took or ``PERIODIC_SECONDS``, on
-    ``workers`` threads) and ``families``' schedules that fit the memory limit, each started only if it can end
-    ``keep`` seconds before the deadline, until one meets the bound."""
+def warm_start(spec: Spec, budget: Budget, keep: float, log: Log, best: Best, workers: int = 1,
+               pattern: bool = True) -> None:
+    """Offer the heuristic's, the V-shape greedy's (two-chunk V-shape) and the periodic pattern's (where ``pattern``,
+    in ``PERIODIC_SHARE`` of the time left, no longer than the two before it took or ``PERIODIC_SECONDS``, on
+    ``workers`` threads) schedules that fit the memory limit, each started only if it can end ``keep`` seconds
+    before the deadline, until one meets the bound (the families come before, ``floor``)."""
     p, m = spec.num_devices, spec.num_microbatches
     after = keep + 2 * budget.cost("simulate")  # the generator validates its schedule by simulating it, then solve
     began = time.monotonic()
@@ -244,14 +253,3 @@ def warm_start(spec: Spec, families: list[str], budget: Budget, keep: float, log
             log.append(f"periodic: period {found.to_time(found.period):.6g}, one microbatch's span "
                        f"{found.to_time(found.span):.6g}")
             best.offer("periodic", simulate(found.schedule(spec)), log)
-    paired = OVERLAP_FAMILIES.get(spec.placement_name, ()) if best.overlap and spec.chunks == CHUNKS else ()
-    for name in families + list(paired):
-        if best.optimal():
-            return
-        if not budget.allows("family", log, keep, name):
-            continue
-        made = _family(spec, name)
-        if isinstance(made, Schedule):
-            best.offer(name, simulate(made), log)
-        else:
-            log.append(f"{name}: {made}")
