@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zbsolve.configure.predict import Configuration
+from zbsolve.core.memory import least_held
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.costmodel.model import Model
@@ -134,14 +135,14 @@ def likely_fits(profile: Profile, placement: Placement, costs: Costs, num_microb
 
 def least_activations(profile: Profile, placement: Placement) -> list[float]:
     """Per device, activation bytes every order reaches (the memory rule, ``core.memory``): when a microbatch's
-    last F on the device starts, the F of each of its stages is held; while its B of a stage runs, that stage's F
-    and what the B holds (``Profile.held_in``: a recomputed forward). A microbatch never holds less than nothing
-    (its B leaves what its W reads, its W the rest), so the others only add. Not one microbatch run alone
-    (``min_feasible_limits``): a recomputing B allocates what W reads, which a fused BW never holds."""
+    last F on the device starts, the F of each of its stages is held; while its backward of a stage runs, that
+    stage's F and the least that backward holds, as B or as one BW (``core.memory.least_held``). A
+    microbatch never holds less than nothing (its B leaves what its W reads, its W the rest), so the others only
+    add."""
     needs = []
     for stages in route_stages(placement.routes[0], placement.num_devices):
         forward = sum(profile.delta("F", s) for s in stages)
-        needs.append(max(forward, max(profile.delta("F", s) + profile.held_in("B", s) for s in stages)))
+        needs.append(max(forward, max(profile.delta("F", s) + least_held(profile, s) for s in stages)))
     return needs
 
 

@@ -18,11 +18,11 @@ from fractions import Fraction
 from zbsolve.base.checks import check_count, check_limit, slack
 from zbsolve.base.errors import InputError
 from zbsolve.core.dependencies import dependencies, identity, lag
-from zbsolve.core.memory import need
+from zbsolve.core.memory import fuses, need
 from zbsolve.core.objective import check_objective, device_share, offset, step
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, Pair, Pass, Schedule, W, build
+from zbsolve.core.schedule import BW, B, F, Pair, Pass, Schedule, W, build
 from zbsolve.core.timing import asap
 from zbsolve.core.transforms import split_bw
 
@@ -73,6 +73,9 @@ class Formulation:
     """Per device, the passes one of which ends it (the last W of each of its stages)."""
     tail: tuple[int, ...]
     """Per device, its scaled tail: seconds after its last pass that belong to its step (``Profile.device_tails``)."""
+    fused: frozenset[int] = frozenset()
+    """The stages whose backward runs as one BW (B and W fused): their B pass is the BW (its time, its memory
+    change and what it holds), their W a pass of no time and no memory that marks where the BW's W would be."""
 
     @property
     def num_devices(self) -> int:
@@ -173,9 +176,13 @@ class Formulation:
         return [sorted(ps, key=lambda i: (start[i], i)) for ps in self.device_passes()]
 
     def schedule(self, order: Sequence[Sequence[int]], name: str) -> Schedule:
-        """The Schedule running ``order`` (unvalidated)."""
+        """The Schedule running ``order`` (unvalidated): a fused stage's B as its BW, its W left out."""
+        def op(p: Pass) -> Pass | None:
+            if p.stage not in self.fused or p.kind == F:
+                return p
+            return Pass(BW, p.mb, p.stage) if p.kind == B else None
         return build(name, self.placement, self.num_microbatches, self.profile,
-                     [[self.passes[i] for i in seq] for seq in order], self.mem_limit)
+                     [[q for i in seq if (q := op(self.passes[i])) is not None] for seq in order], self.mem_limit)
 
     # -- bounds -----------------------------------------------------------------------
     def latest(self, bound: int) -> list[int]:
@@ -249,9 +256,13 @@ def _scaled_limit(limit: float | None, unit: Fraction) -> int | None:
 
 
 def formulate(profile: Profile, placement: Placement, num_microbatches: int,
-              mem_limit: float | Sequence[float] | None = None, objective: str = "span") -> Formulation:
+              mem_limit: float | Sequence[float] | None = None, objective: str = "span",
+              fuse: bool = False) -> Formulation:
     """The integer formulation of a problem (one route; F, B, W passes; memory counted from F starts and B, W ends,
-    and inside a recomputing B)."""
+    and inside a recomputing B), by the simulator's rules (``core.memory``, ``core.dependencies``). With ``fuse``,
+    the stages whose backward needs less memory as one BW (``core.memory.fuses``) run it so: every order the
+    simulator accepts is then feasible (a BW holds no more than B then W anywhere), though not at its best time
+    where B and W apart would be faster."""
     check_objective(objective)
     if len(placement.routes) != 1:
         raise InputError(f"placement with {len(placement.routes)} routes is not supported by the optimizer")
@@ -266,15 +277,19 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
     limit = check_limit(mem_limit, p)
     limits = limit if isinstance(limit, tuple) else (limit,) * p
     tails = profile.device_tails(placement)
-    times = [t for s in range(S) for t in profile.durations(s)] + [profile.t_comm, *tails]
+    fused = frozenset(s for s in range(S) if fuse and fuses(profile, s))
+    bw = [(profile.time(BW, s), profile.delta(BW, s), profile.held_in(BW, s)) for s in fused]
+    times = [t for s in range(S) for t in profile.durations(s)] + [t for t, *_ in bw] + [profile.t_comm, *tails]
     scale, exact = _time_scale(times)
-    unit = _mem_unit([x for s in range(S) for x in (*profile.memories(s), profile.held_in(B, s))])
+    unit = _mem_unit([x for s in range(S) for x in (*profile.memories(s), profile.held_in(B, s))]
+                     + [x for _, *mem in bw for x in mem])
     passes = sorted((Pass(kind, mb, s) for kind in (F, B, W) for mb in range(m) for s in range(S)),
                     key=lambda q: _index(q.kind, q.mb, q.stage, m, S))
     device = [route[q.stage] for q in passes]
-    duration = [round(profile.time(q.kind, q.stage) * scale) for q in passes]
-    mem_delta = [_scaled(profile.delta(q.kind, q.stage), unit) for q in passes]
-    mem_held = [_scaled(profile.held_in(q.kind, q.stage), unit) for q in passes]
+    runs = [(BW if q.kind == B else None) if q.stage in fused and q.kind != F else q.kind for q in passes]
+    duration = [0 if kind is None else round(profile.time(kind, q.stage) * scale) for q, kind in zip(passes, runs)]
+    mem_delta = [0 if kind is None else _scaled(profile.delta(kind, q.stage), unit) for q, kind in zip(passes, runs)]
+    mem_held = [0 if kind is None else _scaled(profile.held_in(kind, q.stage), unit) for q, kind in zip(passes, runs)]
     comm = round(profile.t_comm * scale)
     edges = []
     for mb in range(m):
@@ -297,7 +312,7 @@ def formulate(profile: Profile, placement: Placement, num_microbatches: int,
                        objective, tuple(passes), tuple(device), tuple(duration), tuple(mem_delta), tuple(mem_held),
                        tuple(_scaled_limit(x, unit) for x in limits), scale, exact, unit,
                        tuple(edges), chains, tuple(es), tuple(first), tuple(last),
-                       tuple(round(tail * scale) for tail in tails))
+                       tuple(round(tail * scale) for tail in tails), fused)
 
 
 def predecessors(n: int, edges: Sequence[tuple[int, int, int]],

@@ -149,7 +149,21 @@ def _bounds(spec: Spec, request: Request, budget: Budget, log: Log, best: Best,
         if best.optimal():
             log.append("the warm start meets the warm-up relaxation bound: optimal")
             return None
-    return form, lower
+    return _searched_form(form, spec, request, best, log), lower
+
+
+def _searched_form(form: Formulation, spec: Spec, request: Request, best: Best, log: Log) -> Formulation:
+    """``form``, or where the best warm start's order does not fit it as B then W (its fused backwards hold less
+    than B alone keeps for W), the formulation with the backwards that need less memory fused (``formulate``'s
+    ``fuse``), which takes every order the simulator does; its own bounds bound only its orders, so none is kept."""
+    warm = best.warm
+    assert warm is not None  # the warm starts keep a schedule
+    if form.memory_ok(form.order_of(warm.schedule)):
+        return form
+    fused = formulate(spec.profile, spec.placement, spec.num_microbatches, spec.mem_limit, request.objective, True)
+    log.append(f"the warm start fits only with its backwards fused: stages {', '.join(map(str, sorted(fused.fused)))} "
+               "run B and W as one BW in the search")
+    return fused
 
 
 def _solver_search(form: Formulation, lower: int, request: Request, budget: Budget, log: Log, best: Best,
@@ -159,6 +173,8 @@ def _solver_search(form: Formulation, lower: int, request: Request, budget: Budg
     warm = best.warm
     assert warm is not None  # the warm starts keep a schedule
     order = form.order_of(warm.schedule)
+    if form.fused:  # its times may be scaled apart from the bound's formulation
+        lower = math.floor(best.bound * form.time_scale)
     try:
         result = _run_backend(solver, form, order, budget.left() - budget.cost("re-simulate"), workers, request.seed,
                               lower, log.report)
@@ -180,10 +196,10 @@ def _solver_search(form: Formulation, lower: int, request: Request, budget: Budg
                 best.status = "feasible"
         elif result.order != order:
             log.append("the solver's schedule is worse than the warm start: keeping the warm start")
-    if result.bound is not None:
+    if result.bound is not None and not form.fused:
         best.proven(form.to_time(result.bound), form.exact_time)
     assert best.timeline is not None, "the warm start is kept"
-    if result.optimal and form.exact_time and best.timeline.schedule.name == solver:
+    if result.optimal and form.exact_time and not form.fused and best.timeline.schedule.name == solver:
         best.proven(best.value, True)
 
 

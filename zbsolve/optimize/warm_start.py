@@ -213,7 +213,7 @@ def _family(spec: Spec, name: str) -> Schedule | str:
 
 def _one_at_a_time(spec: Spec) -> Schedule:
     """The heuristic's fallback order as a schedule of its own."""
-    devices = one_at_a_time(spec.placement, spec.num_microbatches)
+    devices = one_at_a_time(spec.placement, spec.num_microbatches, spec.profile)
     return build(ONE_AT_A_TIME, spec.placement, spec.num_microbatches, spec.profile, devices, spec.mem_limit)
 
 

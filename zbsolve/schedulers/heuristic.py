@@ -327,7 +327,7 @@ def heuristic(profile: Profile, placement: Placement, num_microbatches: int,
         if finished and (best is None or run.objective() < best.objective()):
             best = run
         done.append((caps, variant, run.mattered))
-    devices = best.ops if best is not None else one_at_a_time(placement, m)
+    devices = best.ops if best is not None else one_at_a_time(placement, m, profile)
     schedule = build("heuristic", placement, m, profile, devices, check_limit(mem_limit))
     simulate(schedule)
     return schedule

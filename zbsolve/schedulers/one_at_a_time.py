@@ -7,30 +7,34 @@ from collections.abc import Callable, Sequence
 
 from zbsolve.base.checks import room
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.core.memory import peak
+from zbsolve.core.memory import fuses, peak
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
-from zbsolve.core.schedule import B, F, Pass, W, build
+from zbsolve.core.schedule import BW, B, F, Pass, W, build
 
 
-def one_at_a_time(placement: Placement, num_microbatches: int) -> list[list[Pass]]:
+def one_at_a_time(placement: Placement, num_microbatches: int, profile: Profile | None = None) -> list[list[Pass]]:
     """Per device, one microbatch at a time: the F of its stages, then their B and W in reverse, each W right
-    after its B (the least memory: valid whenever any schedule is)."""
+    after its B, or one BW where that needs less memory on ``profile`` (``core.memory.fuses``): the least memory,
+    valid whenever any schedule is."""
+    fused = {s for s in range(placement.num_stages) if profile is not None and fuses(profile, s)}
     devices: list[list[Pass]] = [[] for _ in range(placement.num_devices)]
     for mb in range(num_microbatches):
         for d in range(placement.num_devices):
             stages = [s for _, s in placement.stages_of(d)]
             devices[d] += [Pass(F, mb, s) for s in stages]
             for s in reversed(stages):
-                devices[d] += [Pass(B, mb, s), Pass(W, mb, s)]
+                devices[d] += [Pass(BW, mb, s)] if s in fused else [Pass(B, mb, s), Pass(W, mb, s)]
     return devices
 
 
 def min_feasible_limits(profile: Profile, placement: Placement) -> list[float]:
     """Per device, the smallest memory limit under which a schedule exists: the peak of running one microbatch
-    alone (``one_at_a_time``; exact when F allocates and B and W free)."""
+    alone (``one_at_a_time``, each backward fused where that needs less; exact when F allocates and B and W
+    free)."""
     check_one_route(placement)
-    alone = build("one microbatch", placement, 1, profile, one_at_a_time(placement, 1))
+    profile = profile.expand(placement.num_stages)
+    alone = build("one microbatch", placement, 1, profile, one_at_a_time(placement, 1, profile))
     return [peak(alone, d) for d in range(placement.num_devices)]
 
 
