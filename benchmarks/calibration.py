@@ -13,10 +13,10 @@ or missed.
   against Interleaved1F1B on the same model and GPUs (``schedule.pair``), the predicted ratio of their step times
   within ``PAIR`` of the measured one.
 
-Each prediction is one simulation: all 21 runs take about 5 s on one core, the slowest (p = 8, v = 4, m = 128, MoE)
-about 2 s.
+Each prediction is one simulation (the slowest, p = 8, v = 4, m = 128, MoE, about 2 s); the leave-one-out fits
+(one full fit per fitted run without it, ``calibrate.leave_one_out``) take about a minute over two processes.
 
-Run: .venv/bin/python benchmarks/calibration.py [--only TEXT] [--json out.json]
+Run: .venv/bin/python benchmarks/calibration.py [--only TEXT] [--json out.json] [--jobs N] [--refit]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,8 +35,17 @@ from rich.console import Console
 from rich.table import Table
 
 from zbsolve.base.errors import InputError
-from zbsolve.configure.calibrate import Fit, read_fit, refit_without
-from zbsolve.configure.measured_runs import GPUS, SCHEDULES, SUBSTITUTES, Mapped, mapped, recompute_choice, runtime
+from zbsolve.configure.calibrate import Fit, leave_one_out, read_fit
+from zbsolve.configure.measured_runs import (
+    GPUS,
+    SCHEDULES,
+    SUBSTITUTES,
+    Mapped,
+    mapped,
+    read_run,
+    recompute_choice,
+    runtime,
+)
 from zbsolve.configure.predict import Configuration, predict
 from zbsolve.costmodel.calibration import FITTED, Calibration
 
@@ -149,10 +159,28 @@ def parallelism(run: dict) -> str:
     return text + (f" FSDP{par['fsdp']}" if par.get("fsdp") else "")
 
 
-def row(run: dict, fits: dict[str, Fit] | None = None) -> Row:
+def left_out(fits: dict[str, Fit], names: set[str] | None = None, jobs: int = 2,
+             say: Callable[[str], None] | None = None) -> dict[str, Calibration]:
+    """Each fitted run's leave-one-out calibration (``calibrate.leave_one_out``: its shipped fit's terms fitted
+    again over the fit's other runs), for the runs of ``names`` (default: every fitted run)."""
+    found: dict[str, Calibration] = {}
+    for group, f in fits.items():
+        wanted = [r.name for r in f.runs if names is None or r.name in names]
+        if not wanted:
+            continue
+        runs = [read_run(RUNS / f"{r.name}.yaml") for r in f.runs]
+        began = time.monotonic()
+        loo = leave_one_out(runs, f, say, jobs=jobs)
+        found |= {n: loo[n] for n in wanted if n in loo}
+        if say:
+            say(f"{group}: {len(loo)} leave-one-out fits in {time.monotonic() - began:.0f} s")
+    return found
+
+
+def row(run: dict, fits: dict[str, Fit] | None = None, loo: dict[str, Calibration] | None = None) -> Row:
     """The table's line of ``run``: predicted as stated, under its shipped calibration, and left out of it
-    (``calibrate.refit_without``: the shipped fit's Gauss-Newton step without the run), where it maps to a
-    configuration predict takes."""
+    (``loo``: each fitted run's calibration fitted without it, ``left_out``; a run its fit did not see takes the
+    fit's own), where it maps to a configuration predict takes."""
     group = f"{GPUS.get(run['hardware']['gpu'], run['hardware']['gpu'])}-{runtime(run)}"
     memory = run["measured"].get("peak_memory_gib")
     base = dict(name=run["name"], parallelism=parallelism(run), dtype=run["precision"]["dtype"],
@@ -174,7 +202,7 @@ def row(run: dict, fits: dict[str, Fit] | None = None) -> Row:
     try:
         stated = predict(c)
         calibrated = predict(c.replace(calibration=fit.calibration)) if fit else stated
-        left = refit_without(fit, run["name"]) if fit else Calibration()
+        left = (loo or {}).get(run["name"], fit.calibration) if fit else Calibration()
         p = predict(c.replace(calibration=left)) if fit else stated
     except InputError as error:
         return Row(**base, predicted=None, step_time_s=None, command=shown.command(), reason=str(error),
@@ -330,7 +358,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="only the runs whose file name holds this text")
     parser.add_argument("--json", type=Path, default=None, help="write the rows and targets as JSON here")
-    parser.add_argument("--refit", action="store_true", help="fit the shipped calibrations again first (a minute)")
+    parser.add_argument("--refit", action="store_true", help="fit the shipped calibrations again first (minutes)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes for the leave-one-out fits (default 2)")
     args = parser.parse_args()
     console = Console(width=200)
     files = runs(args.only)
@@ -338,7 +367,9 @@ def main() -> None:
     if args.refit:
         refit(runs(), console)
     fits = shipped_fits()
-    rows = [row(run, fits) for run in files]
+    loo = left_out(fits, {run["name"] for run in files}, args.jobs,
+                   lambda line: console.print(line, highlight=False, markup=False))
+    rows = [row(run, fits, loo) for run in files]
     fitted = [r for r in rows if not r.held_back]
     held = [r for r in rows if r.held_back]
     print_rows(console, fitted, "Published runs against zbsolve predict (tokens/s/GPU: as stated, under the "

@@ -8,16 +8,15 @@ import math
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
 from conftest import ROOT
+from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.configure.calibrate import fit, predicted, refit_without
+from zbsolve.configure.calibrate import fit, leave_one_out, predicted
 from zbsolve.configure.measured_runs import MeasuredRun, read_run
 from zbsolve.configure.predict import Configuration, predict
-from zbsolve.costmodel.calibration import BOUNDS, Calibration, load_calibration
+from zbsolve.costmodel.calibration import TERMS, Calibration, load_calibration
 
 CONFIG = ROOT / "problems" / "models" / "configs" / "llama3-8b.json"
 SHAPES = [dict(seq_len=256, microbatch_size=8), dict(seq_len=8192, microbatch_size=1),
@@ -35,21 +34,39 @@ def synthetic(truth: Calibration) -> list[MeasuredRun]:
 
 
 def test_the_fit_recovers_known_multipliers():
-    truth = Calibration({"gemm": 1.6, "attention": 0.7})
-    result = fit(synthetic(truth), ["gemm", "attention"])
-    assert result.multipliers["gemm"] == pytest.approx(1.6, rel=0.05)
-    assert result.multipliers["attention"] == pytest.approx(0.7, rel=0.15)
+    truth = Calibration({"gemm": 1.2, "memory_bound": 1.5})
+    result = fit(synthetic(truth), ["gemm", "memory_bound"])
+    assert result.multipliers["gemm"] == pytest.approx(1.2, rel=0.05)
+    assert 1.1 < result.multipliers["memory_bound"] < 1.6  # few memory-bound seconds: the prior pulls it toward 1
     assert all(abs(r.residual) < 0.02 for r in result.runs) and not result.stopped_early
-    assert all(set(r.sensitivity) == {"gemm", "attention"} for r in result.runs)
-    left = refit_without(result, "r0")
-    assert left.scale("gemm") == pytest.approx(1.6, rel=0.08)
+    assert all(set(r.sensitivity) == {"gemm", "memory_bound"} for r in result.runs)
+
+
+def test_leave_one_out_is_a_full_fit_without_the_run():
+    """Synthetic runs (a step of a * gemm + b): each left-out calibration is the fit of the others alone."""
+    slopes = {"r0": (1.0, 0.0), "r1": (1.0, 0.2), "r2": (1.0, 0.5), "r3": (0.5, 0.5)}
+
+    def linear(run: MeasuredRun, calibration: Calibration) -> tuple[float, float]:
+        a, b = slopes[run.name]
+        return a * calibration.scale("gemm") + b, 1.0
+
+    c = Configuration(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=8, gpus=1)
+    truth = {"r0": 1.2, "r1": 1.3, "r2": 1.55, "r3": 1.0}
+    runs = [MeasuredRun(n, c, truth[n], None, "h100-megatron") for n in slopes]
+    full = fit(runs, ["gemm"], predictor=linear)
+    left = leave_one_out(runs, full, predictor=linear)
+    assert set(left) == set(slopes)
+    for name in slopes:
+        alone = fit([r for r in runs if r.name != name], ["gemm"], predictor=linear)
+        assert left[name].scale("gemm") == pytest.approx(alone.multipliers["gemm"], abs=2e-3)
+    assert left["r0"].scale("gemm") < full.multipliers["gemm"] < left["r3"].scale("gemm")
 
 
 def test_the_fit_stays_within_its_bounds():
     runs = [dataclasses.replace(r, step_time_s=r.step_time_s * 100) for r in synthetic(Calibration())]
     result = fit(runs, ["gemm"])
-    assert BOUNDS[0] <= result.multipliers["gemm"] <= BOUNDS[1]
-    assert result.multipliers["gemm"] == pytest.approx(BOUNDS[1], rel=1e-3)
+    assert result.multipliers["gemm"] == pytest.approx(TERMS["gemm"].high, rel=1e-3)
+    assert result.calibration.at_bound == ("gemm",)
 
 
 @pytest.mark.parametrize("terms, line", [(["flops"], "terms = 'flops': should be among"),
@@ -66,7 +83,7 @@ def test_held_back_runs_are_never_fitted():
 
 
 @pytest.mark.parametrize("text, line", [
-    ("multipliers: {gemm: 9}", "calibration.gemm = 9: should be a number in [0.25, 4]"),
+    ("multipliers: {gemm: 9}", "calibration.gemm = 9: should be a number in [0.9, 1.3]"),
     ("multipliers: {flops: 1}", "'flops' should be one of"),
     ("[1, 2]", "should be a mapping with 'multipliers'"),
     ("{{", "not a readable YAML file")])
@@ -81,7 +98,7 @@ def test_a_bad_calibration_file_is_one_line_naming_the_field(tmp_path, text, lin
 
 
 def test_calibrate_then_predict_with_its_file(tmp_path):
-    runs = synthetic(Calibration({"gemm": 2.0}))
+    runs = synthetic(Calibration({"gemm": 1.25}))
     files = []
     for run in runs[:2]:
         c = run.configuration
@@ -104,7 +121,7 @@ def test_calibrate_then_predict_with_its_file(tmp_path):
     result = CliRunner().invoke(app, ["calibrate", *files, "-o", str(out), "--terms", "gemm", "-q"])
     assert result.exit_code == 0, result.output
     written = yaml.safe_load(out.read_text())
-    assert written["multipliers"]["gemm"] == pytest.approx(2.0, rel=0.05)
+    assert written["multipliers"]["gemm"] == pytest.approx(1.25, rel=0.02)
     assert {"runs", "residuals", "date", "zbsolve_version", "command"} <= set(written)
     c = runs[0].configuration
     plain = predict(c).step_time_s
@@ -112,7 +129,8 @@ def test_calibrate_then_predict_with_its_file(tmp_path):
     assert scaled == pytest.approx(runs[0].step_time_s, rel=0.05) and scaled > plain
     shown = CliRunner().invoke(app, ["predict", str(CONFIG), "--seq-len", "256", "-b", "8", "--global-batch", "16",
                                      "--gpus", "1", "--calibration", str(out)])
-    assert shown.exit_code == 0 and f"calibration: {out}" in " ".join(shown.output.split())
+    # exit 1: an 8B model's Adam states do not fit one H100, which predict reports as it prints the figures
+    assert shown.exit_code in (0, 1) and f"calibration: {out}" in " ".join(shown.output.split())
     bad = CliRunner().invoke(app, ["predict", str(CONFIG), "--seq-len", "256", "-b", "8", "--global-batch", "16",
                                    "--gpus", "1", "--calibration", "nowhere"])
     assert bad.exit_code == 2 and "--calibration = 'nowhere'" in bad.output

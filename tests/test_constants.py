@@ -8,11 +8,11 @@ import math
 import re
 
 import pytest
-
 from conftest import ROOT
+
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel import constants
-from zbsolve.costmodel.calibration import BOUNDS, TERMS, Calibration
+from zbsolve.costmodel.calibration import TERMS, Calibration
 from zbsolve.costmodel.constants import CONSTANTS, table
 from zbsolve.costmodel.gpus import GPUS, device_memory
 from zbsolve.costmodel.kernels import Kernels, attention_rate
@@ -83,25 +83,28 @@ def test_device_memory_is_decided_in_one_place():
 
 def test_calibration_scales_named_terms():
     plain = Kernels(GPUS["h100"], "bf16")
-    assert Calibration().scale("memory_bound") == 1.0 and set(TERMS) == {"gemm", "attention", "memory_bound"}
-    scaled = Kernels(GPUS["h100"], "bf16", Calibration({"memory_bound": 2, "attention": 0.5}))
+    assert Calibration().scale("memory_bound") == 1.0 and Calibration().scale("fragmentation") == 0.0
+    assert set(TERMS) == {"gemm", "memory_bound", "launch", "interference", "fragmentation"}
+    assert all(t.low <= t.neutral <= t.high and t.source for t in TERMS.values())
+    scaled = Kernels(GPUS["h100"], "bf16", Calibration({"memory_bound": 2, "gemm": 1.25}))
     assert scaled.memory(1e9) == pytest.approx(2 * plain.memory(1e9))
-    assert scaled.attention(1e12, 128, 4096, True)[0] == pytest.approx(plain.attention(1e12, 128, 4096, True)[0] / 2)
-    assert scaled.gemm(8192, 8192, 8192) == plain.gemm(8192, 8192, 8192)
-    assert hash(scaled) == hash(Kernels(GPUS["h100"], "bf16", Calibration({"attention": 0.5, "memory_bound": 2})))
+    assert scaled.attention(1e12, 128, 4096, True)[0] == pytest.approx(plain.attention(1e12, 128, 4096, True)[0] * 1.25)
+    assert hash(scaled) == hash(Kernels(GPUS["h100"], "bf16", Calibration({"gemm": 1.25, "memory_bound": 2})))
 
 
 @pytest.mark.parametrize("multipliers, line", [
-    ({"network": 1.1}, "calibration.network = 1.1: 'network' should be one of gemm, attention, memory_bound"),
-    ({"gemm": BOUNDS[1] * 2}, "calibration.gemm = 8.0: should be a number in [0.25, 4]"),
-    ({"gemm": 0.1}, "calibration.gemm = 0.1: should be a number in [0.25, 4]"),
-    ({"gemm": math.nan}, "calibration.gemm = nan: should be a number in [0.25, 4]"),
-    ({"gemm": True}, "calibration.gemm = True: should be a number in [0.25, 4]"),
-    ({"gemm": "1"}, "calibration.gemm = '1': should be a number in [0.25, 4]"),
+    ({"network": 1.1}, "calibration.network = 1.1: 'network' should be one of gemm, memory_bound, launch, "
+                       "interference, fragmentation"),
+    ({"gemm": 2.0}, "calibration.gemm = 2.0: should be a number in [0.9, 1.3]"),
+    ({"gemm": 0.475}, "calibration.gemm = 0.475: should be a number in [0.9, 1.3]"),
+    ({"fragmentation": 0.5}, "calibration.fragmentation = 0.5: should be a number in [0, 0.15]"),
+    ({"gemm": math.nan}, "calibration.gemm = nan: should be a number in [0.9, 1.3]"),
+    ({"gemm": True}, "calibration.gemm = True: should be a number in [0.9, 1.3]"),
+    ({"gemm": "1"}, "calibration.gemm = '1': should be a number in [0.9, 1.3]"),
     ([("gemm", 1.0)], "calibration = [('gemm', 1.0)]: should be a mapping of term to multiplier"),
 ])
 def test_calibration_refuses_bad_input(multipliers, line):
     with pytest.raises(InputError, match=re.escape(line)):
         Calibration(multipliers)
-    with pytest.raises(InputError, match=re.escape("term = 'x': should be one of gemm, attention, memory_bound")):
+    with pytest.raises(InputError, match=re.escape("term = 'x': should be one of gemm, memory_bound, launch")):
         Calibration().scale("x")

@@ -1,14 +1,14 @@
-"""``zbsolve calibrate``: the multipliers of the cost model's terms (``costmodel.calibration.TERMS``) fitted to
-measured runs (``configure.measured_runs``) by bounded least squares.
+"""``zbsolve calibrate``: the values of the cost model's terms (``costmodel.calibration.TERMS``) fitted to measured
+runs (``configure.measured_runs``) by bounded least squares.
 
 The procedure (docs/cost-model.md, "Calibration"): each run is predicted (``configure.predict``) under the
-multipliers; the residuals are the log of predicted over measured step time, and of predicted over measured peak
+values; the residuals are the log of predicted over measured step time, and of predicted over measured peak
 memory per device (the largest device's) where the run publishes one, plus one prior residual per term,
-``log(multiplier) / PRIOR_WIDTH``, which keeps a term no run constrains at 1. ``scipy.optimize.least_squares``
-minimises their squares over the log multipliers within ``BOUNDS`` (trust-region reflective, the Jacobian by
-forward differences of ``DIFF_STEP``). Runs marked held back or not scored are never fitted. The fit's Jacobian at
-the solution is kept per run (``RunFit.sensitivity``): how its log step time moves with each log multiplier, which a
-leave-one-out refit (``refit_without``) reads instead of predicting again.
+``PRIOR_WEIGHT`` times its distance from its neutral value in units of its range, which keeps a term no run
+constrains where the model states it. ``scipy.optimize.least_squares`` minimises their squares over the values,
+each scaled to its range and within it (trust-region reflective, the Jacobian by forward differences of
+``DIFF_STEP``). Runs marked held back or not scored are never fitted. The leave-one-out calibration of a run
+(``leave_one_out``) is the same fit over the other runs, started from the full fit's values.
 """
 
 from __future__ import annotations
@@ -16,26 +16,31 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares, lsq_linear
+from scipy.optimize import least_squares
 
 from zbsolve.base.errors import InputError
 from zbsolve.configure.measured_runs import MeasuredRun
 from zbsolve.configure.predict import predict
-from zbsolve.costmodel.calibration import BOUNDS, TERMS, Calibration
+from zbsolve.costmodel.calibration import TERMS, Calibration
 
-PRIOR_WIDTH = 10 * math.log(BOUNDS[1])
-"""A term's prior residual is log(multiplier) / PRIOR_WIDTH: a multiplier at its bound weighs as much as one run off
-by 10% (a tie-break for terms the runs leave free, not a pull on those they fix)."""
+PRIOR_WEIGHT = 0.1
+"""A term's prior residual is ``PRIOR_WEIGHT`` times its distance from its neutral value over its range: a term
+moved across its whole range weighs as much as one run off by 10% (a tie-break for terms the runs leave free, not a
+pull on those they fix)."""
 DIFF_STEP = 0.05
-"""The forward-difference step of the Jacobian, in log multiplier (5%)."""
+"""The forward-difference step of the Jacobian, as a share of each term's range."""
 MAX_EVALUATIONS = 12
 """Iterations of the trust-region method at most (each predicts every run once, and once more per term for the
 Jacobian)."""
 TOLERANCE = 1e-4
-"""The relative change in cost, and in log multipliers, at which the fit stops."""
+"""The relative change in cost, and in the scaled values, at which the fit stops."""
+
+Predictor = Callable[[MeasuredRun, Calibration], tuple[float, float]]
+"""Seconds of a step and GiB of the fullest device of a run under a calibration."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,8 @@ class RunFit:
     predicted_memory_gib: float | None = None
     """Predicted peak memory of the fullest device, GiB."""
     sensitivity: dict[str, float] = field(default_factory=dict)
-    """d log(step time) / d log(multiplier) at the fit, by term (empty where the fit stopped early)."""
+    """d log(step time) / d value at the fit, the value in units of its range, by term (empty where the fit stopped
+    early)."""
     memory_sensitivity: dict[str, float] = field(default_factory=dict)
     """The same of the peak memory, where it is measured."""
 
@@ -116,70 +122,90 @@ def predicted(run: MeasuredRun, calibration: Calibration) -> tuple[float, float]
     return p.step_time_s, max(p.peak_memory_gib)
 
 
+def _span(term: str) -> float:
+    return TERMS[term].high - TERMS[term].low
+
+
+def _values(names: tuple[str, ...], x: np.ndarray) -> dict[str, float]:
+    """The terms' values at scaled point ``x`` (each in [0, 1] over its range), clipped to their ranges."""
+    return {n: float(np.clip(TERMS[n].low + v * _span(n), TERMS[n].low, TERMS[n].high)) for n, v in zip(names, x)}
+
+
+def _scaled(names: tuple[str, ...], calibration: Calibration) -> np.ndarray:
+    """``calibration``'s values of ``names`` each scaled to its range ([0, 1])."""
+    return np.array([(calibration.scale(n) - TERMS[n].low) / _span(n) for n in names])
+
+
 def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] | None = None,
-        progress: Callable[[str], None] | None = None) -> Fit:
-    """The multipliers of ``terms`` (default: every term of ``TERMS``) that fit ``runs`` best (the module's
-    procedure); ``progress`` hears each evaluation. An interrupt (``KeyboardInterrupt``) returns the best
+        progress: Callable[[str], None] | None = None, start: Calibration | None = None,
+        predictor: Predictor = predicted, memo: dict | None = None) -> Fit:
+    """The values of ``terms`` (default: every term of ``TERMS``) that fit ``runs`` best (the module's procedure),
+    from ``start`` (default: each neutral); ``progress`` hears each evaluation; ``predictor`` predicts a run (``memo``:
+    its figures by run and values, kept across fits). An interrupt (``KeyboardInterrupt``) returns the best
     evaluated so far, ``stopped_early`` set (one before the first evaluation propagates)."""
     names = fitted_terms(terms)
     fitted = [r for r in runs if r.scored and not r.held_back]
     if not fitted:
         raise InputError("runs: none to fit (each is held back or not scored, or none was given)")
     say = progress or (lambda line: None)
+    known = {} if memo is None else memo
     best: list[tuple[float, np.ndarray, list[tuple[float, float]]]] = []
     count = [0]
 
     def evaluate(x: np.ndarray) -> list[tuple[float, float]]:
-        calibration = Calibration(dict(zip(names, np.exp(x).tolist())))
-        return [predicted(run, calibration) for run in fitted]
+        values = _values(names, x)
+        calibration = Calibration(values)
+        key = tuple(round(values[n], 9) for n in names)
+        for run in fitted:
+            if (run.name, names, key) not in known:
+                known[run.name, names, key] = predictor(run, calibration)
+        return [known[run.name, names, key] for run in fitted]
 
     def residuals(x: np.ndarray) -> np.ndarray:
         figures = evaluate(x)
-        r = _residuals(fitted, figures, x)
+        r = _residuals(fitted, figures, x - neutral)
         count[0] += 1
         cost = float(r @ r)
         if not best or cost < best[0][0]:
             best[:] = [(cost, x.copy(), figures)]
         say(f"evaluation {count[0]}: sum of squares {cost:.4f} at "
-            + ", ".join(f"{n} x{m:.3f}" for n, m in zip(names, np.exp(x))))
+            + ", ".join(f"{n} {v:.3f}" for n, v in _values(names, x).items()))
         return r
 
-    low, high = math.log(BOUNDS[0]), math.log(BOUNDS[1])
+    low, high, neutral = np.zeros(len(names)), np.ones(len(names)), _scaled(names, Calibration())
 
     def jacobian(x: np.ndarray) -> np.ndarray:
-        """Forward differences of ``DIFF_STEP`` in each log multiplier (backward where the bound is nearer)."""
+        """Forward differences of ``DIFF_STEP`` in each scaled value (backward where the bound is nearer)."""
         base = residuals(x)
         columns = []
         for k in range(len(names)):
-            step = DIFF_STEP if x[k] + DIFF_STEP <= high else -DIFF_STEP
+            step = DIFF_STEP if x[k] + DIFF_STEP <= high[k] else -DIFF_STEP
             moved = x.copy()
             moved[k] += step
             columns.append((residuals(moved) - base) / step)
         return np.column_stack(columns)
 
+    x0 = np.clip(_scaled(names, start or Calibration()), low, high)
     try:
-        result = least_squares(residuals, np.zeros(len(names)), jac=jacobian, bounds=(low, high),
-                               max_nfev=MAX_EVALUATIONS, ftol=TOLERANCE, xtol=TOLERANCE, x_scale=1.0)
+        result = least_squares(residuals, x0, jac=jacobian, bounds=(low, high), max_nfev=MAX_EVALUATIONS,
+                               ftol=TOLERANCE, xtol=TOLERANCE, x_scale=1.0)
     except KeyboardInterrupt:
         if not best:
             raise
         _, x, figures = best[0]
-        return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, None), count[0], stopped_early=True)
+        return Fit(_values(names, x), _run_fits(fitted, figures, names, None), count[0], stopped_early=True)
     _, x, figures = best[0]
     slopes = result.jac if np.allclose(result.x, x) else None
-    return Fit(_multipliers(names, x), _run_fits(fitted, figures, names, slopes), count[0])
-
-
-def _multipliers(names: tuple[str, ...], x: np.ndarray) -> dict[str, float]:
-    return {n: float(np.clip(np.exp(v), *BOUNDS)) for n, v in zip(names, x)}
+    return Fit(_values(names, x), _run_fits(fitted, figures, names, slopes), count[0])
 
 
 def _residuals(runs: Sequence[MeasuredRun], figures: list[tuple[float, float]], x: np.ndarray) -> np.ndarray:
-    """The fit's residuals: each run's log step ratio, then each measured memory's log ratio, then the priors."""
+    """The fit's residuals: each run's log step ratio, then each measured memory's log ratio, then the priors
+    (``x``: each term's scaled distance from its neutral value)."""
     steps = [math.log(step / run.step_time_s) for run, (step, _) in zip(runs, figures)]
     memories = [math.log(memory / run.peak_memory_gib) for run, (_, memory) in zip(runs, figures)
                 if run.peak_memory_gib is not None]
-    return np.array(steps + memories + list(x / PRIOR_WIDTH))
+    return np.array(steps + memories + list(PRIOR_WEIGHT * x))
 
 
 def _run_fits(runs: Sequence[MeasuredRun], figures: list[tuple[float, float]], names: tuple[str, ...],
@@ -195,33 +221,41 @@ def _run_fits(runs: Sequence[MeasuredRun], figures: list[tuple[float, float]], n
     return tuple(found)
 
 
-def refit_without(fit: Fit, left_out: str, residuals: dict[str, tuple[float, float | None]] | None = None
-                  ) -> Calibration:
-    """The calibration ``fit`` would have given without run ``left_out``: one Gauss-Newton step from its
-    multipliers on the other runs' residuals (``residuals``: each run's log step and memory ratio now, by name;
-    default: the fit's own), linearised with their sensitivities, within ``BOUNDS``, the priors kept. A run the fit
-    did not see gets the fit's own calibration."""
-    names = tuple(fit.multipliers)
-    if left_out not in {r.name for r in fit.runs}:
-        return fit.calibration
-    if any(not r.sensitivity for r in fit.runs):
-        raise InputError("calibration: the fit records no sensitivities (it stopped early): fit it again")
-    x = np.log(np.array([fit.multipliers[n] for n in names]))
-    rows, targets = [], []
-    for r in fit.runs:
-        if r.name == left_out:
-            continue
-        step, memory = (residuals or {}).get(r.name, (r.residual, r.memory_residual))
-        rows.append([r.sensitivity[n] for n in names])
-        targets.append(-step)
-        if memory is not None and r.memory_sensitivity:
-            rows.append([r.memory_sensitivity[n] for n in names])
-            targets.append(-memory)
-    a = np.vstack([np.array(rows).reshape(-1, len(names)), np.eye(len(names)) / PRIOR_WIDTH])
-    b = np.concatenate([np.array(targets), -x / PRIOR_WIDTH])
-    low, high = math.log(BOUNDS[0]) - x, math.log(BOUNDS[1]) - x
-    step = lsq_linear(a, b, bounds=(np.minimum(low, -1e-12), np.maximum(high, 1e-12))).x
-    return Calibration(_multipliers(names, x + step))
+def leave_one_out(runs: Sequence[MeasuredRun], full: Fit, progress: Callable[[str], None] | None = None,
+                  predictor: Predictor = predicted, jobs: int = 1) -> dict[str, Calibration]:
+    """Each fitted run's leave-one-out calibration: the terms of ``full`` fitted again (``fit``) over the other
+    runs ``full`` was fitted on, started from ``full``'s values; ``jobs`` processes at once. A run left alone
+    keeps ``full``'s own calibration."""
+    names = tuple(full.multipliers)
+    seen = {r.name for r in full.runs}
+    fitted = [r for r in runs if r.name in seen and r.scored and not r.held_back]
+    say = progress or (lambda line: None)
+    tasks = [([o for o in fitted if o.name != r.name], names, full.calibration, predictor) for r in fitted]
+    found: dict[str, Calibration] = {}
+    if jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for run, calibration in zip(fitted, pool.map(_refit, tasks)):
+                found[run.name] = calibration
+                say(f"left out {run.name}: " + _shown(calibration))
+        return found
+    memo: dict = {}
+    for run, task in zip(fitted, tasks):
+        found[run.name] = _refit(task, memo)
+        say(f"left out {run.name}: " + _shown(found[run.name]))
+    return found
+
+
+def _refit(task: tuple[list[MeasuredRun], tuple[str, ...], Calibration, Predictor], memo: dict | None = None
+           ) -> Calibration:
+    """One leave-one-out fit (``leave_one_out``): the full fit's own calibration where no other run is left."""
+    others, names, start, predictor = task
+    if not others:
+        return start
+    return fit(others, names, start=start, predictor=predictor, memo=memo).calibration
+
+
+def _shown(calibration: Calibration) -> str:
+    return ", ".join(f"{n} {v:.3f}" for n, v in calibration.multipliers.items())
 
 
 def document(fit: Fit, command: str, version: str, date: str) -> dict:
@@ -243,9 +277,12 @@ def document(fit: Fit, command: str, version: str, date: str) -> dict:
             entry["memory_sensitivity"] = {n: _round(v) for n, v in r.memory_sensitivity.items()}
         runs.append(entry)
     return {"multipliers": {n: _round(v) for n, v in fit.multipliers.items()},
-            "terms": {n: TERMS[n] for n in fit.multipliers}, "bounds": list(BOUNDS),
+            "terms": {n: TERMS[n].what for n in fit.multipliers},
+            "bounds": {n: [TERMS[n].low, TERMS[n].high] for n in fit.multipliers},
+            "at_bound": list(fit.calibration.at_bound),
             "objective": "least squares of log(predicted/measured) step time and peak memory where measured, "
-                         f"plus log(multiplier)/{PRIOR_WIDTH:.4f} per term (docs/cost-model.md, Calibration)",
+                         f"plus {PRIOR_WEIGHT:g} x each term's distance from its neutral value over its range "
+                         "(docs/cost-model.md, Calibration)",
             "residuals": {k: _round(v) for k, v in fit.summary().items()}, "runs": runs,
             "evaluations": fit.evaluations, "stopped_early": fit.stopped_early, "date": date,
             "zbsolve_version": version, "command": command}

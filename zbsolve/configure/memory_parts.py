@@ -81,7 +81,7 @@ def device_memory(c: Setup, costs: Costs, timeline: Timeline, microbatches: int,
         buffers = sum(_stage_buffers(c, layers, a, b, microbatches)
                       for (a, b), device in zip(costs.ranges, costs.devices) if device == d and len(costs.ranges) > 1)
         allocated = sum(static.values()) + peak + buffers
-        kept = outside + (fragmentation(allocated) if c.reserve is None else 0)
+        kept = outside + (fragmentation(allocated, c.calibrated.scale("fragmentation")) if c.reserve is None else 0)
         found.append(DeviceMemory(static["weights"], static["gradients"], static["optimizer"],
                                   peak - logits - recompute, recompute, logits, buffers, kept, outside))
     return tuple(found)

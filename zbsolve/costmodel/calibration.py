@@ -1,7 +1,7 @@
 """Where a calibration scales the cost model: named multipliers on named terms, each 1 unless told.
 
-A ``Calibration`` holds a multiplier per term of ``TERMS`` within ``BOUNDS``; the kernel model
-(``zbsolve.costmodel.kernels.Kernels``) reads its kernel terms. ``zbsolve calibrate`` (``zbsolve.configure.calibrate``)
+A ``Calibration`` holds a value per term of ``TERMS``, each within its own plausible range; each term is read in
+the one place the cost model computes it (``Term.what``). ``zbsolve calibrate`` (``zbsolve.configure.calibrate``)
 fits them to measured runs and writes them to a file that ``load_calibration`` reads; zbsolve ships one such file per
 GPU preset and runtime (``FITTED``).
 """
@@ -18,20 +18,69 @@ from types import MappingProxyType
 import yaml
 
 from zbsolve.base.errors import InputError
+from zbsolve.costmodel.constants import ALLOCATOR_FRAGMENTATION
 
-TERMS = {"gemm": "seconds of matrix products", "attention": "seconds of the attention core",
-         "memory_bound": "seconds of memory-bound kernels"}
-"""The terms a calibration scales, by name, with what each multiplies."""
-BOUNDS = (0.25, 4.0)
-"""The least and the most multiplier: a calibration outside them says more about the model than the device."""
+
+@dataclass(frozen=True)
+class Term:
+    """One term a calibration scales: what it is, its value where no calibration is given, and the range a fit may
+    move it in, with where that range comes from."""
+
+    what: str
+    """What the value multiplies or states, and where the cost model computes it."""
+    low: float
+    """The least plausible value."""
+    high: float
+    """The most plausible value."""
+    source: str
+    """Why the range is plausible."""
+    neutral: float = 1.0
+    """The value without a calibration: the cost model as stated."""
+    unit: str = "multiplier"
+    """"multiplier" (of the stated term) or "share" (a value in place of a stated zero)."""
+
+
+TERMS = {
+    "gemm": Term("seconds of the tensor-core kernels, the matrix products and flash attention's core "
+                 "(``Kernels.gemm``, ``Kernels.attention``)", 0.9, 1.3,
+                 "the kernel table is a short microbenchmark at boost clock; a training step runs for minutes at the "
+                 "clock its power and thermal limits hold (an H100 SXM's 1,980 MHz boost against some 1,600 MHz "
+                 "sustained under 700 W: about 1.25x), and no runtime's products beat the table's by more than 10%"),
+    "memory_bound": Term("seconds of the memory-bound kernels (``Kernels.memory``)", 0.8, 2.0,
+                         "the rate is the measured fused streaming kernel's; a runtime's unfused eager kernels "
+                         "(norms, casts, permutations as PyTorch runs them) stream at about half of it, a better "
+                         "fused one some 20% above"),
+    "launch": Term("seconds each kernel costs beyond its work: ``KERNEL_LAUNCH`` and ``KERNEL_GAP`` "
+                   "(``Timing.seconds``), which bind on the dropless MoE path's per-expert products, "
+                   "permutations and router", 0.5, 3.0,
+                   "``KERNEL_LAUNCH``'s sources span 4-6 microseconds a launch from C++; an eager runtime's Python "
+                   "dispatch adds some 5-10 microseconds an operator (PyTorch's per-operator overhead), up to 3x, "
+                   "and CUDA Graphs or fused dispatchers halve it"),
+    "interference": Term("``COMPUTE_INTERFERENCE`` and ``COLLECTIVE_INTERFERENCE``, the slowdowns of computation "
+                         "and a collective overlapping each other (``Setup.device``)", 0.0, 2.1,
+                         "0: overlap free, as the runtimes' designs intend; 2.1: the most arXiv 2507.03114 "
+                         "measured (40%) over the average the preset states (18.9%)"),
+    "fragmentation": Term("share of the allocated bytes torch's caching allocator reserves beyond them, in place "
+                          "of ``ALLOCATOR_FRAGMENTATION`` (``memory_parts``)", 0.0, 0.15,
+                          "0 with expandable segments, as torchtitan sets them; the caching allocator's block "
+                          "rounding and split blocks without them, reserved over allocated as torch's memory "
+                          "statistics report it, some 5-15%", neutral=ALLOCATOR_FRAGMENTATION, unit="share"),
+}
+"""The terms a calibration scales, by name: at most six, each a multiplier on a stated term (or a share in place
+of a stated zero) with its own plausible range."""
+
+
+def bounds(term: str) -> tuple[float, float]:
+    """The least and the most value of ``term`` (``TERMS``)."""
+    return TERMS[term].low, TERMS[term].high
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Multipliers on named terms of the cost model; a term not named keeps 1."""
+    """Values of named terms of the cost model; a term not named keeps its neutral value (the model as stated)."""
 
     multipliers: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    """The multiplier of each term it scales (``TERMS``), within ``BOUNDS``."""
+    """The value of each term it scales (``TERMS``), within the term's range."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.multipliers, Mapping):
@@ -39,20 +88,31 @@ class Calibration:
         for term, value in self.multipliers.items():
             if term not in TERMS:
                 raise InputError(f"calibration.{term} = {value!r}: {term!r} should be one of {', '.join(TERMS)}")
+            low, high = bounds(term)
             if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                    or not BOUNDS[0] <= value <= BOUNDS[1]):
-                raise InputError(f"calibration.{term} = {value!r}: should be a number in "
-                                 f"[{BOUNDS[0]:g}, {BOUNDS[1]:g}]")
+                    or not low <= value <= high):
+                raise InputError(f"calibration.{term} = {value!r}: should be a number in [{low:g}, {high:g}]")
         object.__setattr__(self, "multipliers", MappingProxyType(dict(self.multipliers)))
 
     def __hash__(self) -> int:
         return hash(tuple(sorted(self.multipliers.items())))
 
+    def __reduce__(self) -> tuple[type[Calibration], tuple[dict[str, float]]]:
+        return Calibration, (dict(self.multipliers),)
+
     def scale(self, term: str) -> float:
-        """The multiplier of ``term`` (1.0 where not named)."""
+        """The value of ``term`` (its neutral value where not named)."""
         if term not in TERMS:
             raise InputError(f"term = {term!r}: should be one of {', '.join(TERMS)}")
-        return float(self.multipliers.get(term, 1.0))
+        return float(self.multipliers.get(term, TERMS[term].neutral))
+
+    @property
+    def at_bound(self) -> tuple[str, ...]:
+        """The terms whose value sits at (within 1% of the range of) an end of its range other than its neutral
+        value: where a fit pushes a term to the end of what is plausible, the runs want a term the model lacks."""
+        near = [(t, v, 0.01 * (TERMS[t].high - TERMS[t].low)) for t, v in self.multipliers.items()]
+        return tuple(t for t, v, tol in near if abs(v - TERMS[t].neutral) > tol
+                     and min(v - TERMS[t].low, TERMS[t].high - v) <= tol)
 
 
 FITTED = Path(__file__).resolve().parents[2] / "problems" / "calibration" / "fitted"

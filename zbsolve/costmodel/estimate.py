@@ -180,7 +180,7 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
     exchange = expert_exchange(device, arch, -(-tokens // tp), e, setup.ep, setup.a2a_link, setup.dispatcher)
     timing = Timing(device, setup.efficiency, tp_collective(device, arch, tokens, e, tp), exchange,
                     setup.tp_comm_overlap, group_link(device, setup.replicas, tp) if zero == 3 else None,
-                    setup.replicas, (WEIGHT_BYTES, GRAD_BYTES))
+                    setup.replicas, (WEIGHT_BYTES, GRAD_BYTES), setup.calibrated.scale("launch"))
     fp8, torchao = setup.dtype == "fp8", setup.runtime == "torchtitan"
     memory = Memory(WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES, FP8_WEIGHT_BYTES if fp8 and not torchao else 0,
                     zero, setup.replicas, tp * setup.replicas // setup.ep,

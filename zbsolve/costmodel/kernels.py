@@ -3,7 +3,7 @@ attention core at flash attention's throughput by head size and sequence, memory
 share of HBM bandwidth (``Gpu.memory_bytes_per_s``). The constants (``zbsolve.costmodel.constants``) were fitted
 to a lent H100's grid; flash attention's rates and the memory-bound share come from the preset's measured table
 (``zbsolve.costmodel.measured``), the H100's scaled by the BF16 peaks for a preset without one. A ``Calibration``
-scales each kernel kind's seconds (1 unless told).
+scales the tensor-core kernels' seconds and the memory-bound kernels' (1 unless told).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Kernels:
     dtype: str
     """"bf16", "fp16" or "fp8"."""
     calibration: Calibration = Calibration()
-    """Multipliers on the seconds of its products, attention core and memory-bound kernels."""
+    """Multipliers on the seconds of its tensor-core kernels (products, attention core) and memory-bound kernels."""
 
     def gemm(self, m: int, n: int, k: int, fp8: bool = False) -> float:
         """Seconds of a product of (m x k)·(k x n): the achievable rate times wave quantization of the
@@ -100,7 +100,7 @@ class Kernels:
         pairs counted twice less the diagonal, as the estimate counts them): under flash attention the causal half
         at the measured rate of the head size and sequence (scaled by the preset's BF16 peak); without it every
         score at the BF16 product rate."""
-        times = self.calibration.scale("attention")
+        times = self.calibration.scale("gemm")
         if not flash:
             rate = self.gpu.flops * self.gpu.gemm_fraction
             return flops_f / rate * times, 2 * flops_f / rate * times

@@ -33,9 +33,10 @@ def outside_allocator(degrees: Sequence[int]) -> int:
     return CUDA_CONTEXT + nccl_bytes(degrees)
 
 
-def fragmentation(allocated: float) -> int:
-    """Bytes the caching allocator reserves beyond ``allocated`` bytes (``ALLOCATOR_FRAGMENTATION``)."""
-    return math.ceil(ALLOCATOR_FRAGMENTATION * allocated)
+def fragmentation(allocated: float, share: float = ALLOCATOR_FRAGMENTATION) -> int:
+    """Bytes the caching allocator reserves beyond ``allocated`` bytes: ``share`` of them (``ALLOCATOR_FRAGMENTATION``
+    unless a calibration states it)."""
+    return math.ceil(share * allocated)
 
 
 def pipeline_buffers(runtime: str, microbatches: int, received: int, sent: int, last: bool, outputs: int) -> int:

@@ -9,6 +9,8 @@ value goes into ``RULES``. A value the rules refuse is one ``InputError`` line n
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Self, cast
@@ -103,8 +105,9 @@ class Setup(InputModel):
 
     @property
     def device(self) -> Gpu:
-        """The GPU's figures."""
-        return self.gpu if isinstance(self.gpu, Gpu) else get_gpu(self.gpu)
+        """The GPU's figures, its interference factors times the calibration's ``interference``."""
+        gpu = self.gpu if isinstance(self.gpu, Gpu) else get_gpu(self.gpu)
+        return interfered(gpu, self.calibrated.scale("interference"))
 
     @property
     def calibrated(self) -> Calibration:
@@ -239,3 +242,12 @@ RULES: dict[str, Callable[[str, object], None]] = {
     "calibration": _calibration}
 """Each field's rule where its type says too little, by field (the method is the estimate's: ``estimate.METHODS``):
 an ``InputError`` naming the field and the value."""
+
+
+@functools.lru_cache(maxsize=64)
+def interfered(gpu: Gpu, factor: float) -> Gpu:
+    """``gpu`` with its interference factors times ``factor`` (itself at 1)."""
+    if factor == 1:
+        return gpu
+    return dataclasses.replace(gpu, compute_interference=gpu.compute_interference * factor,
+                               collective_interference=gpu.collective_interference * factor)

@@ -34,6 +34,8 @@ class Timing:
     """Ranks the FSDP transfers span."""
     moved: tuple[int, int]
     """Bytes a parameter's FSDP all-gather (F, B) and reduce-scatter (W) move."""
+    launch: float = 1.0
+    """The calibration's multiplier of each kernel's launch and gap (``calibration.TERMS["launch"]``)."""
 
     @property
     def memory_rate(self) -> float:
@@ -43,8 +45,9 @@ class Timing:
 
     def seconds(self, c: LayerCosts, p: int) -> float:
         """Seconds of pass ``p``'s kernels, collectives and all-to-alls. Under the kernel model the kernels take a
-        gap after each (``KERNEL_GAP``) and no less than the host takes to launch them (``KERNEL_LAUNCH``)."""
-        launched = c.launches[p]
+        gap after each (``KERNEL_GAP``) and no less than the host takes to launch them (``KERNEL_LAUNCH``), both times
+        ``launch``."""
+        launched = c.launches[p] * self.launch
         compute = (max(c.kernel[p] + launched * KERNEL_GAP, launched * KERNEL_LAUNCH) if self.efficiency is None else
                    c.flops[p] / (self.device.flops * self.efficiency) + c.traffic[p] / self.memory_rate)
         return compute + collectives(c, p, self.collective, self.tp_comm_overlap, self.device.interference) + (
