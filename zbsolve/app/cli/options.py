@@ -13,7 +13,8 @@ from typing import Any, Optional
 import typer
 
 from zbsolve.base.errors import InputError
-from zbsolve.base.units import parse_bytes
+from zbsolve.base.units import gib, parse_bytes
+from zbsolve.costmodel.constants import DEFAULT_RESERVE
 from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel.setup import RULES, SIZES, Setup
 
@@ -43,8 +44,9 @@ OPTIONS: dict[str, Option] = {
     "layout": Option(str, "STR"), "partition": Option(str, "SPLIT"), "schedule": Option(str, "NAME"),
     "recompute": Option(str, "CHOICE"),
     "device_memory": Option(str, "SIZE", help="Memory per device, e.g. 80GiB, 80GB or bytes (default: the GPU's)."),
-    "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations (default: the CUDA "
-                                        "context and NCCL's buffers)."),
+    "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations (default: predict "
+                                        "and configure count the CUDA context and NCCL's buffers, plan and solve "
+                                        f"keep {gib(DEFAULT_RESERVE):g} GiB)."),
     "runtime": Option(str, "NAME", help="Runtime whose allocations the memory follows: megatron or torchtitan."),
     "overlap_grad_reduce": Option(bool, off="Gradients reduced after the backward (not Megatron's "
                                             "--overlap-grad-reduce)."),

@@ -38,6 +38,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.base.units import gib, parse_bytes
+from zbsolve.costmodel.constants import DEFAULT_RESERVE
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
 from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
@@ -100,9 +101,10 @@ class PlanArgs:
     quiet: Annotated[bool, QUIET]
     whole: Annotated[bool, WIDE]
 
-    def keywords(self, reserve: str) -> dict[str, Any]:
-        """``plan``'s keyword arguments, with ``reserve`` as given (e.g. 4GiB): ``--chunks`` checked and read
-        (``_chunks``), Megatron's blocks on its first and last rank as its ``megatron_ends``."""
+    def keywords(self, reserve: str | int) -> dict[str, Any]:
+        """``plan``'s keyword arguments, with ``reserve`` as given (e.g. 4GiB; ``DEFAULT_RESERVE``'s bytes where
+        none is): ``--chunks`` checked and read (``_chunks``), Megatron's blocks on its first and last rank as its
+        ``megatron_ends``."""
         return {"num_devices": self.num_devices, "num_microbatches": self.num_microbatches,
                 "placement": self.placement, "chunks": _chunks(self.chunks), "time_limit": self.time_limit,
                 "reserve": reserve, "jobs": self.jobs, "executor": self.executor, "recompute": self.recompute,
@@ -128,7 +130,7 @@ def plan(
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
-    device_memory, reserve = knobs.get("device_memory"), knobs["reserve"]
+    device_memory, reserve = knobs.get("device_memory"), knobs.get("reserve", DEFAULT_RESERVE)
     if args.frontier is None:
         _plan(model, device_memory, reserve, args)
         return
@@ -139,7 +141,7 @@ def plan(
     _frontier(model, parse_memories(args.frontier), reserve, args)
 
 
-def _plan(path: Path, device_memory: Optional[str], reserve: str, args: PlanArgs) -> None:
+def _plan(path: Path, device_memory: Optional[str], reserve: str | int, args: PlanArgs) -> None:
     """``plan`` at one device memory: the plan written, its figures and the baselines' printed (``--wide``: every
     column)."""
     output, chart = args.output, args.chart
@@ -193,7 +195,7 @@ def _chunks(text: Optional[str]) -> int | str | None:
     return int(text)
 
 
-def _frontier(path: Path, memories: list[int], reserve: str, args: PlanArgs) -> None:
+def _frontier(path: Path, memories: list[int], reserve: str | int, args: PlanArgs) -> None:
     """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart; the tables fit 100
     columns unless ``--wide``."""
     options = args.keywords(reserve)  # --chunks checked before the chart's path
