@@ -2,9 +2,11 @@
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from zbsolve import configure  # the package, callable as configure.choose.configure
 from zbsolve.base.errors import InfeasibleError, InputError, MemoryLimitError, ScheduleError, ZbsolveError
+from zbsolve.configure.predict import Configuration, Prediction
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import UNIT, Profile
@@ -18,12 +20,14 @@ from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
+from zbsolve.problem.problem_file import Problem
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
 
 __all__ = [
-    "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model", "Pair", "Pass",
-    "Placement", "PlanResult", "Profile", "Schedule", "ScheduleError", "SolveResult", "Timeline", "UNIT",
-    "ZbsolveError", "configure", "estimate", "export", "frontier", "plan", "simulate", "solve",
+    "Configuration", "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model",
+    "Pair", "Pass", "Placement", "PlanResult", "Prediction", "Problem", "Profile", "Schedule", "ScheduleError",
+    "SolveResult", "Timeline", "UNIT", "ZbsolveError", "configure", "estimate", "export", "frontier", "plan",
+    "predict", "simulate", "solve",
 ]
 __version__ = "0.1.0"
 
@@ -39,3 +43,20 @@ def export(document: str | Path | SolveResult | PlanResult, format: str, path: s
         return document.export(format, path, microbatch_size=microbatch_size, renames=renames)
     return export_document(document, format, path, microbatch_size=microbatch_size, renames=renames,
                            taker="zbsolve.export")[1]
+
+
+def predict(configuration: Configuration | str | Path, **knobs: Any) -> Prediction:
+    """One configuration's step time, throughput, memory and where its step goes, as ``zbsolve predict`` prints
+    them: ``configuration`` a ``Configuration``, with ``knobs`` replacing its fields, or the path of a model's
+    Hugging Face config.json with the configuration's fields as ``knobs`` (``seq_len``, ``microbatch_size``,
+    ``global_batch``, ``gpus``, ``tp``, ``pp``, ``device_memory="80GiB"``, ...). An ``InputError`` names a field
+    the configuration refuses."""
+    from zbsolve.configure.predict import predict as run
+
+    if isinstance(configuration, Configuration):
+        c = configuration.replace(**knobs) if knobs else configuration
+    elif isinstance(configuration, (str, Path)):
+        c = Configuration(config=configuration, **knobs)
+    else:
+        raise InputError(f"configuration = {configuration!r}: should be a Configuration or a config.json's path")
+    return run(c)

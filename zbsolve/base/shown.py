@@ -27,14 +27,18 @@ CHARTS: dict[type, Callable[[Any, str | Path | None], "Figure"]] = {}
 filled in by ``zbsolve.present.forms``."""
 
 
-class Shown:
-    """Mixin: ``_repr_html_`` and ``__rich__`` from the forms registered for the type, ``plot`` from its chart."""
+class Tabled:
+    """Mixin: ``_repr_html_`` and ``__rich__`` from the forms registered for the type."""
 
     def _repr_html_(self) -> str:
         return FORMS[type(self)].html(self)
 
     def __rich__(self) -> object:
         return FORMS[type(self)].rich(self)
+
+
+class Shown(Tabled):
+    """Mixin: ``Tabled``'s forms, and ``plot`` from the chart registered for the type."""
 
     def plot(self, path: str | Path | None = None) -> "Figure":
         """The result's chart as a matplotlib Figure (it shows itself in Jupyter): a solve's Gantt chart with its

@@ -59,8 +59,8 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
               dtype: str = "bf16", target: str = "megatron", top: int = 10, refine: int = 3,
               time_limit: float = 600.0, jobs: int | None = None, executor: str | cf.Executor | None = None,
               progress: Callable[[str], None] | None = None, tp_comm_overlap: bool = False,
-              dispatcher: str = "alltoall", device_memory: int | None = None,
-              reserve: int = DEFAULT_RESERVE, began: float | None = None,
+              dispatcher: str = "alltoall", device_memory: int | str | None = None,
+              reserve: int | str = DEFAULT_RESERVE, began: float | None = None,
               calibration: str | Path | Calibration | None = None) -> ConfigureResult:
     """The fastest configurations of the model of Hugging Face ``config`` on ``gpus`` GPUs of preset ``gpu`` for
     ``global_batch`` sequences of ``seq_len`` tokens a step, for runtime ``target`` (megatron, torchtitan, zbsolve):
@@ -70,10 +70,10 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     (``KeyboardInterrupt``) returns the best found so far, with ``interrupted`` set (one before any configuration
     that fits was timed propagates). Shapes are enumerated and configurations timed ``jobs`` at a time in local
     processes (default: all cores) or on ``executor`` ("dask://HOST:PORT" or a ``concurrent.futures.Executor``),
-    which the plans share; ``progress`` hears how far the search is. ``device_memory`` and ``reserve`` are bytes per
-    device (default: the preset's memory, 4 GiB kept free); ``calibration`` scales the cost model's terms
-    (``Setup.calibration``). ``began`` (``time.monotonic()``, default now) is when
-    the limit started: a command line's start, so that its loading counts."""
+    which the plans share; ``progress`` hears how far the search is. ``device_memory`` and ``reserve`` are bytes
+    per device, or text such as "80GiB" (default: the preset's memory, 4 GiB kept free); ``calibration`` scales the
+    cost model's terms (``Setup.calibration``). ``began`` (``time.monotonic()``, default now) is when the limit
+    started: a command line's start, so that its loading counts."""
     began = time.monotonic() if began is None else began
     space = Space.of(config, target=target, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu,
                      dtype=dtype, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,

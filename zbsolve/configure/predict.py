@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import ClassVar, NamedTuple, Optional, Union
 
 from zbsolve.base.errors import InputError
+from zbsolve.base.shown import Tabled
 from zbsolve.base.units import gib
 from zbsolve.configure.memory_parts import DeviceMemory, device_memory, shortfalls
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
 from zbsolve.costmodel.calibration import described
+from zbsolve.costmodel.config_values import read_config
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
@@ -80,9 +82,9 @@ class Configuration(Setup):
         return shlex.join(["zbsolve", "predict", str(self.config), *self.arguments(self.OPTIONS)])
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """A configuration's figures."""
+@dataclass(frozen=True, repr=False)
+class Prediction(Tabled):
+    """A configuration's figures; shown in Jupyter and rich as a table (``present.forms``)."""
 
     step_time_s: float
     """Seconds of one step."""
@@ -117,6 +119,8 @@ class Prediction:
     """Per pipeline device, its memory by part (``memory_parts.PARTS``), which sum to what it needs."""
     shortfall_gib: tuple[float, ...] = ()
     """Per pipeline device, the GiB it needs beyond the device memory (0 where it fits)."""
+    warnings: tuple[str, ...] = ()
+    """Inputs past a limit the model's config states (``past_limits``): predicted all the same."""
 
     def figures(self) -> dict[str, object]:
         """The figures ``--json`` prints."""
@@ -124,7 +128,24 @@ class Prediction:
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
                 "peak_memory_gib": list(self.peak_memory_gib), "fits": self.fits, "breakdown": self.breakdown,
                 "calibration": self.calibration, "memory_gib": [m.gib() for m in self.memory],
-                "shortfall_gib": list(self.shortfall_gib)}
+                "shortfall_gib": list(self.shortfall_gib), "warnings": list(self.warnings)}
+
+    def __repr__(self) -> str:
+        fits = "fits" if self.fits else f"does not fit ({max(self.shortfall_gib, default=0):.2f} GiB short)"
+        return (f"Prediction({self.step_time_s:.4g} s a step, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                f"MFU {100 * self.mfu:.1f}%, peak {max(self.peak_memory_gib, default=0):.2f} GiB of "
+                f"{self.device_memory_gib:.2f}, {fits}; {self.schedule}, dp {self.dp}, m {self.num_microbatches})")
+
+
+def past_limits(c: Configuration) -> tuple[str, ...]:
+    """What in ``c`` goes past a limit its model's config states: a sequence longer than its positions
+    (``max_position_embeddings``, GPT-2's ``n_positions``)."""
+    data, where = read_config(c.config)
+    limit = next((data[k] for k in ("max_position_embeddings", "n_positions") if k in data), None)
+    if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < c.seq_len:
+        return (f"seq_len = {c.seq_len} is beyond {where}'s max_position_embeddings = {limit}: the model was not "
+                "trained on sequences this long; predicted all the same",)
+    return ()
 
 
 def degrees(c: Configuration) -> tuple[int, int]:
@@ -206,7 +227,7 @@ def predict(c: Configuration) -> Prediction:
     short = shortfalls(memory, c.memory)
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(d.allocator) for d in memory),
                       not any(short), breakdown(model, timeline, costs), dp, m, name, counts, gib(c.memory), peak,
-                      described(c.calibration), memory, short)
+                      described(c.calibration), memory, short, past_limits(c))
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

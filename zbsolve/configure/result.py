@@ -189,6 +189,13 @@ class ConfigureResult(Shown):
                 "planned": None if self.plan is None else self.plan.summary(), "interrupted": self.interrupted,
                 "elapsed_s": self.elapsed_s, "notes": list(self.notes)}
 
+    def __repr__(self) -> str:
+        c = self.chosen
+        return (f"ConfigureResult(chosen='tp/pp/vp/cp/ep/dp {c.degrees()}', step_s={c.step_s:.4g}, "
+                f"tokens_per_s_per_gpu={c.tokens_per_s_per_gpu:,.0f}, candidates={len(self.candidates)}, "
+                f"target={self.target!r}, planned={self.plan is not None}, interrupted={self.interrupted}, "
+                f"counts={self.counts.line()!r})")
+
     def unplanned(self) -> str | None:
         """Why the chosen configuration has no plan, or None."""
         if self.plan is not None:

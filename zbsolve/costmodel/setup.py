@@ -20,7 +20,7 @@ from pydantic import ConfigDict, InstanceOf
 from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import InputModel
-from zbsolve.base.units import GIB, MIB
+from zbsolve.base.units import GIB, MIB, parse_bytes
 from zbsolve.costmodel.calibration import Calibration, load_calibration
 from zbsolve.costmodel.constants import DTYPE_BYTES
 from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
@@ -66,9 +66,9 @@ class Setup(InputModel):
     recompute: str = "none"
     """none, full, uniform:N, per-stage:..., selective or modules:M,..."""
     device_memory: int | None = None
-    """Memory per device, bytes (None: the GPU preset's)."""
+    """Memory per device, bytes or a size as text, e.g. "80GiB" (None: the GPU preset's)."""
     reserve: int | None = None
-    """Memory per device kept free of stages and activations, bytes (None: the runtime's own, the CUDA context and
+    """Memory per device kept free of stages and activations, bytes or a size as text (None: the runtime's own, the CUDA context and
     NCCL's buffers: ``kept``)."""
     runtime: str = "megatron"
     """The training runtime whose allocations the memory follows: megatron or torchtitan."""
@@ -99,6 +99,7 @@ class Setup(InputModel):
         for name, value in data.items():  # each knob's own rule first, in its words
             if name in RULES:
                 RULES[name](name, value)
+        data = {name: sized(name, value) for name, value in data.items()}
         super().__init__(**data)
         if self.dtype == "fp8" and self.device.fp8_flops is None:
             raise InputError(f"dtype = 'fp8': the {self.device.name} has no FP8 tensor cores")
@@ -183,6 +184,14 @@ class Setup(InputModel):
                        cp=self.cp if self.cp > 1 else None, ep=self.ep if experts else None,
                        dispatcher=self.dispatcher_kind if experts else None, zero=self.zero_stage, dtype=self.dtype,
                        gpu=self.gpu_name, efficiency=self.efficiency)
+
+
+def sized(name: str, value: Any, where: str | None = None) -> Any:
+    """``value`` of field ``name`` as the setup holds it: a size (``SIZES``, bytes or text such as "80GiB") read as
+    bytes (``units.parse_bytes``, its error naming ``where``, default the field), any other value as it is."""
+    if name not in SIZES or value is None:
+        return value
+    return parse_bytes(value, where or name, zero=name == "reserve")
 
 
 def _shown(name: str, value: object) -> str:

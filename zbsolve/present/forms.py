@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from zbsolve.base.shown import CHARTS, FORMS, Forms
+from zbsolve.configure.predict import Prediction
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.optimize.result import SolveResult
 from zbsolve.planning.result import PlanResult
@@ -32,6 +33,18 @@ def plan_figures(result: PlanResult) -> dict[str, object]:
     return shown(result.summary(), Units.of(result.costs))
 
 
+def prediction_figures(result: Prediction) -> dict[str, object]:
+    """A prediction's headline figures as ``zbsolve predict`` shows them, its step's breakdown and its warnings."""
+    short = max(result.shortfall_gib, default=0.0)
+    return {"step time (s)": result.step_time_s, "tokens/s/GPU": result.tokens_per_s_per_gpu,
+            "model TFLOP/s/GPU": result.model_tflops_per_gpu, "MFU": result.mfu,
+            "peak memory (GiB)": max(result.peak_memory_gib, default=0.0),
+            "device memory (GiB)": result.device_memory_gib, "fits": result.fits,
+            **({"short (GiB)": short} if short else {}), "schedule": result.schedule, "dp": result.dp,
+            "microbatches": result.num_microbatches, **{f"{part} (s)": t for part, t in result.breakdown.items()},
+            **{f"warning {k}": w for k, w in enumerate(result.warnings, 1)}}
+
+
 def solve_table(result: SolveResult) -> Table:
     """A solve's figures as a terminal table."""
     return figures_table(solve_figures(result), f"zbsolve {result.solver}")
@@ -45,6 +58,8 @@ def plan_table(result: PlanResult) -> Table:
 FORMS[SolveResult] = Forms(solve_table, lambda result: figures_html(solve_figures(result)))
 FORMS[PlanResult] = Forms(plan_table, lambda result: figures_html(plan_figures(result)))
 FORMS[ConfigureResult] = Forms(configure_rich, configure_html)
+FORMS[Prediction] = Forms(lambda result: figures_table(prediction_figures(result), "zbsolve predict"),
+                          lambda result: figures_html(prediction_figures(result)))
 
 
 def _drawn(draw: Callable[[], Figure], path: str | Path | None) -> Figure:

@@ -13,10 +13,11 @@ from typing import Any, Optional
 import typer
 
 from zbsolve.base.errors import InputError
-from zbsolve.base.units import gib, parse_bytes
+from zbsolve.base.units import gib
 from zbsolve.costmodel.constants import DEFAULT_RESERVE
 from zbsolve.costmodel.gpus import GPUS
-from zbsolve.costmodel.setup import RULES, SIZES, Setup
+from zbsolve.costmodel.setup import RULES, SIZES, Setup, sized
+from zbsolve.schedulers.builtins import ORDERS
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ OPTIONS: dict[str, Option] = {
     "gpus": Option(int, "N"), "tp": Option(int, "N"), "pp": Option(int, "N"), "vp": Option(int, "N"),
     "dp": Option(int, "N", help="Data-parallel degree (shards the optimizer under --zero 1)."),
     "cp": Option(int, "N"), "ep": Option(int, "N"), "zero": Option(int, "N"),
-    "layout": Option(str, "STR"), "partition": Option(str, "SPLIT"), "schedule": Option(str, "NAME"),
+    "layout": Option(str, "STR"), "partition": Option(str, "SPLIT"), "schedule": Option(
+        str, "NAME", help=f"The order, in any case: {', '.join(ORDERS)} (default: Megatron's: 1F1B, or "
+                          "Interleaved1F1B with --vp > 1)."),
     "recompute": Option(str, "CHOICE"),
     "device_memory": Option(str, "SIZE", help="Memory per device, e.g. 80GiB, 80GB or bytes (default: the GPU's)."),
     "reserve": Option(str, "SIZE", help="Memory per device kept free of stages and activations (default: predict "
@@ -98,7 +101,7 @@ def _parameters(model: type[Setup], name: str) -> list[inspect.Parameter]:
 def given(name: str, value: Any) -> Any:
     """An option's value checked by its field's rule under its flag, sizes read as bytes."""
     if name in SIZES:
-        return parse_bytes(value, flag(name), zero=name == "reserve")
+        return sized(name, value, flag(name))
     if name in RULES:
         RULES[name](flag(name), value)
     return value

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import CONFIG, JSON, app, cli_errors, out
+from zbsolve.app.cli.common import CONFIG, JSON, app, cli_errors, err, out
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration, Prediction
@@ -36,6 +36,8 @@ def predict(
         raise InputError("--layout and --partition: give one")
     c = Configuration(config=config, **knobs)
     p = run(c)
+    for warning in p.warnings:
+        err.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         print(json.dumps(p.figures(), indent=1))
     else:
