@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from zbsolve.base.errors import InfeasibleError
+from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.interrupt import deferred
 from zbsolve.core.measures import gap
 from zbsolve.core.objective import Objective
@@ -49,7 +49,7 @@ from zbsolve.optimize.recompute_fit import fit_recompute
 from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.warm_start import Best, check_time, first, floor, measure, warm_start
 from zbsolve.problem.costs import DEFAULT_RESERVE, Costs
-from zbsolve.problem.problem_file import load_costs
+from zbsolve.problem.problem_file import Problem, completed, load_input
 from zbsolve.problem.recompute import parse_recompute
 from zbsolve.problem.request import TIME_LIMIT, Request, SolverName, resolve
 from zbsolve.schedulers.one_at_a_time import check_feasible
@@ -214,7 +214,8 @@ def _warm_step(model: Model, request: Request, began: float) -> float:
 
 
 def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Sequence[float] | None = None, *,
-          num_microbatches: int, num_devices: int | None = None, placement: PlacementName = "sequential",
+          num_microbatches: int | None = None, num_devices: int | None = None,
+          placement: PlacementName | None = None,
           solver: SolverName = "cpsat", time_limit: float = TIME_LIMIT, objective: Objective = "makespan",
           workers: int | None = None, seed: int = 0, chunks: int = CHUNKS,
           progress: Callable[[str], None] | None = None,
@@ -227,7 +228,9 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
 
     ``profile`` is a per-stage ``Profile`` or a ``Model`` (layers with costs in seconds and bytes), or the path of
     a file holding either, cut into the placement's stages by ``partition`` ("uniform", "balanced" or layer counts
-    per stage).
+    per stage), or of a problem file, which states what is not given (``num_devices``, ``num_microbatches``, its
+    memory limit and ``placement``, as ``zbsolve solve`` reads it; elsewhere ``num_microbatches`` is required and
+    ``placement`` is "sequential" by default).
     ``device_memory`` (bytes, or text such as "80GiB") replaces ``mem_limit``: each device's activation budget is
     the device memory minus the static bytes of the stages it holds minus ``reserve``; a model whose setting names
     a GPU preset gets that GPU's memory unless a limit is given. ``placement`` "interleaved" and "vshape" run
@@ -246,12 +249,18 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     needs on this machine (``check_time``, naming the least that could hold), and InfeasibleError (stating the
     smallest feasible limit, or the device and its shortfall in GiB) when no schedule fits."""
     began = time.monotonic()
+    fields = dict(mem_limit=mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
+                  placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
+                  seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,
+                  mem_factor=mem_factor, recompute=recompute)
     if isinstance(profile, (str, os.PathLike)):
-        profile = load_costs(profile, "zbsolve.solve")
-    request = Request(mem_limit=mem_limit, num_microbatches=num_microbatches, num_devices=num_devices,
-                      placement=placement, solver=solver, time_limit=time_limit, objective=objective, workers=workers,
-                      seed=seed, chunks=chunks, device_memory=device_memory, reserve=reserve, partition=partition,
-                      mem_factor=mem_factor, recompute=recompute)
+        given = load_input(profile, "zbsolve.solve")
+        if isinstance(given, Problem):
+            given, fields = given.profile, completed(given, fields)
+        profile = given
+    if fields["num_microbatches"] is None:
+        raise InputError("num_microbatches: give it (only a problem file states it)")
+    request = Request(**{**fields, "placement": fields["placement"] or "sequential"})
     return solve_request(profile, request, progress, began, check=True)
 
 

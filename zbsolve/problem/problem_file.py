@@ -4,7 +4,7 @@ as stored in the YAML files under problems/."""
 from __future__ import annotations
 
 import os
-from typing import ClassVar, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
 from pydantic import ConfigDict, Field, FiniteFloat, PositiveInt, model_validator
 
@@ -51,6 +51,18 @@ class Problem(InputModel):
         if self.mem_limit is not None and self.mem_factor is not None:
             raise ValueError("give mem_limit or mem_factor, not both")
         return self
+
+
+def completed(problem: Problem, fields: dict[str, Any]) -> dict[str, Any]:
+    """A request's ``fields`` (``Request``'s, None where not given) completed by what ``problem`` states: its p and
+    m, its memory limit (where neither a limit, a factor nor a device memory is given) and its placement."""
+    fields = dict(fields)
+    fields["num_devices"] = fields.get("num_devices") or problem.num_devices
+    fields["num_microbatches"] = fields.get("num_microbatches") or problem.num_microbatches
+    if all(fields.get(name) is None for name in ("mem_limit", "mem_factor", "device_memory")):
+        fields.update(mem_limit=problem.mem_limit, mem_factor=problem.mem_factor)
+    fields["placement"] = fields.get("placement") or problem.placement or "sequential"
+    return fields
 
 
 def load_input(path: str | os.PathLike[str], taker: str = "load_input") -> Problem | Model | Profile:

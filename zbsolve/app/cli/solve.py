@@ -41,7 +41,7 @@ from zbsolve.optimize.solve import solve_request
 from zbsolve.present.figures import Units, published_rows
 from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
-from zbsolve.problem.problem_file import Problem, load_input
+from zbsolve.problem.problem_file import Problem, completed, load_input
 from zbsolve.problem.request import SOLVERS, TIME_LIMIT, Request
 
 PARTITION = typer.Option("uniform", "--partition",
@@ -137,12 +137,8 @@ def _load(problem: Path, wanted: dict[str, Any]) -> tuple[Profile | Model, str, 
     given = load_input(problem, "zbsolve solve")
     fields = dict(wanted)
     if isinstance(given, Problem):
-        fields["num_devices"] = fields["num_devices"] or given.num_devices
-        fields["num_microbatches"] = fields["num_microbatches"] or given.num_microbatches
-        if fields["mem_limit"] is None and fields["mem_factor"] is None and fields.get("device_memory") is None:
-            fields.update(mem_limit=given.mem_limit, mem_factor=given.mem_factor)
-        fields["placement"] = fields["placement"] or given.placement or "sequential"
-        return given.profile, given.name, given.published, (given.num_devices, given.num_microbatches), fields
+        return (given.profile, given.name, given.published, (given.num_devices, given.num_microbatches),
+                completed(given, fields))
     if fields["num_devices"] is None or fields["num_microbatches"] is None:
         raise InputError(f"{problem}: give --devices and --microbatches to solve a "
                          f"{'model' if isinstance(given, Model) else 'profile'}")
