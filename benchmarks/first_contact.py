@@ -5,6 +5,11 @@ figure it is held to.
   its makespan at most V-Min's (the family it can build: every family of the placement that fits is built before any
   look at the clock, ``optimize.warm_start.floor``).
 
+- Zero tracebacks over the fuzzer's inputs: ``tests/test_fuzz_inputs.py``'s strategies over ``predict``'s and
+  ``configure``'s options and the Python entry points, run with ``FUZZ_EXAMPLES`` examples each (the slow ones
+  fewer), every command exiting 0, 1 or 2 with no traceback and every function returning or raising an
+  ``InputError``.
+
 Run: .venv/bin/python benchmarks/first_contact.py [--json out.json]
 """
 
@@ -49,7 +54,45 @@ def vshape_solve() -> Row:
                time.monotonic() - began)
 
 
-TARGETS: tuple[Callable[[], Row], ...] = (vshape_solve,)
+FUZZ_EXAMPLES = 100
+"""Examples drawn for each fast entry point (a search's: a tenth)."""
+
+
+def fuzzed() -> Row:
+    """The fuzzer's strategies (``tests/test_fuzz_inputs.CHECKS``) with more examples: how many inputs ended in a
+    traceback (a command's) or an exception other than an ``InputError`` (a function's)."""
+    import sys
+    from pathlib import Path
+
+    from hypothesis import HealthCheck, given, settings
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from test_fuzz_inputs import CHECKS, EXAMPLES, FEW
+
+    began = time.monotonic()
+    runs, failures = 0, []
+
+    def counted(check: Callable[[dict], None]) -> Callable[[dict], None]:
+        def run(knobs: dict) -> None:
+            nonlocal runs
+            runs += 1
+            try:
+                check(knobs)
+            except Exception as exc:  # noqa: BLE001 (what the row counts)
+                failures.append(f"{check.__name__}({knobs}): {type(exc).__name__}: {str(exc)[:200]}")
+        return run
+
+    for name, (check, strategy) in CHECKS.items():
+        examples = FUZZ_EXAMPLES * EXAMPLES.get(name, FEW) // FEW if name in EXAMPLES else FUZZ_EXAMPLES
+        settings(max_examples=max(examples, 1), deadline=None, database=None,
+                 suppress_health_check=list(HealthCheck))(given(strategy)(counted(check)))()
+    for failure in failures[:5]:
+        print(failure)
+    return Row(f"zero tracebacks over the fuzzer's inputs ({len(CHECKS)} entry points)",
+               f"{len(failures)} of {runs} inputs", "0", not failures, time.monotonic() - began)
+
+
+TARGETS: tuple[Callable[[], Row], ...] = (vshape_solve, fuzzed)
 """Each target's measurement, in the order printed."""
 
 
