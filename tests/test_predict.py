@@ -120,7 +120,7 @@ def test_the_command_prints_exactly_its_json_keys():
     assert run.exit_code == 0, run.output
     figures = json.loads(run.output)
     assert set(figures) == {"step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "peak_memory_gib",
-                            "fits", "breakdown", "calibration", "memory_gib", "shortfall_gib"}
+                            "fits", "breakdown", "calibration", "memory_gib", "shortfall_gib", "warnings"}
     assert set(figures["breakdown"]) == {"compute", "bubble", "exposed_comm", "dp_sync", "optimizer"}
     assert figures["step_time_s"] == pytest.approx(predict(SMALL).step_time_s)
 

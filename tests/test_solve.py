@@ -233,14 +233,16 @@ def test_progress_hears_every_log_line_as_it_comes(solver):
     assert solver in lines[-1] or "lns" in lines[-1] or "whole" in lines[-1]
 
 
-def test_solve_takes_the_path_of_a_model_or_a_profile_file_and_refuses_a_problem_file():
+def test_solve_takes_the_path_of_a_model_a_profile_or_a_problem_file():
+    """A problem file states what is not given: its p, m, memory limit and placement (as zbsolve solve reads it)."""
     model = ROOT / "problems" / "models" / "llama3-8b.yaml"
     result = solve(str(model), num_devices=4, num_microbatches=8, solver="heuristic")
     check_result(result)
     assert result.costs.model.name == "llama3-8b"
-    with pytest.raises(InputError, match="1.5b-p8-m24.yaml is a problem file; zbsolve.solve takes a model "
-                                         "description or a profile: pass Problem.load\\(path\\).profile"):
-        solve(ROOT / "problems" / "iclr" / "1.5b-p8-m24.yaml", num_microbatches=24)
+    stated = solve(ROOT / "problems" / "iclr" / "1.5b-p8-m24.yaml", solver="heuristic")
+    assert (stated.schedule.num_devices, stated.schedule.num_microbatches) == (8, 24)
+    with pytest.raises(InputError, match="num_microbatches"):
+        solve(str(model), num_devices=4)
 
 
 def test_a_fused_backward_holds_what_its_b_leaves_for_its_w():

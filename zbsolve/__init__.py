@@ -20,8 +20,8 @@ from zbsolve.optimize.result import SolveResult
 from zbsolve.optimize.solve import solve
 from zbsolve.planning.planner import plan
 from zbsolve.planning.result import PlanResult
-from zbsolve.problem.problem_file import Problem
 from zbsolve.present import forms  # noqa: F401  (registers how results show in Jupyter and rich)
+from zbsolve.problem.problem_file import Problem
 
 __all__ = [
     "Configuration", "ConfigureResult", "FORMATS", "InfeasibleError", "InputError", "MemoryLimitError", "Model",

@@ -68,8 +68,8 @@ class Setup(InputModel):
     device_memory: int | None = None
     """Memory per device, bytes or a size as text, e.g. "80GiB" (None: the GPU preset's)."""
     reserve: int | None = None
-    """Memory per device kept free of stages and activations, bytes or a size as text (None: the runtime's own, the CUDA context and
-    NCCL's buffers: ``kept``)."""
+    """Memory per device kept free of stages and activations, bytes or a size as text (None: the runtime's own, the
+    CUDA context and NCCL's buffers: ``kept``)."""
     runtime: str = "megatron"
     """The training runtime whose allocations the memory follows: megatron or torchtitan."""
     overlap_grad_reduce: bool = False

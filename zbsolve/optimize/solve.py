@@ -256,8 +256,8 @@ def solve(profile: Profile | Model | str | os.PathLike, mem_limit: float | Seque
     if isinstance(profile, (str, os.PathLike)):
         given = load_input(profile, "zbsolve.solve")
         if isinstance(given, Problem):
-            given, fields = given.profile, completed(given, fields)
-        profile = given
+            fields = completed(given, fields)
+        profile = given.profile if isinstance(given, Problem) else given
     if fields["num_microbatches"] is None:
         raise InputError("num_microbatches: give it (only a problem file states it)")
     request = Request(**{**fields, "placement": fields["placement"] or "sequential"})
