@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import zbsolve
 from zbsolve.app.cli import app
+from zbsolve.configure.result import Counts, Ranked
 from zbsolve.costmodel.setup import Setup
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +59,8 @@ def test_solve_takes_a_problem_file_and_its_microbatches() -> None:
 
 
 def test_a_configure_result_has_a_repr_of_its_choice() -> None:
-    result = zbsolve.configure(ROOT / "problems/models/configs/gpt3-1.5b.json", gpus=4, global_batch=8,
-                               seq_len=1024, time_limit=5, refine=0, jobs=1, device_memory="80GiB")
-    assert repr(result).startswith("ConfigureResult(chosen='tp/pp/vp/cp/ep/dp ")
+    c = zbsolve.Configuration(config=CONFIG, **KNOBS)
+    chosen = Ranked(c, zbsolve.predict(c), c.command())
+    result = zbsolve.ConfigureResult((chosen,), Counts(1, 0, 0, 0, 1, 0, 0, 0), chosen, None, False, 1.0, "megatron")
+    assert repr(result).startswith("ConfigureResult(chosen='tp/pp/vp/cp/ep/dp 1/2/1/1/1/4'")
     assert "<table" in result._repr_html_()
