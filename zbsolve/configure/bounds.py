@@ -1,14 +1,15 @@
 """What is known of a configuration of ``zbsolve configure`` before it is timed, from ``predict``'s own model, split
 and order: whether its devices can hold their static bytes and the activations every order holds (``group_fits``
 for a group whatever its virtual stages, ``memory_fits`` for one configuration: where they cannot, no order fits,
-and ``predict`` says so), and lower bounds on ``predict``'s step (``group_bound``, ``step_bound``)."""
+and ``predict`` says so; ``order_fits`` for the activations the configuration's own order holds), and lower bounds on
+``predict``'s step (``group_bound``, ``step_bound``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from zbsolve.configure.predict import Configuration
-from zbsolve.core.memory import least_held
+from zbsolve.core.memory import least_held, peak
 from zbsolve.core.placement import Placement
 from zbsolve.core.profile import Profile
 from zbsolve.costmodel.model import Model
@@ -18,6 +19,7 @@ from zbsolve.problem.costs import Costs
 from zbsolve.problem.partition import stage_profile
 from zbsolve.problem.recompute import Recompute, parse_recompute
 from zbsolve.problem.recompute_costs import layer_costs
+from zbsolve.schedulers.builtins import builtin_schedule
 
 
 class ModelAsOneStage:
@@ -124,6 +126,24 @@ def memory_fits(profile: Profile, placement: Placement, costs: Costs) -> bool:
     (``least_activations``) within the device memory less the reserve, by the one test of a fit
     (``Costs.first_over``): where it cannot, no order fits, ``predict``'s included."""
     return costs.first_over(least_activations(profile, placement)) is None
+
+
+def order_peaks(profile: Profile, name: str, pp: int, num_microbatches: int, vp: int) -> list[float]:
+    """Per device, the peak activations of built-in order ``name`` (``builtin_schedule``: 1F1B's rank d holds
+    p - d microbatches' F when its first B starts, the interleaved order more) on ``profile``, by the memory rule
+    (``core.memory.peak``): a running sum of the passes' deltas in each device's order, which no timing changes."""
+    schedule = builtin_schedule(name, profile, pp, num_microbatches, vp)
+    return [peak(schedule, d) for d in range(pp)]
+
+
+def order_fits(profile: Profile, costs: Costs, name: str, pp: int, num_microbatches: int, vp: int) -> bool:
+    """Whether every device can hold its static bytes and the activations order ``name`` holds there at its peak
+    (``order_peaks``) within the device memory less the reserve (``Costs.first_over``). A valid test for pruning:
+    ``predict`` runs that order on these costs (``planning.runs.builtin_run``) and the simulator's peak is the same
+    running sum, so its device needs at least the static bytes, that peak and the bytes outside the allocator
+    (the costs' reserve), with the pipeline buffers and fragmentation besides: where this test fails, ``predict``
+    says the configuration does not fit."""
+    return costs.first_over(order_peaks(profile, name, pp, num_microbatches, vp)) is None
 
 
 def likely_fits(profile: Profile, placement: Placement, costs: Costs, num_microbatches: int) -> bool:

@@ -3,11 +3,15 @@ docs/configure.md).
 
 1. **Enumerate** every configuration of the degrees' menus (``configure.space``), a shape (tp, cp, pp,
    ep) a job, in groups that share one estimated model and recomputation; what is refused is counted invalid.
-2. **Prune** a group, then each configuration, that cannot fit (static bytes and one microbatch's activations) and
-   order the rest by a lower bound on ``predict``'s step (``configure.bounds``): best first.
+2. **Prune** a group that cannot fit (static bytes and one microbatch's activations), then each configuration
+   whose own order's activations cannot (``bounds.order_fits``) or whose runtime refuses it
+   (``configure.runtime_rules``), and order the rest by a lower bound on ``predict``'s step (``configure.bounds``):
+   the recipe-shaped first (``space.recipe_shaped``), then best first.
 3. **Time** them with ``predict`` in that order beside the enumeration, in parallel processes or on Dask, and stop
    once every shape is enumerated and the next bound is no shorter than the ``top``-th best step timed that fits
-   (branch and bound, ``configure.search``: nothing pruned beats the top).
+   (branch and bound, ``configure.search``: nothing pruned beats the top). Stopped earlier (the time limit, an
+   interrupt), the result says so: the choice is the best found, with its gap to the best bound among the
+   untimed (``ConfigureResult.status``).
 4. **Refine** the best ``refine`` with ``plan`` (split, placement, order and per-stage recomputation chosen for the
    target), sharing the time left; the chosen configuration is the fastest, planned or predicted. The best
    configuration's order as ``predict`` simulated it is its plan where no plan of its own is faster (it was not
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from zbsolve.base.checks import check_count, check_positive
 from zbsolve.base.errors import InfeasibleError, InputError
-from zbsolve.base.parallel import make_executor, start_method
+from zbsolve.base.parallel import make_executor
 from zbsolve.base.units import gib
 from zbsolve.configure.predict import Configuration, configured_model, run
 from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
@@ -88,8 +92,8 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     kept = min(time_limit, max(REFINE_SHARE * time_limit, PLAN_SECONDS)) if refine else 0.0
     search = BranchAndBound(space, top, end - kept, say)
     search.enumerate_by = began + ENUMERATE_SHARE * (time_limit - kept)
-    if executor is None and start_method() == "fork":  # imported once: the workers forked share it, plans need it
-        has_pipelining()
+    has_pipelining()  # imported once, before the clock's jobs: the workers forked or threads share it, the memory
+    # test of each configuration's order (``bounds.order_fits``) and the plans need it
     parallel = jobs or (os.cpu_count() or 1)
     pool, release = make_executor(executor, parallel)
     interrupted = False
@@ -130,8 +134,10 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     chosen = plans.get(order[0])
     if chosen is not None:
         chosen = replace(chosen, launch=launch_of(best.configuration))
-    return ConfigureResult(tuple(ranked), search.counts(refined), ranked[0], chosen, interrupted,
-                           time.monotonic() - began, target, tuple(notes), tuple(search.timed))
+    counts = search.counts(refined)
+    complete, gap = ConfigureResult.gap_of(counts, ranked[0].prediction.step_time_s, interrupted)
+    return ConfigureResult(tuple(ranked), counts, ranked[0], chosen, interrupted, time.monotonic() - began, target,
+                           tuple(notes), tuple(search.timed), complete, gap)
 
 
 def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, pool: cf.Executor, jobs: int,

@@ -38,6 +38,8 @@ class Ranked:
     why: str = ""
     """Why it loses to the chosen configuration: the part of the step that differs most (``predict.BREAKDOWN``, or
     what the plan saves), and its peak memory where that differs; empty for the chosen one."""
+    warnings: tuple[str, ...] = ()
+    """What its runtime warns of it, each with the rule's source (``configure.runtime_rules``)."""
 
     @property
     def step_s(self) -> float:
@@ -62,10 +64,9 @@ class Ranked:
 
     @property
     def memory_gib(self) -> float:
-        """The largest device use, GiB: its plan's where its figures are its plan's, else predicted."""
-        if self.planned and self.planned_memory_gib is not None:
-            return self.planned_memory_gib
-        return max(self.prediction.peak_memory_gib)
+        """The memory its busiest device needs as ``predict`` prints it (``predicted_memory_gib``): one figure per
+        configuration, whether or not it was refined."""
+        return predicted_memory_gib(self.prediction)
 
     def degrees(self) -> str:
         """tp/pp/vp/cp/ep/dp."""
@@ -76,9 +77,10 @@ class Ranked:
         """Its figures as a table's row (``ConfigureResult.rows``)."""
         c = self.configuration
         return {"tp/pp/vp/cp/ep/dp": self.degrees(), "mbs": c.microbatch_size, "zero": c.zero,
-                "recompute": c.recompute, "tokens/s/GPU": self.tokens_per_s_per_gpu, "MFU": self.mfu,
+                "recompute": c.recompute, "split": c.layout or c.partition,
+                "tokens/s/GPU": self.tokens_per_s_per_gpu, "MFU": self.mfu,
                 "step s": self.prediction.step_time_s, "planned step s": self.planned_step_s,
-                "peak GiB": self.memory_gib, "why it loses": self.why}
+                "peak GiB": self.memory_gib, "why it loses": self.why, "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,13 @@ class Timed:
     @classmethod
     def of(cls, c: Configuration, p: Prediction) -> "Timed":
         """``c`` by the figures of its prediction ``p``."""
-        return cls(c, p.tokens_per_s_per_gpu, max(p.peak_memory_gib), p.fits)
+        return cls(c, p.tokens_per_s_per_gpu, predicted_memory_gib(p), p.fits)
+
+
+def predicted_memory_gib(p: Prediction) -> float:
+    """The memory ``predict`` prints for its busiest device: every part, the reserve included (``DeviceMemory.total``,
+    what the fit compares with the device memory), GiB; the allocator's peak where the parts are not given."""
+    return max((m.total / 2**30 for m in p.memory), default=max(p.peak_memory_gib))
 
 
 def why_loses(candidate: Ranked, best: Ranked) -> str:
@@ -140,6 +148,24 @@ class Counts:
     unenumerated: int = 0
     """Configurations of the menus not enumerated when the time limit or an interrupt stopped the enumeration (the
     shapes left, ``configurations.shape_size``), outside ``enumerated``."""
+    untimed_bound_s: float | None = None
+    """The best (least) lower bound on the step among the configurations left untimed (``untimed``), seconds; None
+    where none is."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the search finished: every configuration enumerated, and each timed, refused or pruned."""
+        return not self.untimed and not self.unenumerated
+
+    def completeness(self) -> str:
+        """Timed, untimed and pruned counts with the best bound among the untimed, in one line."""
+        pruned = self.pruned_memory + self.pruned_bound
+        line = f"{self.timed} timed, {self.untimed + self.unenumerated} untimed, {pruned} pruned"
+        if self.unenumerated:
+            return line + f" ({self.unenumerated} not enumerated: no bound on them)"
+        if self.untimed_bound_s is not None:
+            return line + f"; best bound among the untimed {self.untimed_bound_s:.4g} s"
+        return line
 
     def line(self) -> str:
         """The counts in one line."""
@@ -173,6 +199,40 @@ class ConfigureResult(Shown):
     """What the user should know: plans slower than predicted, refining skipped or cut short."""
     timed: tuple[Timed, ...] = ()
     """Every configuration timed, fitting or not, in the order timed."""
+    complete: bool = True
+    """Whether the search finished (``Counts.complete``, no interrupt): the choice is then the best of the space
+    by ``predict``, else the best found."""
+    gap: float | None = 0.0
+    """How much faster than the choice an untimed configuration may still be: 1 - (the best bound among the
+    untimed) / (the choice's step), at least 0; 0 where complete, None where some were not enumerated (no bound)."""
+
+    @classmethod
+    def gap_of(cls, counts: Counts, step_s: float, interrupted: bool) -> tuple[bool, float | None]:
+        """(complete, gap) of a search with ``counts`` whose choice's step is ``step_s``."""
+        if counts.complete and not interrupted:
+            return True, 0.0
+        if counts.unenumerated:
+            return False, None
+        bound = counts.untimed_bound_s
+        return False, 0.0 if bound is None else max(0.0, 1.0 - bound / step_s)
+
+    def status(self) -> str:
+        """The choice's standing in one line: "best" where the search finished, else "best found" with its gap to
+        the best bound among the untimed; then the counts of ``Counts.completeness``."""
+        if self.complete:
+            return f"best of the search (complete: {self.counts.completeness()})"
+        gap = ("unknown" if self.gap is None else f"an untimed configuration may be up to {100 * self.gap:.1f}% "
+               "faster")
+        why = "interrupted" if self.interrupted else "the time limit"
+        return f"best found, search incomplete ({why}; gap {gap}: {self.counts.completeness()})"
+
+    def __repr__(self) -> str:
+        c = self.chosen
+        return (f"ConfigureResult({self.target}: {'best' if self.complete else 'best found'} {c.degrees()} "
+                f"mbs {c.configuration.microbatch_size} zero {c.configuration.zero} {c.configuration.recompute} "
+                f"{c.configuration.partition}, {c.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                f"{c.memory_gib:.1f} GiB; complete={self.complete}, gap={self.gap}, "
+                f"{self.counts.completeness()})")
 
     def rows(self) -> list[dict[str, object]]:
         """One row per candidate, ranked from 1."""
@@ -187,6 +247,7 @@ class ConfigureResult(Shown):
         return {"candidates": [{"rank": k, **record(r)} for k, r in enumerate(self.candidates, 1)],
                 "counts": asdict(self.counts), "chosen": record(self.chosen), "target": self.target,
                 "planned": None if self.plan is None else self.plan.summary(), "interrupted": self.interrupted,
+                "complete": self.complete, "gap": self.gap, "status": self.status(),
                 "elapsed_s": self.elapsed_s, "notes": list(self.notes)}
 
     def __repr__(self) -> str:

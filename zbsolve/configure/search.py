@@ -16,6 +16,7 @@ from pathlib import Path
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
 from zbsolve.configure.predict import Configuration, Prediction, predict
 from zbsolve.configure.result import Counts, Ranked, Timed
+from zbsolve.configure.runtime_rules import runtime_warnings
 from zbsolve.configure.space import (
     Assessed,
     Dropped,
@@ -80,9 +81,10 @@ class BranchAndBound:
         """The shapes still to enumerate."""
         self.enumerating = 0
         """The shapes being enumerated."""
-        self.heaps: tuple[list[tuple[float, int, Group | Assessed]], ...] = ([], [], [], [])
-        """The configurations likely to fit (``Assessed.likely``), the groups likely to fit (``Group.likely``), the
-        other groups, and the other configurations: each by its bound."""
+        self.heaps: tuple[list[tuple[float, int, Group | Assessed]], ...] = ([], [], [], [], [])
+        """The recipe-shaped groups and configurations likely to fit (``space.recipe_shaped``: timed first), the
+        other configurations likely to fit (``Assessed.likely``), the other groups likely to fit (``Group.likely``),
+        the other groups, and the other configurations: each by its bound."""
         self.fitting: list[tuple[float, tuple, Configuration, Prediction]] = []
         """The configurations timed that fit: (step, key, configuration, prediction), fastest first."""
         self.timed: list[Timed] = []
@@ -116,27 +118,33 @@ class BranchAndBound:
         self.first_refusal = self.first_refusal or dropped.why
 
     def _push(self, bound: float, item: Group | Assessed) -> None:
-        heap = self.heaps[(1 if item.likely else 2) if isinstance(item, Group) else 0 if item.likely else 3]
+        first = item.first and item.likely
+        heap = self.heaps[0 if first else (2 if item.likely else 3) if isinstance(item, Group) else 1 if item.likely
+                          else 4]
         heapq.heappush(heap, (bound, next(self.pushed), item))
 
     def _next(self, shapes: int) -> tuple[float, Item] | None:
         """The next job's bound and item; None once nothing is left below ``kth`` (all of it pruned) and no shape is
         left to enumerate. A shape while fewer than ``shapes`` are being enumerated (until ``enumerate_by``), so that
-        timing goes on beside the enumeration; else until ``top`` configurations that fit are timed (none can be
-        pruned yet), those likely to fit first, and until one fits, the other configurations assessed, then the
-        groups likely to fit, then the others (a first configuration that fits comes soon however many groups there
-        are); else the best bound, groups and configurations alike (a configuration unlikely to fit that may still
-        enter the top waits for no group whose bound is longer); else another shape."""
+        timing goes on beside the enumeration; else the recipe-shaped groups and configurations below ``kth``, best
+        bound first (their order only: nothing is pruned while any heap holds a bound below ``kth``); else until ``top``
+        configurations that fit are timed (none can be pruned yet), those likely to fit first, and until one fits, the
+        other configurations assessed, then the groups likely to fit, then the others (a first configuration that fits
+        comes soon however many groups there are); else the best bound, groups and configurations alike (a configuration
+        unlikely to fit that may still enter the top waits for no group whose bound is longer); else another shape."""
         enumerating = bool(self.shapes) and time.monotonic() < self.enumerate_by
         if enumerating and self.enumerating < shapes:
             self.enumerating += 1
             return 0.0, self.shapes.popleft()
-        kth, (likely, likely_groups, grouped, unlikely) = self.kth(), self.heaps
+        kth, (first, likely, likely_groups, grouped, unlikely) = self.kth(), self.heaps
+        if first and first[0][0] < kth:  # what a practitioner would try first, before the long tail
+            bound, _, item = heapq.heappop(first)
+            return bound, item
         heaps = [h for h in self.heaps if h]
         if likely and len(self.fitting) < self.top:
             heaps = [likely]
         elif heaps and not self.fitting:  # nothing fits yet: the likeliest to fit first
-            heaps = [next(h for h in (unlikely, likely_groups, grouped) if h)]
+            heaps = [next(h for h in (unlikely, likely_groups, grouped, first) if h)]
         heap = min(heaps, key=lambda h: h[0][0], default=None)
         if heap is not None and heap[0][0] < kth:
             bound, _, item = heapq.heappop(heap)
@@ -250,7 +258,8 @@ class BranchAndBound:
             left = " before the time limit" if any(self.heaps) or self.shapes else ""
             raise InfeasibleError(f"no configuration timed{left} fits {self.space.setup.gpu}'s memory (the search's "
                                   f"counts: {self.counts(0).line()}); try more GPUs, or another target")
-        return [Ranked(c, p, c.command()) for _, _, c, p in self.fitting[:self.top]]
+        return [Ranked(c, p, c.command(), warnings=runtime_warnings(self.space.target, c))
+                for _, _, c, p in self.fitting[:self.top]]
 
     def counts(self, refined: int) -> Counts:
         """The counts, what is left in the heaps pruned by the bound where it is no shorter than ``kth``, the
@@ -261,4 +270,6 @@ class BranchAndBound:
         bound = sum(n for b, n in sizes if b >= kth)
         untimed = sum(n for b, n in sizes if b < kth)
         unenumerated = sum(shape_size(self.space, shape) for shape in self.shapes)
-        return Counts(refined=refined, pruned_bound=bound, untimed=untimed, unenumerated=unenumerated, **self.tally)
+        best = min((b for b, _ in sizes if b < kth), default=None)
+        return Counts(refined=refined, pruned_bound=bound, untimed=untimed, unenumerated=unenumerated,
+                      untimed_bound_s=best, **self.tally)

@@ -31,11 +31,11 @@ from zbsolve.configure.bounds import (
     group_bound,
     group_fits,
     group_likely,
-    likely_fits,
-    memory_fits,
+    order_fits,
     step_bound,
 )
 from zbsolve.configure.predict import Configuration, configured_model, degrees
+from zbsolve.configure.runtime_rules import runtime_warnings
 from zbsolve.core.placement import make_placement
 from zbsolve.costmodel.hf_config import architecture
 from zbsolve.costmodel.model import Model
@@ -112,6 +112,8 @@ class Group:
     """Seconds no configuration of the group's steps beats (``group_bound``)."""
     likely: bool = True
     """A guess, for the order of timing alone: whether its configurations are likely to fit (``group_likely``)."""
+    first: bool = False
+    """Whether its configurations are recipe-shaped (``recipe_shaped``): timed before the long tail."""
 
 
 @dataclass(frozen=True)
@@ -135,10 +137,14 @@ class Assessed:
     bound: float
     """Seconds ``predict``'s step of it never beats (``step_bound``)."""
     fits: bool
-    """Whether its devices can hold their static bytes and the activations every order holds (``memory_fits``)."""
+    """Whether its devices can hold their static bytes and the activations its own order holds (``order_fits``):
+    where they cannot, ``predict`` says it does not fit."""
     likely: bool
-    """A guess, for the order of timing alone: whether it fits with its first device holding the F of as many
-    microbatches as there are pipeline ranks (``likely_fits``)."""
+    """Whether it is timed among the first (it fits by ``order_fits``)."""
+    first: bool = False
+    """Whether it is recipe-shaped (``recipe_shaped``): timed before the long tail."""
+    warnings: tuple[str, ...] = ()
+    """What the target's runtime warns of it, each with its rule's source (``runtime_rules``)."""
 
 
 def _powers(most: int) -> tuple[int, ...]:
@@ -149,6 +155,14 @@ def _powers(most: int) -> tuple[int, ...]:
 def _divisors(n: int) -> tuple[int, ...]:
     """The divisors of ``n``, ascending."""
     return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def recipe_shaped(c: Configuration) -> bool:
+    """Whether ``c`` is shaped as the published recipes are, what a practitioner tries first: tensor parallelism
+    within a node (every menu's), no context parallelism, one sequence a microbatch, the optimizer states sharded
+    (ZeRO 1 or 3), no recomputation or the selective one; its pipeline split uniform or balanced (every split
+    searched), its virtual stages any."""
+    return c.cp == 1 and c.microbatch_size == 1 and c.zero in (1, 3) and c.recompute in ("none", "selective")
 
 
 def vp_choices(pp: int, blocks: int) -> tuple[int, ...]:
@@ -263,14 +277,15 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                 recompute = parse_recompute(choice)
                 paired = any(TARGETS[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
                 out.append(Group(chosen, dp, m, vps, group_bound(whole, m, c.pp, recompute, paired),
-                                 group_likely(whole, chosen, m)))
+                                 group_likely(whole, chosen, m), recipe_shaped(chosen)))
     return out
 
 
 def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
     """Every configuration of ``group``, one a virtual-stage count and split (``SPLITS``): an ``Assessed`` where the
-    target runs it, else why not. The order ``predict`` times it with is the target's own where it has one
-    (Megatron's combined 1F1B, ``Target.schedule_of``). Run in a worker: the model is estimated again there."""
+    target runs it and its rules (``runtime_rules``) do not refuse it, else why not. The order ``predict`` times it with
+    is the target's own where it has one (Megatron's combined 1F1B, ``Target.schedule_of``). Run in a worker: the model
+    is estimated again there."""
     base = group.configuration
     model, recompute = configured_model(base, group.dp), parse_recompute(base.recompute)
     out: list[Assessed | Dropped] = []
@@ -291,12 +306,13 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
             refusal = partition_refusal(space.target, model, counts, base.pp)
             if refusal is not None:
                 raise InputError(refusal)
+            warnings = runtime_warnings(space.target, c)
+            fits = order_fits(profile, costs, name, base.pp, group.num_microbatches, vp)
         except ZbsolveError as exc:
             out.append(Dropped(1, str(exc)))
             continue
-        out.append(Assessed(c, step_bound(profile, placement, group.num_microbatches, name == COMBINED),
-                            memory_fits(profile, placement, costs),
-                            likely_fits(profile, placement, costs, group.num_microbatches)))
+        out.append(Assessed(c, step_bound(profile, placement, group.num_microbatches, name == COMBINED), fits,
+                            fits, group.first, warnings))
     return out
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.tables import fmt
 
-COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "tokens/s/GPU", "MFU", "step s",
+COLUMNS = ("rank", "tp/pp/vp/cp/ep/dp", "mbs", "zero", "recompute", "split", "tokens/s/GPU", "MFU", "step s",
            "planned step s", "peak GiB", "why it loses")
 """The ranked table's columns (``ConfigureResult.rows``)."""
 HEADERS = {"rank": "#", "tp/pp/vp/cp/ep/dp": "tp/pp/vp/\ncp/ep/dp", "tokens/s/GPU": "tokens/\ns/GPU",
@@ -35,14 +35,20 @@ def shown(column: str, value: object) -> str:
 
 
 def title(result: ConfigureResult) -> str:
-    """The model's name and the target: "llama3-70b: configurations for megatron"."""
-    return f"{Path(result.chosen.configuration.config).stem}: configurations for {result.target}"
+    """The model's name, the target and whether the search finished: "llama3-70b: configurations for megatron
+    (complete)", else "(incomplete: best found)"."""
+    done = "complete" if result.complete else "incomplete: best found"
+    return f"{Path(result.chosen.configuration.config).stem}: configurations for {result.target} ({done})"
 
 
 def lines(result: ConfigureResult) -> list[str]:
-    """What follows the table: the counts with the seconds taken, the chosen configuration's predict line and the
-    result's notes."""
-    return [f"{result.counts.line()}; {result.elapsed_s:.0f} s", f"chosen: {result.chosen.command}", *result.notes]
+    """What follows the table: the choice's standing (``ConfigureResult.status``), the counts with the seconds
+    taken, the chosen configuration's predict line, the runtime's warnings on the ranked ones and the result's
+    notes."""
+    chosen = "best" if result.complete else "best found"
+    warned = [f"#{k} warned: {w}" for k, r in enumerate(result.candidates, 1) for w in r.warnings]
+    return [result.status(), f"{result.counts.line()}; {result.elapsed_s:.0f} s",
+            f"{chosen}: {result.chosen.command}", *warned, *result.notes]
 
 
 def configure_table(result: ConfigureResult) -> Table:
