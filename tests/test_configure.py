@@ -426,7 +426,7 @@ def test_configure_states_its_completeness(configured):
     from zbsolve.present.configure_table import lines, title
 
     word = "best" if configured.complete else "best found"
-    assert f"{word} " in repr(configured) and configured.summary()["complete"] == configured.complete
+    assert f"{word}: " in repr(configured) and configured.summary()["complete"] == configured.complete
     assert ("complete" if configured.complete else "best found") in title(configured)
     assert "timed" in lines(configured)[0] and "pruned" in lines(configured)[0]
     fig = configured.plot()

@@ -226,14 +226,6 @@ class ConfigureResult(Shown):
         why = "interrupted" if self.interrupted else "the time limit"
         return f"best found, search incomplete ({why}; gap {gap}: {self.counts.completeness()})"
 
-    def __repr__(self) -> str:
-        c = self.chosen
-        return (f"ConfigureResult({self.target}: {'best' if self.complete else 'best found'} {c.degrees()} "
-                f"mbs {c.configuration.microbatch_size} zero {c.configuration.zero} {c.configuration.recompute} "
-                f"{c.configuration.partition}, {c.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-                f"{c.memory_gib:.1f} GiB; complete={self.complete}, gap={self.gap}, "
-                f"{self.counts.completeness()})")
-
     def rows(self) -> list[dict[str, object]]:
         """One row per candidate, ranked from 1."""
         return [{"rank": k, **r.row()} for k, r in enumerate(self.candidates, 1)]
@@ -255,7 +247,8 @@ class ConfigureResult(Shown):
         return (f"ConfigureResult(chosen='tp/pp/vp/cp/ep/dp {c.degrees()}', step_s={c.step_s:.4g}, "
                 f"tokens_per_s_per_gpu={c.tokens_per_s_per_gpu:,.0f}, candidates={len(self.candidates)}, "
                 f"target={self.target!r}, planned={self.plan is not None}, interrupted={self.interrupted}, "
-                f"counts={self.counts.line()!r})")
+                f"complete={self.complete}, gap={self.gap}, {'best' if self.complete else 'best found'}: "
+                f"{self.counts.completeness()!r}, counts={self.counts.line()!r})")
 
     def unplanned(self) -> str | None:
         """Why the chosen configuration has no plan, or None."""
