@@ -77,11 +77,36 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
         raise InputError("method = 'count': transformers is not installed (pip install transformers), or use "
                          "--method formula")
     import torch
-    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
-    from transformers.utils import logging
 
     if dtype not in DTYPES:
         raise InputError(f"dtype = {dtype!r}: should be one of {', '.join(DTYPES)}")
+    model, vocab_size, loss_function, where = _build(config, dtype, flash_attention)
+    model.train()
+    before, layers, norm = _decoder_parts(model.base_model, where)
+    head = model.get_output_embeddings()
+    held = [*model.parameters(), *model.buffers()]
+    captured: dict[str, Any] = {}
+    shape = (microbatch_size, seq_len)
+    loss = _loss(loss_function, head, vocab_size, shape)
+    with torch.device("meta"):
+        embedding, x = _count(_embedding(model, layers[0], shape, captured, where), [], before.parameters(), held)
+        rest, kwargs = captured["args"][1:], dict(captured["kwargs"])
+        if "past_key_values" in kwargs:
+            kwargs["past_key_values"] = None  # the layer runs as in training, without the cache
+        shared = _shared(held, rest, kwargs)
+        counted = [_count(_calling(layers[i], rest, kwargs), [x], layers[i].parameters(), shared) for i in blocks]
+        final, z = _count(norm, [counted[-1][1]], norm.parameters(), held)
+        output, _ = _count(loss, [z], head.parameters(), held)
+    return CountedModel(embedding=embedding, blocks=tuple(c for c, _ in counted), norm=final, output=output)
+
+
+def _build(config: dict | str | Path, dtype: str, flash_attention: bool) -> tuple[Any, int, Callable[..., Any], str]:
+    """The model of a Hugging Face config built by transformers on the meta device, in ``dtype`` and with
+    ``_flash_attention`` or SDPA: (the model, its vocabulary size, its loss function, where the config is from)."""
+    import torch
+    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging
+
     data, where = read_config(config)
     kind = _model_type(data, where)
     settings = {key: value for key, value in data.items() if key != "model_type"}
@@ -100,44 +125,52 @@ def count(config: dict | str | Path, *, seq_len: int, microbatch_size: int, dtyp
                          f"({' '.join(str(exc).split())[:200]})") from None
     finally:
         logging.set_verbosity(verbosity)
-    model.train()
-    before, layers, norm = _decoder_parts(model.base_model, where)
-    head = model.get_output_embeddings()
-    held = [*model.parameters(), *model.buffers()]
-    captured: dict[str, Any] = {}
+    return model, hf_config.vocab_size, loss_function, where
+
+
+def _embedding(model: Any, first_layer: Any, shape: tuple[int, int], captured: dict[str, Any],
+               where: str) -> Callable[[], Any]:
+    """The embedding's forward: ``model`` run on token ids of ``shape`` (microbatch, sequence) until it calls
+    ``first_layer``, whose input it returns; the arguments of that call are left in ``captured``."""
+    import torch
 
     def stop(module: Any, args: tuple, kwargs: dict) -> None:
         captured.update(args=args, kwargs=kwargs)
         raise _Stop
 
     def embed() -> Any:
-        handle = layers[0].register_forward_pre_hook(stop, with_kwargs=True)
+        handle = first_layer.register_forward_pre_hook(stop, with_kwargs=True)
         try:
             # An (empty) cache keeps transformers from looking into the position ids for packed sequences, which
             # needs values that meta tensors lack.
-            model(input_ids=torch.zeros(microbatch_size, seq_len, dtype=torch.long), use_cache=True)
+            model(input_ids=torch.zeros(*shape, dtype=torch.long), use_cache=True)
         except _Stop:
             return captured["args"][0]
         finally:
             handle.remove()
         raise InputError(f"{where}: the model never calls its first decoder layer")
 
-    def loss(x: Any) -> Any:
-        labels = torch.zeros(microbatch_size, seq_len, dtype=torch.long)
-        return loss_function(logits=head(x), labels=labels, vocab_size=hf_config.vocab_size)
+    return embed
 
-    with torch.device("meta"):
-        embedding, x = _count(embed, [], before.parameters(), held)
-        rest, kwargs = captured["args"][1:], dict(captured["kwargs"])
-        if "past_key_values" in kwargs:
-            kwargs["past_key_values"] = None  # the layer runs as in training, without the cache
-        shared = held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values()))
-                         if isinstance(t, torch.Tensor)]
-        counted = [_count(lambda x, layer=layers[i]: _first(layer(x, *rest, **kwargs)), [x], layers[i].parameters(),
-                          shared) for i in blocks]
-        final, z = _count(norm, [counted[-1][1]], norm.parameters(), held)
-        output, _ = _count(loss, [z], head.parameters(), held)
-    return CountedModel(embedding=embedding, blocks=tuple(c for c, _ in counted), norm=final, output=output)
+
+def _loss(loss_function: Callable[..., Any], head: Any, vocab_size: int,
+          shape: tuple[int, int]) -> Callable[[Any], Any]:
+    """The head and the loss as a function of the final norm's output, on labels of ``shape``."""
+    import torch
+
+    def loss(x: Any) -> Any:
+        labels = torch.zeros(*shape, dtype=torch.long)
+        return loss_function(logits=head(x), labels=labels, vocab_size=vocab_size)
+
+    return loss
+
+
+def _shared(held: list[Any], rest: tuple, kwargs: dict) -> list[Any]:
+    """``held`` and the tensors among a decoder layer's other arguments, which every layer shares (masks, rotary
+    embeddings): none is an activation of the layer."""
+    import torch
+
+    return held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values())) if isinstance(t, torch.Tensor)]
 
 
 def count_layers(model: Any, input_ids: Any) -> list[Counts]:
@@ -161,8 +194,7 @@ def count_layers(model: Any, input_ids: Any) -> list[Counts]:
     counted = []
     for layer, (args, kwargs) in zip(layers, calls):
         x, rest = args[0], args[1:]
-        shared = held + [t for t in (*rest, *kwargs.values(), *_tensors(kwargs.values()))
-                         if isinstance(t, torch.Tensor)]
+        shared = _shared(held, rest, kwargs)
         counted.append(_count(_calling(layer, rest, kwargs), [x], layer.parameters(), shared)[0])
     return counted
 
@@ -288,17 +320,21 @@ class _SavedMeta:
         return tensor
 
 
-def _flash_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
-                     scaling: float | None = None, sliding_window: int | None = None,
-                     **kwargs: Any) -> tuple[Any, None]:
+def _flash_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                     **options: Any) -> tuple[Any, None]:
     """transformers' attention function (``AttentionInterface``) as FlashAttention-2 runs it: queries, keys and values
     of shape (batch, heads, sequence, head size), grouped-query attention as such, causal, and with the layer's
     ``sliding_window`` (the keys a query attends, itself included) where it is shorter than the sequence; the output
     of shape (batch, sequence, heads, head size). transformers builds no mask for an implementation it has no mask
-    function for, so ``attention_mask`` is None: the causal and window patterns are the kernel's arguments."""
+    function for, so ``attention_mask`` is None: the causal and window patterns are the kernel's arguments.
+    ``options``: the keywords transformers passes (``dropout``, default 0; ``scaling``; ``sliding_window``;
+    ``is_causal``, default the module's, else causal)."""
     import torch
 
-    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
+    dropout: float = options.get("dropout", 0.0)
+    scaling: float | None = options.get("scaling")
+    sliding_window: int | None = options.get("sliding_window")
+    causal = options.get("is_causal", getattr(module, "is_causal", True))
     if sliding_window is None or key.shape[2] <= sliding_window:
         out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout, causal, scale=scaling)[0]
         return out.transpose(1, 2).contiguous(), None

@@ -101,7 +101,11 @@ class Frontier:
                 "rows": [r.as_dict() for r in self.rows], "families": [f.as_dict() for f in self.families]}
 
 
-def _solve_one(profile: Profile, request: Request) -> tuple[str, Schedule | None, float, str, float]:
+_Solved = tuple[str, Schedule | None, float, str, float]
+"""One solve's outcome: (placement, schedule, lower bound, status, gap)."""
+
+
+def _solve_one(profile: Profile, request: Request) -> _Solved:
     """One frontier solve in a worker process: (placement, schedule, lower bound, status, gap)."""
     try:
         result = solve_request(profile, request)
@@ -126,16 +130,7 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
         raise InputError(f"jobs = {jobs!r} must be an integer >= 1 (smallest valid: 1) or None")
     for name in placements:
         check_placement(name, SUPPORTED_PLACEMENTS)
-    if (mem_limits is None) == (factors is None):
-        raise InputError("give mem_limits or factors, exactly one")
-    kind = "mem_limit" if mem_limits is not None else "factor"
-    given = mem_limits if mem_limits is not None else factors
-    assert given is not None, "exactly one of mem_limits and factors is given"
-    values = sorted(set(given))
-    if not values:
-        raise InputError(f"{kind}s is empty: give at least one memory limit")
-    for x in values:
-        check_positive(kind, x)
+    values = _limit_values(mem_limits, factors)
     m = num_microbatches
     merged = profile.merge_chunks(p, CHUNKS)
     for name in placements:  # every problem is checked (its size too) before the first solve
@@ -149,7 +144,35 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
     tasks = [(merged if name == "sequential" else profile, request.model_copy(update={"mem_limit": float(x),
                                                                                        "placement": name}))
              for name in placements for x, _ in limits]
-    results: dict[int, tuple[str, Schedule | None, float, str, float]] = {}
+    results, interrupted = _solve_all(tasks, jobs, progress)
+    rows = []
+    for k, name in enumerate(placements):
+        solved = [results.get(k * len(limits) + j, (name, None, math.inf, "interrupted", math.nan))
+                  for j in range(len(limits))]
+        rows.extend(_placement_rows(name, limits, solved, m))
+    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)
+
+
+def _limit_values(mem_limits: Sequence[float] | None, factors: Sequence[float] | None) -> list[float]:
+    """The memory limits given, as ``mem_limits`` or as ``factors`` (exactly one), checked and sorted, each once."""
+    if (mem_limits is None) == (factors is None):
+        raise InputError("give mem_limits or factors, exactly one")
+    kind = "mem_limit" if mem_limits is not None else "factor"
+    given = mem_limits if mem_limits is not None else factors
+    assert given is not None, "exactly one of mem_limits and factors is given"
+    values = sorted(set(given))
+    if not values:
+        raise InputError(f"{kind}s is empty: give at least one memory limit")
+    for x in values:
+        check_positive(kind, x)
+    return values
+
+
+def _solve_all(tasks: list[tuple[Profile, Request]], jobs: int | None,
+               progress: Callable[[int, int], None] | None) -> tuple[dict[int, _Solved], bool]:
+    """The solves of ``tasks`` by index, ``jobs`` at a time in worker processes, and whether an interrupt stopped
+    them (the finished ones are kept)."""
+    results: dict[int, _Solved] = {}
     pool = ProcessPool(min(len(tasks), jobs or os.cpu_count() or 1))
     interrupted = False
     try:
@@ -162,29 +185,32 @@ def frontier(profile: Profile, mem_limits: Sequence[float] | None = None, *, fac
         interrupted = True
     finally:
         shutdown_pool(pool, not interrupted)
+    return results, interrupted
+
+
+def _placement_rows(name: str, limits: list[tuple[float, float]], solved: list[_Solved], m: int) -> list[FrontierRow]:
+    """One placement's rows, one per (limit, factor) in increasing order from its solve there, a smaller limit's
+    schedule carried up where it has the shorter span (rebuilt under this limit)."""
     rows = []
-    for k, name in enumerate(placements):
-        best: Schedule | None = None
-        best_span = math.inf
-        for j, (x, factor) in enumerate(limits):
-            _, schedule, bound, status, gap = results.get(k * len(limits) + j,
-                                                          (name, None, math.inf, "interrupted", math.nan))
-            timeline = simulate(schedule) if schedule is not None else None
-            carried = best is not None and (timeline is None or best_span < max(timeline.span))
-            if best is not None and carried:
-                schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
-                timeline, status = simulate(schedule), "carried"
-            if schedule is None or timeline is None:
-                rows.append(FrontierRow(name, x, factor, None, None, status, None, None))
-                continue
-            span = max(timeline.span)
-            shown: float | None = gap  # a carried schedule's gap is to this limit's bound
-            if carried:
-                shown = max(0.0, measures.gap(span, bound)) if math.isfinite(bound) else None
-            rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, shown,
-                                    schedule))
-            best, best_span = schedule, span
-    return Frontier(tuple(rows), tuple(_family_points(profile, merged, p, m, placements, peak)), peak, interrupted)
+    best: Schedule | None = None
+    best_span = math.inf
+    for (x, factor), (_, schedule, bound, status, gap) in zip(limits, solved):
+        timeline = simulate(schedule) if schedule is not None else None
+        carried = best is not None and (timeline is None or best_span < max(timeline.span))
+        if best is not None and carried:
+            schedule = build(best.name, best.placement, m, best.profile, best.devices, x)
+            timeline, status = simulate(schedule), "carried"
+        if schedule is None or timeline is None:
+            rows.append(FrontierRow(name, x, factor, None, None, status, None, None))
+            continue
+        span = max(timeline.span)
+        shown: float | None = gap  # a carried schedule's gap is to this limit's bound
+        if carried:
+            shown = max(0.0, measures.gap(span, bound)) if math.isfinite(bound) else None
+        rows.append(FrontierRow(name, x, factor, timeline.paper_bubble, timeline.bubble_rate, status, shown,
+                                schedule))
+        best, best_span = schedule, span
+    return rows
 
 
 def _family_points(profile: Profile, merged: Profile, p: int, m: int, placements: Sequence[str],

@@ -26,6 +26,7 @@ from zbsolve.optimize.backends.cpsat_window import (
     BEFORE,
     INSIDE,
     NEG,
+    Incumbent,
     OutOfTime,
     WindowData,
     window_data,
@@ -240,8 +241,8 @@ class _Search:
 
     def window(self, t0: float, t1: float, deadline: float) -> WindowData:
         """The window [t0, t1) of the incumbent; raise OutOfTime when it cannot be built by ``deadline``."""
-        return window_data(self.form, self.order, self.start, self.value, self.preds, self.latest(self.value), t0, t1,
-                           deadline)
+        incumbent = Incumbent(self.order, self.start, self.value, self.latest(self.value))
+        return window_data(self.form, incumbent, self.preds, t0, t1, deadline)
 
     def latest(self, upper: int) -> list[int]:
         """Latest start of every pass under objective ``upper`` (kept for the next window)."""

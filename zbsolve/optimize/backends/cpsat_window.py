@@ -61,11 +61,25 @@ class WindowData:
     """How the passes after the window are timed."""
 
 
-def window_data(form: Formulation, order: list[list[int]], start: list[int], upper: int,
-                preds: list[list[tuple[int, int]]], latest: list[int], t0: float, t1: float,
+@dataclass(frozen=True)
+class Incumbent:
+    """The schedule a window is cut from, as the search holds it."""
+
+    order: list[list[int]]
+    """Its pass order per device."""
+    start: list[int]
+    """Its start of every pass."""
+    upper: int
+    """Its objective."""
+    latest: list[int]
+    """Each pass's latest start under ``upper``."""
+
+
+def window_data(form: Formulation, incumbent: Incumbent, preds: list[list[tuple[int, int]]], t0: float, t1: float,
                 deadline: float) -> WindowData:
-    """The window [t0, t1) of an incumbent (``order``, its ``start``s and objective ``upper``; ``latest``: each
-    pass's latest end under ``upper``); raise OutOfTime when it cannot be built by ``deadline``."""
+    """The window [t0, t1) of ``incumbent`` (``preds``: each pass's (predecessor, lag) pairs); raise OutOfTime
+    when it cannot be built by ``deadline``."""
+    order, start, upper = incumbent.order, incumbent.start, incumbent.upper
     n = len(form.passes)
     where = [BEFORE if start[i] < t0 else INSIDE if start[i] < t1 else AFTER for i in range(n)]
     inside = sorted(i for i in range(n) if where[i] == INSIDE)
@@ -73,7 +87,7 @@ def window_data(form: Formulation, order: list[list[int]], start: list[int], upp
     after = _after_window(form, order, start, where, preds, deadline)
     return WindowData(order, start, upper, where, inside, [[i for i in seq if where[i] == INSIDE] for seq in order],
                        links, _least_starts(form, order, start, where, preds, links),
-                       _latest_ends(form, order, where, links, after, upper, latest), after)
+                       _latest_ends(form, order, where, links, after, upper, incumbent.latest), after)
 
 
 def _least_starts(form: Formulation, order: list[list[int]], start: list[int], where: list[int],
