@@ -10,15 +10,15 @@ import threading
 import pytest
 from ortools.sat.python import cp_model
 
-from zbsolve.optimize.backends import BACKENDS
-from zbsolve.optimize.bound import lower_bound
-from zbsolve.optimize.formulation import formulate
-from zbsolve.schedulers.heuristic import heuristic
 from zbsolve.base.interrupt import run_interruptible
 from zbsolve.core.placement import sequential, vshape
 from zbsolve.core.profile import Profile
 from zbsolve.core.simulator import simulate
+from zbsolve.optimize.backends import BACKENDS
+from zbsolve.optimize.bound import lower_bound
+from zbsolve.optimize.formulation import formulate
 from zbsolve.problem.request import SOLVERS
+from zbsolve.schedulers.heuristic import heuristic
 
 UNEVEN = Profile(t_f=[1.0, 1.5, 1.2], t_b=[1.1, 2.0, 1.3], t_w=[0.6, 1.0, 0.9], t_comm=0.2,
                  mem_f=[1.0, 1.0, 2.0], mem_b=[-0.5, -0.25, -1.0], mem_w=[-0.5, -0.75, -1.0])
@@ -90,3 +90,15 @@ def test_ctrl_c_stops_the_search_and_keeps_its_best_solution():
         signal.signal(signal.SIGINT, previous)
     assert outcome.interrupted and outcome.status == cp_model.FEASIBLE
     assert 0 < solver.objective_value < 800
+
+
+def test_the_passes_after_a_window_are_timed_after_what_they_read_when_they_start_together():
+    """A pass of no duration and its reader start at the same time: the reader (the lower index here) is timed
+    after it, as the dependency says, whatever the sort by start left between them."""
+    from types import SimpleNamespace
+
+    from zbsolve.optimize.backends.cpsat_window import AFTER, _after_window
+
+    form = SimpleNamespace(duration=[3, 0], passes=[0, 1], last=[[0], [1]])  # 0 reads 1, on another device
+    after = _after_window(form, [[0], [1]], [5, 5], [AFTER, AFTER], [[(1, 0)], []], deadline=float("inf"))
+    assert after.const == {1: 0, 0: 0} and set(after.lag) == {0, 1}

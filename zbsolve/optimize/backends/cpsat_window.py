@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from graphlib import TopologicalSorter
 
 import numpy as np
 
@@ -144,11 +145,15 @@ def _after_window(form: Formulation, order: list[list[int]], start: list[int], w
     for seq in order:
         for a, b in zip([None, *seq[:-1]], seq):
             previous[b] = a
-    later = sorted((i for i in range(len(form.passes)) if where[i] == AFTER), key=lambda i: start[i])
 
     def inputs(i: int) -> list[tuple[int, int]]:
         before = previous[i]
         return list(preds[i]) + ([(before, 0)] if before is not None else [])
+
+    by_start = sorted((i for i in range(len(form.passes)) if where[i] == AFTER), key=lambda i: start[i])
+    # each pass after those it reads, also where they start together (a pass of no duration and its reader)
+    reads = {i: [a for a, _ in inputs(i) if where[a] == AFTER] for i in by_start}
+    later = list(TopologicalSorter(reads).static_order())
 
     def source(i: int, a: int) -> tuple[str, int]:
         return ("device", form.device[i]) if a == previous[i] else ("pass", a)
