@@ -139,9 +139,8 @@ def test_the_python_api_says_it_too(files):
         zbsolve.plan(PROBLEM_FILE, num_devices=8, num_microbatches=24)
     with pytest.raises(InputError, match=rf"^{GRID_FILE} is a grid file; zbsolve.solve takes a problem file"):
         zbsolve.solve(GRID_FILE, num_devices=2, num_microbatches=4)
-    with pytest.raises(InputError, match=rf"^{PROBLEM_FILE} is a problem file; zbsolve.solve takes a model "
-                                         "description or a profile: pass Problem.load"):
-        zbsolve.solve(PROBLEM_FILE, num_devices=2, num_microbatches=4)
+    solved = zbsolve.solve(PROBLEM_FILE, time_limit=1)  # a problem file: its devices and microbatches as stated
+    assert (solved.schedule.num_devices, solved.schedule.num_microbatches) == (8, 24)
     with pytest.raises(InputError, match=rf"^{MODEL_FILE} is a model description; Profile.load takes a profile"):
         Profile.load(MODEL_FILE)
     with pytest.raises(InputError, match=rf"^{MODEL_FILE} is a model description; zbsolve.export takes a schedule"):

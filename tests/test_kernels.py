@@ -81,14 +81,17 @@ def test_fp8_casts_by_hand():
 
 def test_fp8_casts_lengthen_an_fp8_block_only(monkeypatch):
     """A Llama-style block's F and B take longer under FP8 by its casts' bytes at the memory rate, W not: q/k/v and
-    fc1 take their fused norms' FP8 output, o's and fc2's inputs are cast, and all four output gradients."""
-    config = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 128, "max_position_embeddings": 64}
-    cast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
+    fc1 take their fused norms' FP8 output, o's and fc2's inputs are cast, and all four output gradients. The block
+    is large enough that its passes are not bound by the host's kernel launches."""
+    h, f, heads, kv_heads, seq_len, batch = 2048, 4096, 16, 8, 1024, 2
+    config = {"model_type": "llama", "hidden_size": h, "intermediate_size": f, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "num_hidden_layers": 1, "vocab_size": 128,
+              "max_position_embeddings": seq_len}
+    cast = estimate(config, seq_len=seq_len, microbatch_size=batch, dtype="fp8").layers[1]
     monkeypatch.setattr(estimate_module, "fp8_casts", lambda matmuls, e: (0, 0, 0))
-    uncast = estimate(config, seq_len=64, microbatch_size=2, dtype="fp8").layers[1]
+    uncast = estimate(config, seq_len=seq_len, microbatch_size=batch, dtype="fp8").layers[1]
     memory = Kernels(H100, "fp8").memory
-    tokens, q_kv, f = 128, 256 + 2 * 2 * 64, 512
-    assert cast.t_f - uncast.t_f == pytest.approx(memory(tokens * 4 * (256 + f)))
-    assert cast.t_b - uncast.t_b == pytest.approx(memory(tokens * 4 * (q_kv + 256 + 2 * f + 256)))
+    tokens, q_kv = seq_len * batch, h + 2 * kv_heads * (h // heads)
+    assert cast.t_f - uncast.t_f == pytest.approx(memory(tokens * 4 * (h + f)))
+    assert cast.t_b - uncast.t_b == pytest.approx(memory(tokens * 4 * (q_kv + h + 2 * f + h)))
     assert cast.t_w == uncast.t_w
