@@ -14,7 +14,7 @@ from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration
 from zbsolve.costmodel.estimate import estimate
-from zbsolve.costmodel.setup import Setup
+from zbsolve.costmodel.setup import PREDICT_OPTIONS, Setup
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "tests" / "data" / "tiny-llama.json"
@@ -53,3 +53,27 @@ def test_the_command_line_reads_back_as_the_configuration(change, monkeypatch):
     words = shlex.split(c.command())
     CliRunner().invoke(app, words[1:])
     assert taken == [c.replace(config=Path(words[2]))]
+
+
+def test_a_setup_writes_the_predict_line_that_reproduces_it(monkeypatch):
+    """``Setup.command()`` is the ``zbsolve predict`` line of the setup: read back by the command line, the same
+    knobs, predict's own defaults written out where the setup's differ (ZeRO 0, no overlaps); what predict cannot
+    take is refused."""
+    setup = Setup(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=16, gpus=8, tp=2, pp=2,
+                  recompute="full")
+    taken: list[Configuration] = []
+
+    def capture(given: Configuration) -> None:
+        taken.append(given)
+        raise InputError("captured")
+
+    monkeypatch.setattr(predict_module, "predict", capture)
+    words = shlex.split(setup.command())
+    assert {"--no-overlap-grad-reduce", "--no-overlap-param-gather"} <= set(words) and "--zero" in words
+    CliRunner().invoke(app, words[1:])
+    assert len(taken) == 1
+    assert all(getattr(taken[0], name) == getattr(setup, name) for name in PREDICT_OPTIONS)
+    with pytest.raises(InputError, match=r"^efficiency = 0.5: zbsolve predict takes no such option"):
+        setup.replace(efficiency=0.5).command()
+    with pytest.raises(InputError, match=r"^gpus = None: zbsolve predict needs it"):
+        Setup(config=CONFIG, seq_len=8, microbatch_size=1, global_batch=8).command()

@@ -26,7 +26,7 @@ from zbsolve.costmodel.calibration import described
 from zbsolve.costmodel.config_values import read_config
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.model import Model
-from zbsolve.costmodel.setup import Setup
+from zbsolve.costmodel.setup import PREDICT_DEFAULTS, Setup
 from zbsolve.costmodel.step_tail import device_tails
 from zbsolve.io.targets.megatron.layout import layout_counts
 from zbsolve.planning.runs import BaselineSetting, builtin_run
@@ -62,11 +62,11 @@ class Configuration(Setup):
     """Sequences per step over every replica."""
     gpus: int
     """GPUs of the run."""
-    zero: int = 1
+    zero: int = PREDICT_DEFAULTS["zero"]
     """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP, the weights and gradients sharded too."""
-    overlap_grad_reduce: bool = True
+    overlap_grad_reduce: bool = PREDICT_DEFAULTS["overlap_grad_reduce"]
     """Gradients reduced during the backward, bucket by bucket (Megatron's --overlap-grad-reduce)."""
-    overlap_param_gather: bool = True
+    overlap_param_gather: bool = PREDICT_DEFAULTS["overlap_param_gather"]
     """Parameters all-gathered during the next forward (Megatron's --overlap-param-gather)."""
     layout: Optional[str] = None
     """Megatron's --pipeline-model-parallel-layout (None: the partition)."""

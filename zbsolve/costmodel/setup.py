@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Self, cast
@@ -27,6 +28,13 @@ from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Dispatcher, Setting, Zero
 from zbsolve.costmodel.moe import DISPATCHERS
 from zbsolve.costmodel.runtime_memory import RUNTIMES, outside_allocator
+
+PREDICT_OPTIONS = ("seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep",
+                   "zero", "recompute", "device_memory", "reserve", "runtime", "dispatcher", "overlap_grad_reduce",
+                   "overlap_param_gather", "tp_comm_overlap", "calibration")
+"""The fields of a setup ``zbsolve predict`` takes as options (besides its config, split and order)."""
+PREDICT_DEFAULTS: dict[str, Any] = {"zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True}
+"""Where ``zbsolve predict``'s default differs from the setup's: Megatron's distributed optimizer and overlaps."""
 
 
 class Setup(InputModel):
@@ -176,6 +184,19 @@ class Setup(InputModel):
             else:
                 words += [flag, _shown(name, value)]
         return words
+
+    def command(self) -> str:
+        """The one ``zbsolve predict`` line that reproduces this setup (the split and order predict's defaults); an
+        ``InputError`` naming a field predict needs and the setup lacks, or one it sets that predict does not take."""
+        for name in ("config", "global_batch", "gpus"):
+            if getattr(self, name) is None:
+                raise InputError(f"{name} = None: zbsolve predict needs it to reproduce the setup")
+        for name, value in self.changed().items():
+            if name not in (*PREDICT_OPTIONS, "config"):
+                why = " (it derives dp from the GPUs)" if name == "dp" else ""
+                raise InputError(f"{name} = {value!r}: zbsolve predict takes no such option{why}")
+        differ = tuple(name for name, default in PREDICT_DEFAULTS.items() if getattr(self, name) != default)
+        return shlex.join(["zbsolve", "predict", str(self.config), *self.arguments(PREDICT_OPTIONS, differ)])
 
     def setting(self, experts: bool) -> Setting:
         """The setting a model estimated under this setup records (``Model.setting``); ``experts``: whether the
