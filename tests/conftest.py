@@ -324,3 +324,21 @@ COMBINED_CASES = {  # (combined_toy's arguments, devices, chunks, full, modules)
 }
 """Plans of Megatron's combined 1F1B: the toy's arguments, devices, virtual stages per device, every block
 recomputed whole, and the modules recomputed selectively."""
+
+
+def predict_read(command: str, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The configurations ``zbsolve predict`` reads from the ``command`` line (run in-process, nothing predicted)."""
+    import shlex
+
+    import zbsolve.configure.predict as predict_module
+    from zbsolve.app.cli import app
+
+    taken: list = []
+
+    def capture(given: object) -> None:
+        taken.append(given)
+        raise InputError("captured")
+
+    monkeypatch.setattr(predict_module, "predict", capture)
+    CliRunner().invoke(app, shlex.split(command)[1:])
+    return taken

@@ -11,14 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import ROOT, predict_read
 
-from conftest import ROOT
-
-import zbsolve.configure.predict as predict_module
-from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
-from zbsolve.configure.predict import Configuration
 
 _spec = importlib.util.spec_from_file_location("benchmark_calibration", ROOT / "benchmarks" / "calibration.py")
 calibration = sys.modules["benchmark_calibration"] = importlib.util.module_from_spec(_spec)
@@ -50,16 +45,8 @@ def test_each_file_maps_to_a_configuration_or_a_reason(run):
                          ids=lambda run: run["name"])
 def test_the_command_line_is_the_configuration(run, monkeypatch):
     c = calibration.mapped(run).configuration
-    taken: list[Configuration] = []
-
-    def capture(given: Configuration) -> None:
-        taken.append(given)
-        raise InputError("captured")
-
-    monkeypatch.setattr(predict_module, "predict", capture)
-    words = shlex.split(c.command())
-    assert words[:2] == ["zbsolve", "predict"]
-    CliRunner().invoke(app, words[1:])
+    assert shlex.split(c.command())[:2] == ["zbsolve", "predict"]
+    taken = predict_read(c.command(), monkeypatch)
     assert len(taken) == 1
     assert Path(taken[0].config) == Path(c.config)
     assert taken[0].replace(config=c.config) == c

@@ -7,10 +7,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from conftest import predict_read
 
-import zbsolve.configure.predict as predict_module
-from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration
 from zbsolve.costmodel.estimate import estimate
@@ -43,16 +41,7 @@ def test_the_estimate_of_a_setup_is_that_of_its_knobs():
                                                                             "tp_comm_overlap": True, "vp": 2}])
 def test_the_command_line_reads_back_as_the_configuration(change, monkeypatch):
     c = Configuration(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=16, gpus=8, tp=2, pp=2, **change)
-    taken: list[Configuration] = []
-
-    def capture(given: Configuration) -> None:
-        taken.append(given)
-        raise InputError("captured")
-
-    monkeypatch.setattr(predict_module, "predict", capture)
-    words = shlex.split(c.command())
-    CliRunner().invoke(app, words[1:])
-    assert taken == [c.replace(config=Path(words[2]))]
+    assert predict_read(c.command(), monkeypatch) == [c.replace(config=Path(shlex.split(c.command())[2]))]
 
 
 def test_a_setup_writes_the_predict_line_that_reproduces_it(monkeypatch):
@@ -61,16 +50,9 @@ def test_a_setup_writes_the_predict_line_that_reproduces_it(monkeypatch):
     take is refused."""
     setup = Setup(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=16, gpus=8, tp=2, pp=2,
                   recompute="full")
-    taken: list[Configuration] = []
-
-    def capture(given: Configuration) -> None:
-        taken.append(given)
-        raise InputError("captured")
-
-    monkeypatch.setattr(predict_module, "predict", capture)
     words = shlex.split(setup.command())
     assert {"--no-overlap-grad-reduce", "--no-overlap-param-gather"} <= set(words) and "--zero" in words
-    CliRunner().invoke(app, words[1:])
+    taken = predict_read(setup.command(), monkeypatch)
     assert len(taken) == 1
     assert all(getattr(taken[0], name) == getattr(setup, name) for name in PREDICT_OPTIONS)
     with pytest.raises(InputError, match=r"^efficiency = 0.5: zbsolve predict takes no such option"):
