@@ -78,10 +78,10 @@ def test_split_bound_is_below_every_schedule_on_every_partition():
 
 @pytest.fixture(scope="module")
 def planned():
-    """Heavy on 4 devices (the search's longest plan here). Its tests are marked ``xdist_group("planned")`` so that
-    ``--dist loadgroup`` runs them on one worker, which plans once."""
+    """Heavy with 8 blocks on 4 devices (the search's longest plan here). Its tests are marked
+    ``xdist_group("planned")`` so that ``--dist loadgroup`` runs them on one worker, which plans once."""
     with cf.ThreadPoolExecutor(1) as pool:
-        return plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve=0,
+        return plan(heavy_head(blocks=8), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve=0,
                     time_limit=20, executor=pool)
 
 
@@ -89,7 +89,7 @@ def planned():
 def test_a_plan_is_valid_fits_and_never_loses_to_a_fitting_baseline(planned):
     timeline = simulate(planned.timeline.schedule)
     assert timeline.makespan == planned.step_time
-    assert sum(planned.counts) == len(heavy_head().layers) and len(planned.counts) == 4 * planned.chunks
+    assert sum(planned.counts) == len(planned.costs.model.layers) == 11 and len(planned.counts) == 4 * planned.chunks
     for static, peak in zip(planned.costs.static_bytes, timeline.peak_memory):
         assert static + peak <= 16 * GIB
     fitting = [b.step_time for b in planned.baselines if b.fits and b.step_time is not None]
