@@ -344,18 +344,18 @@ def test_a_plan_says_which_placements_it_did_not_search(tmp_path):
     """The log of the plan and, on the command line, a note on stderr; an odd --chunks plans without the V-shape
     (it was refused whole)."""
     with cf.ThreadPoolExecutor(1) as pool:
-        result = plan(heavy_head(), num_devices=2, num_microbatches=4, device_memory="32GiB", reserve=0, chunks=3,
-                      time_limit=5, executor=pool)
+        result = plan(heavy_head(blocks=4), num_devices=2, num_microbatches=4, device_memory="32GiB", reserve=0,
+                      chunks=3, time_limit=5, executor=pool)
     assert "vshape x3: not searched: the V-shape needs an even number of stages per device" in result.log.splitlines()
     assert {(c.placement, c.chunks) for c in result.candidates} == {("sequential", 1), ("interleaved", 3)}
     path = tmp_path / "heavy.yaml"
-    heavy_head().save(path)
+    heavy_head(blocks=4).save(path)
     done = runner.invoke(app, ["plan", str(path), "-p", "4", "-m", "8", "--device-memory", "16GiB", "--chunks", "100",
                                "--time-limit", "5", "--jobs", "1", "--json"])
     assert done.exit_code == 0, done.output
     assert done.stderr.splitlines() == [
-        "note: interleaved x100: not searched: 400 stages over 4 devices, more than the model's 15 layers",
-        "note: vshape x100: not searched: 400 stages over 4 devices, more than the model's 15 layers"]
+        "note: interleaved x100: not searched: 400 stages over 4 devices, more than the model's 7 layers",
+        "note: vshape x100: not searched: 400 stages over 4 devices, more than the model's 7 layers"]
     assert json.loads(done.stdout)["placement"] == "sequential"
 
 
