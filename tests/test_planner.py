@@ -255,8 +255,8 @@ def test_candidates_are_timed_on_a_dask_cluster(dask_address):
 
 def test_a_plan_keeps_to_the_placement_asked_for():
     with cf.ThreadPoolExecutor(1) as pool:
-        result = plan(heavy_head(), num_devices=4, num_microbatches=8, device_memory="16GiB", reserve="0GiB",
-                      placement="sequential", time_limit=5, executor=pool)
+        result = plan(heavy_head(blocks=6), num_devices=4, num_microbatches=8, device_memory="16GiB",
+                      reserve="0GiB", placement="sequential", time_limit=5, executor=pool)
     assert result.placement == "sequential" and result.chunks == 1
     assert {c.placement for c in result.candidates} == {"sequential"}
     with pytest.raises(InputError, match="num_devices = 8: 16 stages need at least as many layers, and the model "
