@@ -29,7 +29,7 @@ def model(config: dict) -> zbsolve.Model:
 def test_a_megatron_plan_places_the_mtp_layer_and_exports_it_as_m(tmp_path):
     """The plan for Megatron puts mtp.0 where its layout can say so, and the export writes it as m before L."""
     result = zbsolve.plan(model(DEEPSEEK), num_devices=2, num_microbatches=4, device_memory="80GiB",
-                          target="megatron", time_limit=10)
+                          target="megatron", time_limit=10, jobs=1)
     names = [layer.name for layer in result.costs.model.layers]
     last = result.costs.ranges[-1]
     assert "mtp.0" in names[last[0]:last[1]]
