@@ -68,11 +68,12 @@ def stem(path: Path) -> str:
 
 # -- a Dask cluster -----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def dask_address() -> Iterator[str]:
-    """The address of one local Dask cluster (two worker processes of one thread) that the session's tests share,
-    as an executor takes it ("dask://HOST:PORT"). Tests that use it are marked ``xdist_group("dask")`` so that
-    ``--dist loadgroup`` runs them on one worker, which starts the cluster once."""
+    """The address of a local Dask cluster (two worker processes of one thread), as an executor takes it
+    ("dask://HOST:PORT"), closed after the test: a cluster left running beside the later tests of its xdist worker
+    was seen to hang a notebook's kernel shutdown (nbclient's heartbeat channel never joined). Tests that use it are
+    marked ``xdist_group("dask")`` so that ``--dist loadgroup`` runs them on one worker."""
     distributed = pytest.importorskip("distributed", reason="dask's distributed is not installed (the dask extra)")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         yield f"dask://{cluster.scheduler_address}"
