@@ -95,12 +95,13 @@ def core_flops(arch: Architecture) -> int:
 
 def _heads(arch: Architecture, e: int) -> Part:
     """Grouped-query heads: q/k/v's input, Q, K, V and o's input kept (and the inputs of Qwen3-MoE's q and k norms,
-    whose d weights each are whole); biases on q, k, v (``qkv_bias``) and on o (``biases``); two collectives in F
-    and B, one in W. Kernels: the fused q/k/v product and o; rotary on Q and K (read and written in F and in B),
-    the q and k norms."""
+    whose d weights each are whole); biases on q, k, v (``qkv_bias``) and on o (``biases``); gpt-oss's sink logit
+    a head (``sinks``), split with the heads, its time within the attention core's; two collectives in F and B,
+    one in W. Kernels: the fused q/k/v product and o; rotary on Q and K (read and written in F and in B), the q
+    and k norms."""
     h, qd, kd = arch.hidden, arch.q_width, arch.kv_width
     weights = h * (qd + 2 * kd) + qd * h
-    biases = (qd + 2 * kd) * (arch.qkv_bias or arch.biases) + h * arch.biases
+    biases = (qd + 2 * kd) * (arch.qkv_bias or arch.biases) + h * arch.biases + arch.heads * arch.sinks
     rotary, norms = 2 * (qd + kd) * e, (qd + kd) * e * arch.qk_norm
     return Part(flops=(2 * weights,) * 3, saved=e * (h + 2 * qd + 2 * kd + (qd + kd) * arch.qk_norm),
                 for_w=e * (h + qd + 2 * kd + qd + h), split=weights + biases, whole=2 * arch.head_dim * arch.qk_norm,

@@ -1,7 +1,8 @@
 """What the cost model reads of a Hugging Face ``config.json``: the ``Architecture`` of a dense decoder (Llama,
 Mistral, Qwen2, GPT-2, GPT-NeoX), with each block's sliding window as transformers builds the model, or of a
-mixture-of-experts decoder (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3, whose attention is latent), with
-which blocks have experts. A config with layers of another kind (experts or latent attention in a dense
+mixture-of-experts decoder (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 and V3, whose attention is latent, and
+gpt-oss, whose blocks alternate sliding-window and full attention), with which blocks have experts
+(``zbsolve.costmodel.hf_experts``). A config with layers of another kind (experts or latent attention in a dense
 ``model_type``, an expert key the estimate does not read, other ``layer_types``) or relabelled with another
 ``model_type`` is refused with one line naming the field and its value, never estimated as something else.
 """
@@ -17,14 +18,13 @@ from typing import Any
 
 from zbsolve.base.errors import InputError
 from zbsolve.costmodel.config_values import MISSING, boolean, integer, probability, read_config
+from zbsolve.costmodel.hf_experts import EXPERT_KEYS, MOE_TYPES, Experts, Latent, mixture
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """The dense decoders' ``model_type`` values of config.json that ``estimate`` takes."""
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
-"""The mixture-of-experts ``model_type`` values ``estimate`` takes."""
 CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "gpt2": "GPT2", "gpt_neox": "GPTNeoX",
            "mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe", "deepseek_v2": "DeepseekV2",
-           "deepseek_v3": "DeepseekV3"}
+           "deepseek_v3": "DeepseekV3", "gpt_oss": "GptOss"}
 """The name transformers' classes of each model_type start with (``LlamaForCausalLM``, ``GPT2LMHeadModel``)."""
 HEADS = ("ForCausalLM", "LMHeadModel", "DoubleHeadsModel", "Model", "ForSequenceClassification",
          "ForTokenClassification", "ForQuestionAnswering")
@@ -36,74 +36,10 @@ EXPERTS = re.compile(r"expert|(^|_)moe(_|$)")
 ``moe_intermediate_size``, ...)."""
 LATENT_ATTENTION = ("kv_lora_rank", "q_lora_rank")
 """Keys of multi-head latent attention (DeepSeek, MiniCPM3), whose keys and values are no heads of size d."""
-_DEEPSEEK_KEYS = {"n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
-                  "moe_layer_freq"}
-"""The expert keys of DeepSeek-V2 and V3 configs."""
-EXPERT_KEYS = {"mixtral": {"num_local_experts", "num_experts_per_tok"},
-               "qwen2_moe": {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
-                             "shared_expert_intermediate_size"},
-               "qwen3_moe": {"num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size"},
-               "deepseek_v2": _DEEPSEEK_KEYS, "deepseek_v3": _DEEPSEEK_KEYS}
-"""The keys of ``EXPERTS`` the estimate reads of each mixture-of-experts model_type; any other with a value is
-refused."""
-ROUTING: dict[str, dict[str, tuple[str, ...]]] = {
-    "deepseek_v2": {"scoring_func": ("softmax",), "topk_method": ("greedy", "group_limited_greedy")},
-    "deepseek_v3": {"scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",)}}
-"""The routing transformers' DeepSeek models run, by key: a config asking for another is refused."""
-LATENT_DEFAULTS = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                   "v_head_dim": 128}
-"""transformers' defaults of DeepSeek's latent attention sizes (V2 and V3 alike)."""
-GROUP_DEFAULTS = {"deepseek_v3": {"n_group": 8, "topk_group": 4}}
-"""transformers' defaults of the router's groups (DeepSeek-V2 has none: a group-limited config names them)."""
-DEEPSEEK_DEFAULTS = {"deepseek_v2": {"n_shared_experts": 2, "first_k_dense_replace": 0, "num_nextn_predict_layers": 0},
-                     "deepseek_v3": {"n_shared_experts": 1, "first_k_dense_replace": 3, "num_nextn_predict_layers": 1}}
-"""transformers' defaults of the DeepSeek keys a config may leave out (V3's ``num_mtp_layers`` is
-``num_nextn_predict_layers``)."""
-WINDOW: dict[str, int | None] = {"mistral": 4096, "qwen2": 4096, "mixtral": None}
+WINDOW: dict[str, int | None] = {"mistral": 4096, "qwen2": 4096, "mixtral": None, "gpt_oss": 128}
 """transformers' default ``sliding_window`` of the model types that have one."""
 QWEN2_MAX_WINDOW_LAYERS = 28
 """transformers' default ``max_window_layers`` of Qwen2: the blocks from there on have the window."""
-
-
-@dataclass(frozen=True)
-class Experts:
-    """What the cost model needs of a mixture-of-experts config's expert layers (gated SwiGLU experts)."""
-
-    key: str
-    """config.json's key of the number of routed experts (named in errors)."""
-    routed: int
-    """Routed experts E."""
-    top_k: int
-    """Experts each token is routed to, k."""
-    ffn: int
-    """Inner size f_e of one routed expert."""
-    shared_ffn: int
-    """Inner size of the shared experts together, which every token runs through (0: none)."""
-    shared_gate: bool
-    """A sigmoid gate, an h x 1 matmul, scales the shared experts' output (Qwen2-MoE)."""
-    layers: tuple[bool, ...]
-    """Which blocks have experts; the others have a dense MLP of inner size ``Architecture.ffn``."""
-    groups: int = 1
-    """Groups of consecutive experts the router limits a token to (``n_group`` where routing is group-limited:
-    DeepSeek-V3's ``noaux_tc``, DeepSeek-V2's ``group_limited_greedy``; 1 otherwise)."""
-    group_limit: int = 1
-    """Groups a token's experts may come from (``topk_group``; ``groups`` where routing is not limited)."""
-
-
-@dataclass(frozen=True)
-class Latent:
-    """Multi-head latent attention (DeepSeek-V2, V3): queries, keys and values up-projected from low-rank latents."""
-
-    q_rank: int
-    """q_lora_rank, 0 where the queries are projected from h directly (q_lora_rank null)."""
-    kv_rank: int
-    """kv_lora_rank: the latent of keys and values."""
-    nope: int
-    """qk_nope_head_dim: a query or key head's part without rotary embedding."""
-    rope: int
-    """qk_rope_head_dim: its rotary part (one key head of it, shared by all heads)."""
-    v: int
-    """v_head_dim: a value head's size."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +71,8 @@ class Architecture:
     qkv_bias: bool
     """The q, k, v projections have biases."""
     biases: bool
-    """Every other linear layer has a bias (GPT-2, GPT-NeoX)."""
+    """Every other linear layer has a bias (GPT-2, GPT-NeoX; gpt-oss's o with ``attention_bias``, its router's and
+    experts' are ``Experts.biases``)."""
     positions: int
     """Learned position embeddings (GPT-2), 0 for rotary models."""
     attention_dropout: bool
@@ -152,6 +89,9 @@ class Architecture:
     """An RMSNorm on every query and key head (Qwen3-MoE)."""
     mtp: int = 0
     """Multi-token prediction layers after the blocks (DeepSeek-V3's num_nextn_predict_layers)."""
+    sinks: bool = False
+    """A learned sink logit per query head that each query's softmax also normalises over (gpt-oss): a parameters
+    a block."""
 
     @property
     def q_width(self) -> int:
@@ -218,79 +158,8 @@ def _architecture(config: dict | str | Path) -> Architecture:
     if heads % arch["kv_heads"]:
         raise InputError(f"{where}: num_key_value_heads = {arch['kv_heads']} must divide the {heads} attention heads")
     if kind in MOE_TYPES:
-        arch.update(_mixture(data, kind, arch, where))
+        arch.update(mixture(data, kind, arch, where))
     return Architecture(model_type=kind, **arch)
-
-
-def _mixture(data: dict, kind: str, arch: dict[str, Any], where: str) -> dict[str, Any]:
-    """What a mixture-of-experts config adds to a decoder's fields, as transformers builds the model: its experts,
-    DeepSeek's latent attention and multi-token prediction layers, Qwen2-MoE's q/k/v biases, Qwen3-MoE's q/k
-    norms."""
-    for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
-        if boolean(data, key, False, where):
-            raise InputError(f"{where}: {key} = True: not estimated for {kind} (biases, sliding windows)")
-    top_k, layers = integer(data, "num_experts_per_tok", where), arch["layers"]
-    shared, gate, extra = 0, False, {}
-    if kind == "mixtral":
-        key, ffn, moe = "num_local_experts", integer(data, "intermediate_size", where), [True] * layers
-    elif kind.startswith("qwen"):
-        key = "num_experts" if kind == "qwen2_moe" or "num_local_experts" not in data else "num_local_experts"
-        ffn = integer(data, "moe_intermediate_size", where)
-        if kind == "qwen2_moe":
-            shared, gate = integer(data, "shared_expert_intermediate_size", where, minimum=0), True
-        step, only = integer(data, "decoder_sparse_step", where, 1), data.get("mlp_only_layers") or []
-        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-            raise InputError(f"{where}: mlp_only_layers = {only!r}: should be a list of block indices")
-        moe = [i not in only and (i + 1) % step == 0 for i in range(layers)]
-        extra = {"qkv_bias": kind == "qwen2_moe" and boolean(data, "qkv_bias", True, where),
-                 "qk_norm": kind == "qwen3_moe"}
-    else:
-        key, ffn = "n_routed_experts", integer(data, "moe_intermediate_size", where)
-        extra = {**_deepseek(data, kind, where), "kv_heads": arch["heads"]}
-        defaults = DEEPSEEK_DEFAULTS[kind]
-        shared = ffn * integer(data, "n_shared_experts", where, defaults["n_shared_experts"], minimum=0)
-        first = integer(data, "first_k_dense_replace", where, defaults["first_k_dense_replace"], minimum=0)
-        moe = [i >= first for i in range(layers)]
-    routed = integer(data, key, where)
-    if top_k > routed:
-        raise InputError(f"{where}: num_experts_per_tok = {top_k}: should be at most {key} = {routed}")
-    groups, limit = _groups(data, kind, routed, where)
-    return {**extra, "experts": Experts(key=key, routed=routed, top_k=top_k, ffn=ffn, shared_ffn=shared,
-                                        shared_gate=gate, layers=tuple(moe), groups=groups, group_limit=limit)}
-
-
-def _groups(data: dict, kind: str, routed: int, where: str) -> tuple[int, int]:
-    """(``n_group``, ``topk_group``) where transformers limits a token's experts to ``topk_group`` of ``n_group``
-    groups of consecutive experts (DeepSeek-V3 always, DeepSeek-V2 with ``group_limited_greedy``), else (1, 1).
-    The groups must divide the experts, and ``topk_group`` be at most ``n_group``."""
-    if not (kind == "deepseek_v3" or kind == "deepseek_v2" and data.get("topk_method") == "group_limited_greedy"):
-        return 1, 1
-    defaults = GROUP_DEFAULTS.get(kind, {})
-    groups = integer(data, "n_group", where, defaults.get("n_group", MISSING))
-    limit = integer(data, "topk_group", where, defaults.get("topk_group", MISSING))
-    if routed % groups or limit > groups:
-        raise InputError(f"{where}: n_group = {groups}, topk_group = {limit}: n_group should divide the {routed} "
-                         "experts and topk_group be at most n_group")
-    return groups, limit
-
-
-def _deepseek(data: dict, kind: str, where: str) -> dict[str, Any]:
-    """DeepSeek's latent attention (its heads: queries and keys of nope + rope, values of v) and multi-token
-    prediction layers; a routing or expert placement transformers does not build is refused."""
-    for key, ways in ROUTING[kind].items():
-        if data.get(key) is not None and data[key] not in ways:
-            raise InputError(f"{where}: {key} = {data[key]!r}: transformers' {kind} routes by {', '.join(ways)}; "
-                             "another routing is not estimated")
-    if data.get("moe_layer_freq", 1) != 1:
-        raise InputError(f"{where}: moe_layer_freq = {data['moe_layer_freq']!r}: only 1 is estimated (experts in "
-                         "every block from first_k_dense_replace on, as transformers builds it)")
-    sizes = {key: integer(data, key, where, default) for key, default in LATENT_DEFAULTS.items()}
-    if "q_lora_rank" in data and data["q_lora_rank"] is None:
-        sizes["q_lora_rank"] = 0
-    latent = Latent(*sizes.values())
-    return {"latent": latent, "head_dim": latent.nope + latent.rope,
-            "mtp": integer(data, "num_nextn_predict_layers", where,
-                        DEEPSEEK_DEFAULTS[kind]["num_nextn_predict_layers"], minimum=0)}
 
 
 def _head_dim(data: dict, hidden: int, heads: int, where: str) -> int:
@@ -336,7 +205,8 @@ def _check_layers(data: dict, kind: str, where: str) -> None:
 def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None, ...]:
     """Each block's sliding window as transformers builds the model (None: full attention): Mistral's and
     Mixtral's ``sliding_window`` on every block; Qwen2's only with ``use_sliding_window``, on the blocks
-    ``layer_types`` names (by default those from ``max_window_layers`` on); the other model types have none."""
+    ``layer_types`` names (by default those from ``max_window_layers`` on); gpt-oss's on the blocks ``layer_types``
+    names (by default every other one from the first: ``GptOssConfig``); the other model types have none."""
     if (kind not in WINDOW or kind == "qwen2" and not boolean(data, "use_sliding_window", False, where)
             or data.get("sliding_window", WINDOW[kind]) is None):
         return (None,) * layers
@@ -345,6 +215,8 @@ def _windows(data: dict, kind: str, layers: int, where: str) -> tuple[int | None
     if kind in ("mistral", "mixtral"):
         return (window,) * layers
     types = data.get("layer_types")
+    if types is None and kind == "gpt_oss":
+        types = [LAYER_TYPES[(i + 1) % 2] for i in range(layers)]
     if types is None:
         first = integer(data, "max_window_layers", where, QWEN2_MAX_WINDOW_LAYERS, minimum=0)
         types = [LAYER_TYPES[i >= first] for i in range(layers)]

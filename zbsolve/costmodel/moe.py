@@ -89,13 +89,14 @@ def router(arch: Architecture, e: int) -> Part:
     (h), the fp32 probabilities (E) and top-k weights (k); W needs that input and the router's output gradient.
     Kernels: its product in 16 bits (Transformer Engine keeps the router out of FP8); the scores read the logits and
     write fp32 probabilities in F, the reverse in B: two kernels a pass (megatron-core's fused top-k with its
-    score function, and the auxiliary loss's scores), each with its backward in B."""
+    score function, and the auxiliary loss's scores), each with its backward in B. gpt-oss's router has a bias
+    (E parameters, ``Experts.biases``)."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     weights = h * x.routed + h * x.shared_gate
     scores = x.routed * (e + FP32_BYTES)
     return Part(flops=(2 * weights,) * 3, saved=e * h + FP32_BYTES * (x.routed + x.top_k), for_w=e * (h + x.routed),
-                split=0, whole=weights, collectives=(0, 0, 0),
+                split=0, whole=weights + x.routed * x.biases, collectives=(0, 0, 0),
                 matmuls=(Matmul(h, x.routed + x.shared_gate, "whole", fp8=False),), elementwise=(scores, scores, 0),
                 launches=(2, 2, 0))
 
@@ -108,7 +109,8 @@ def routed(arch: Architecture, e: int, sort: bool = False) -> Part:
     Kernels: grouped gate/up and down products over the device's experts; their activation functions; the
     permutation that copies each token k times before the dispatch and the weighted sum after the combine (read
     h and write k·h, read k·h and write h, in F and in B), and with ``sort`` (``sorts``) the received copies'
-    sort by local expert and its reverse (each reads and writes k·h, in F and in B); a kernel each, in F and B."""
+    sort by local expert and its reverse (each reads and writes k·h, in F and in B); a kernel each, in F and B.
+    gpt-oss's expert biases (``Experts.biases``) are parameters; adding them is left to the products' epilogues."""
     h, x = arch.hidden, arch.experts
     assert x is not None
     k, fe = x.top_k, x.ffn
@@ -117,7 +119,7 @@ def routed(arch: Architecture, e: int, sort: bool = False) -> Part:
     act = activation(k * fe, e, True)
     return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=e * (2 * k * h + 3 * k * fe), for_w=e * k * (2 * h + 3 * fe),
                 split=0, whole=0, collectives=(0, 0, 0), recomputed=(e * 3 * k * fe, e * k * fe),
-                experts=3 * h * fe * x.routed, all_to_all=2,
+                experts=(3 * h * fe + (2 * fe + h) * x.biases) * x.routed, all_to_all=2,
                 matmuls=(Matmul(h, 2 * fe, "expert", copies=k), Matmul(fe, h, "expert", copies=k)),
                 elementwise=(act[0] + permute, act[1] + permute, 0), launches=(launches, launches, 0))
 
