@@ -169,6 +169,12 @@ P2P_LATENCY = _define("P2P_LATENCY", {"nvlink": NCCL_BASE_LATENCY["Simple"] + NC
                       "protocol and its model gives them no table of their own)",
                       "added to every point-to-point transfer by link: a stage's send, a context-parallel ring "
                       "step, an expert all-to-all")
+ROUTING_DRAW = _define("ROUTING_DRAW", 1.0, "variance over mean of a device's received copies",
+                       "a binomial draw: each copy lands on one of ep devices with probability 1/ep (megatron-core "
+                       "0.16 router.py: moe_router_force_load_balancing draws random logits), variance c(1 - 1/ep) "
+                       "of mean c; the busiest of ep at the expected maximum of ep Gaussian draws (Blom 1958)",
+                       "the busiest expert-parallel device's load, on which the routed experts' products are timed "
+                       "(``routing.busiest``): the least imbalance routing balanced in expectation leaves")
 KERNEL_LAUNCH = _define("KERNEL_LAUNCH", 5e-6, "s",
                         "CUDA's launch path through the driver, 4-6 microseconds a kernel (pegainfer, From Launch "
                         "Overhead to CUDA Graph, 2025; NVIDIA Technical Blog, Getting Started with CUDA Graphs, 2019: "

@@ -16,6 +16,7 @@ from zbsolve.costmodel.calibration import Calibration
 from zbsolve.costmodel.constants import ATTENTION_B_FLOPS, ATTENTION_REFERENCE, K_HALF_BYTES, SPLIT_K_DEPTH, TILE
 from zbsolve.costmodel.gpus import GPUS, Gpu
 from zbsolve.costmodel.measured import kernel_table
+from zbsolve.costmodel.routing import busiest
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Kernels:
     def matmul(self, mm: Matmul, tokens: int, tp: int, ep: int = 1, experts: int = 1) -> tuple[float, float, float]:
         """Seconds of F (x·W), B (the input gradient) and W (the weight gradient, the tokens as inner size) of
         ``mm`` over a microbatch of ``tokens`` on one device of ``tp`` (routed experts: ``experts`` of them shared
-        out over ``ep``, each receiving as many of the device's token copies under balanced routing, and each local
+        out over ``ep``, the busiest device's token copies (``routing.busiest``) shared evenly among its own, each local
         expert's product timed on its own rows, its own waves and split-K, the experts' times summed: Transformer
         Engine's ``GroupedLinear`` runs one cuBLAS product per expert)."""
         k, n, rows, groups = mm.k, mm.n, tokens, 1
@@ -91,7 +92,7 @@ class Kernels:
             rows = -(-tokens // tp)
         if mm.split == "expert":
             groups = experts // ep
-            rows = max(1, -(-rows * mm.copies // groups))
+            rows = max(1, -(-busiest(rows * mm.copies, ep) // groups))
         return (groups * self.gemm(rows, n, k, fp8=mm.fp8), groups * self.gemm(rows, k, n, fp8=mm.fp8),
                 groups * self.gemm(k, n, rows, fp8=mm.fp8))
 
