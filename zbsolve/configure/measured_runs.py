@@ -14,7 +14,7 @@ import yaml
 
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration
-from zbsolve.costmodel.model import RECOMPUTE_MODULES
+from zbsolve.costmodel.model import OP_POLICY, RECOMPUTE_MODULES
 from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +69,8 @@ def recompute_choice(recompute: dict) -> str | InputError:
         if method == "block":
             return f"uniform:{recompute['num_layers']}"
         return "full"
+    if granularity == "selective" and method == OP_POLICY:
+        return OP_POLICY
     if granularity == "selective" and modules:
         unknown = [name for name in modules if name not in RECOMPUTE_MODULES]
         if unknown:
@@ -76,7 +78,8 @@ def recompute_choice(recompute: dict) -> str | InputError:
         return "modules:" + ",".join(modules)
     if granularity == "selective":
         return InputError(f"recompute: {method or 'a selective policy without modules'} has no form in "
-                          "problem/recompute.py (its selective form is Megatron's norms and activation)")
+                          "problem/recompute.py (its selective forms are Megatron's norms and activation and "
+                          f"torchtitan's per-op policy, method {OP_POLICY})")
     return InputError("recompute granularity not published (unknown)")
 
 

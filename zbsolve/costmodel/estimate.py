@@ -282,7 +282,8 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     tokens (its experts receive as many as it sends), the attention core over ``scores`` pairs (the microbatch's
     attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
     ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
-    those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again. Its kernels:
+    those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again, and
+    torchtitan's per-op policy its products and kernels there, F keeping only the bytes it names (``Redo.kept``). Its kernels:
     the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
     FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``) and their casts move bytes
     (``kernels.fp8_casts``). Its kernels launched: the part's memory-bound ones, its products' and casts'
@@ -293,6 +294,8 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     f, b, w = (n * flops // t for flops in part.flops)
     probabilities = probability_bytes(arch, e, seq_len, flash_attention)
     attention = kernels.attention(core, arch.head_dim, seq_len // shard.cp, flash_attention)
+    fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
+    m_b = shard.bytes(part.saved + fp8[0] + probabilities)
 
     def products(matmuls: tuple[Matmul, ...]) -> tuple[float, float, float]:
         times = [kernels.matmul(mm, n, t, shard.ep, shard.experts) for mm in matmuls]
@@ -311,8 +314,10 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
         return (LayerCosts(flops=(n * r.flops // t + core * r.core, 0, 0), traffic=(shard.bytes(r.traffic), 0, 0),
                        collectives=(r.collectives if t > 1 else 0, 0, 0), m_b=0, m_w=0, params=0, out_bytes=0,
                        all_to_all=(r.all_to_all, 0, 0) if r.all_to_all else None, kernel=(redo, 0.0, 0.0),
-                       hiding=hidden(r.matmuls, (r.collectives, 0, 0))),
-                shard.bytes(r.saved + probabilities * r.core))
+                       hiding=hidden(r.matmuls, (r.collectives, 0, 0)),
+                       launches=(r.launches, 0, 0)),
+                shard.bytes(r.saved + probabilities * r.core) if r.kept is None
+                else max(0, m_b - shard.bytes(r.kept + probabilities)))
 
     def casts(matmuls: tuple[Matmul, ...]) -> tuple[int, int, int]:
         return fp8_casts(matmuls, e) if kernels.dtype == "fp8" else (0, 0, 0)
@@ -320,7 +325,6 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     gemm = products(part.matmuls)
     k_f, k_b, k_w = (g + a + kernels.memory(shard.bytes(x + c))
                      for g, a, x, c in zip(gemm, (*attention, 0.0), part.elementwise, casts(part.matmuls)))
-    fp8 = fp8_saved(part.matmuls, e) if kernels.dtype == "fp8" else (0, 0)
     launched = product_launches(part.matmuls, shard.experts // shard.ep, kernels.dtype == "fp8")
     launches = (part.launches[0] + launched[0] + (core > 0), part.launches[1] + launched[1] + 3 * (core > 0),
                 part.launches[2] + launched[2])
@@ -329,7 +333,7 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     return LayerCosts(flops=(f + core, b + 2 * core, w), traffic=(0, 0, 0),
                   collectives=part.collectives if t > 1 else (0, 0, 0),
                   hiding=hidden(part.matmuls, part.collectives),
-                  m_b=shard.bytes(part.saved + fp8[0] + probabilities),
+                  m_b=m_b,
                   m_w=shard.bytes(part.for_w + fp8[1]), params=-(-part.split // t) + part.whole,
                   out_bytes=shard.bytes(arch.hidden * e),
                   selective=(shard.bytes(part.recomputed[0]), shard.bytes(part.recomputed[1])),

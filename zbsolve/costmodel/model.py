@@ -41,6 +41,10 @@ BLOCK = re.compile(r"layers\.\d+")
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts")
 """The modules Megatron-LM recomputes (``--recompute-modules``, megatron-core 0.16.1's
 ``TransformerConfig.recompute_modules``), in the order zbsolve writes them."""
+OP_POLICY = "op"
+"""torchtitan's per-op selective activation checkpointing (``SelectiveAC``, ``selective_ac_option = "op"``), whose
+costs a block's ``Layer.recompute_modules`` records beside Megatron-LM's modules (``costmodel.recompute_modules.op``;
+the choice ``--recompute op``)."""
 MTP_PREFIX = "mtp."
 """How the names of multi-token prediction layers begin (``mtp.0``, ``mtp.1``, ...)."""
 
@@ -113,8 +117,9 @@ class Layer(InputModel):
     """Activation bytes F keeps no more when the block recomputes selectively (the outputs of its norms and MLP
     activation function), where known."""
     recompute_modules: Optional[dict[str, ModuleCost]] = None
-    """Megatron-LM's ``--recompute-modules`` (``RECOMPUTE_MODULES``) this block has, each with what recomputing it
-    costs, where known (estimates)."""
+    """Megatron-LM's ``--recompute-modules`` (``RECOMPUTE_MODULES``) this block has, and torchtitan's per-op policy
+    (``OP_POLICY``) where the block is one it describes, each with what recomputing it costs, where known
+    (estimates)."""
     shares: Optional[str] = None
     """The layer whose weights this one uses (tied embeddings): a stage holding both holds them once."""
     comm_f: Optional[Seconds] = None
@@ -144,8 +149,9 @@ class Layer(InputModel):
         if self.mem_sel is not None and self.mem_sel > self.mem_f:
             raise ValueError(f"mem_sel = {self.mem_sel} must be at most mem_f = {self.mem_f}")
         for name, cost in (self.recompute_modules or {}).items():
-            if name not in RECOMPUTE_MODULES:
-                raise ValueError(f"recompute_modules: {name!r} should be one of {', '.join(RECOMPUTE_MODULES)}")
+            if name not in (*RECOMPUTE_MODULES, OP_POLICY):
+                raise ValueError(f"recompute_modules: {name!r} should be one of {', '.join(RECOMPUTE_MODULES)} "
+                                 f"or {OP_POLICY}")
             if cost.mem > self.mem_f:
                 raise ValueError(f"recompute_modules.{name}.mem = {cost.mem} must be at most mem_f = {self.mem_f}")
         if (self.grad_bytes or 0) + (self.optimizer_bytes or 0) > self.static_bytes:

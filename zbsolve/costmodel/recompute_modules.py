@@ -21,6 +21,10 @@ from zbsolve.costmodel import moe
 from zbsolve.costmodel.block import Part, latent_up, mlp, norm
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Matmul
+from zbsolve.costmodel.model import OP_POLICY
+
+LSE_BYTES = 4
+"""Bytes of flash attention's log-sum-exp a token and head (FP32), which its forward returns beside its output."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,12 @@ class Redo:
     core: bool = False
     """Whether it is the attention core: its FLOPs over the attended pairs run again, and without flash attention
     its probabilities are kept no more."""
+    kept: int | None = None
+    """Bytes a token F still keeps, where the policy names what it keeps (torchtitan's per-op policy): F keeps no
+    more the rest of the block's M_B (its attention probabilities, where kept, stay); None where ``saved`` says
+    what it drops."""
+    launches: int = 0
+    """Kernels it launches again (none counted where not given)."""
 
 
 def checkpointed(part: Part, kept_input: int) -> Redo:
@@ -64,7 +74,8 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
     """The modules block ``index`` has (``costmodel.model.RECOMPUTE_MODULES``), each recomputed alone: the attention
     core; the norms that are modules of their own (latent attention's input norm, the norm before the experts);
     latent attention's up-projections; the dense MLP with its fused norm, or the MoE layer (router, routed and
-    shared experts, its input kept), the experts' activation functions and the shared experts."""
+    shared experts, its input kept), the experts' activation functions and the shared experts; and in a dense block
+    of grouped-query attention and a gated MLP, torchtitan's per-op policy (``op``, ``OP_POLICY``)."""
     experts = arch.experts is not None and arch.experts.layers[min(index, arch.layers - 1)]
     found = {"core_attn": Redo(core=True)}
     separate = bool(arch.latent) + experts
@@ -77,9 +88,32 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
                                     matmuls=up.matmuls, elementwise=up.elementwise[0])
     if not experts:
         found["mlp"] = checkpointed(mlp(arch, e), 0)
+        if not arch.latent and arch.gated:
+            found[OP_POLICY] = op(arch, e)
         return found
     found["moe"] = checkpointed(moe.router(arch, e) + moe.routed(arch, e) + moe.shared(arch, e), e * arch.hidden)
     found["moe_act"] = discarded(moe.routed(arch, e))
     if arch.experts is not None and arch.experts.shared_ffn:
         found["shared_experts"] = checkpointed(moe.shared(arch, e), 0)
     return found
+
+
+def op(arch: Architecture, e: int) -> Redo:
+    """torchtitan's per-op selective activation checkpointing of a dense block of grouped-query attention and a
+    SwiGLU MLP (``SelectiveAC``, torchtitan 0.3.0 ``torchtitan/distributed/activation_checkpoint.py``; the same rule
+    as its ``_apply_ac_to_transformer_block`` "op" at 9dec370): F keeps the outputs of the ops in its save list
+    (matmuls, flash attention, reduce-scatter, ``max``) except every second matmul of the block, counted from 1 in
+    the order the forward runs them (``meta[mm_count_key] % 2 == 0``: recomputed), and its input; everything else
+    runs again in B. torchtitan's llama3 block (``models/common/attention.py`` ``QKVLinear.forward``: wq, wk, wv;
+    ``GQAttention.forward``: the core, then wo; ``models/common/feed_forward.py``: ``w2(silu(w1(x)) * w3(x))``)
+    runs q, k, v, o, w1, w3, w2: q, v, w1 and w2 are kept, k, o and w3 run again. So F keeps a token's block input
+    (h), q and o's input (the core's output, qd each), v (kd), w1's output (f), w2's output (h) and the core's
+    log-sum-exp (``LSE_BYTES`` a head); B runs again k, o and w3, every memory-bound kernel of the block's F (its
+    norms, rotary, residual adds, SwiGLU) and, under tensor parallelism, the all-gathers of the two halves' inputs
+    (not in the save list; their reduce-scatters are)."""
+    h, qd, kd, f = arch.hidden, arch.q_width, arch.kv_width, arch.ffn
+    again = (Matmul(h, kd), Matmul(qd, h, "row", shared_input=True), Matmul(h, f))
+    whole = moe.block(arch, e, 0)
+    return Redo(flops=2 * sum(mm.k * mm.n for mm in again), matmuls=again, elementwise=whole.elementwise[0],
+                collectives=2, kept=e * (2 * h + 2 * qd + kd + f) + LSE_BYTES * arch.heads,
+                launches=whole.launches[0] + len(again))

@@ -9,7 +9,7 @@ from zbsolve.base.checks import slack
 from zbsolve.base.errors import InputError
 from zbsolve.core.profile import Profile
 from zbsolve.core.schedule import Schedule
-from zbsolve.costmodel.model import Layer, Model
+from zbsolve.costmodel.model import OP_POLICY, Layer, Model
 from zbsolve.problem.costs import Costs, device_static_bytes
 from zbsolve.problem.partition import check_ranges
 from zbsolve.problem.recompute import parse_recompute
@@ -138,6 +138,6 @@ def check_modules(model: Model, names: object, where: str) -> tuple[str, ...]:
     if not names:
         return ()
     try:
-        return parse_recompute("modules:" + ",".join(names)).module_names(model)
+        return parse_recompute(OP_POLICY if names == [OP_POLICY] else "modules:" + ",".join(names)).module_names(model)
     except InputError as exc:
         raise InputError(f"{where}: partition.modules: {exc}") from None

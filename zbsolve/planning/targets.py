@@ -11,7 +11,7 @@ from zbsolve.base.errors import InputError
 from zbsolve.costmodel.model import Model
 from zbsolve.io.targets import check_target
 from zbsolve.io.targets.megatron.layout import megatron_layout
-from zbsolve.problem.recompute import parse_recompute
+from zbsolve.problem.recompute import OP, parse_recompute
 
 
 def recompute_choices(target: str, recompute: str, model: Model | None = None) -> tuple[str, ...]:
@@ -30,7 +30,8 @@ def recompute_choices(target: str, recompute: str, model: Model | None = None) -
     if choice.modules:
         refused_modules = row.modules_refusal(choice.modules)
         if refused_modules is not None:
-            raise InputError(f"recompute = {recompute!r}: {refused_modules}; use --target megatron")
+            other = "torchtitan" if choice == OP else "megatron"
+            raise InputError(f"recompute = {recompute!r}: {refused_modules}; use --target {other}")
         return (recompute,)
     if choice.mode not in row.recompute:
         raise InputError(f"recompute = {recompute!r}: {target} runs only {', '.join(row.recompute)} (one setting "

@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel.model import RECOMPUTE_MODULES, Model
+from zbsolve.costmodel.model import OP_POLICY, RECOMPUTE_MODULES, Model
 
 
 class Recompute(NamedTuple):
@@ -19,7 +19,9 @@ class Recompute(NamedTuple):
     to be chosen, ``optimize.recompute_fit``); and whether the others recompute selectively ("selective", or
     "selective+" before uniform or per-stage: their norms and MLP activation function run again in B); or, alone,
     which of Megatron-LM's modules every block recomputes ("modules:core_attn,mlp": ``RECOMPUTE_MODULES``, its
-    ``--recompute-granularity selective --recompute-modules``)."""
+    ``--recompute-granularity selective --recompute-modules``); or, alone, torchtitan's per-op policy in every block
+    ("op": ``OP_POLICY``, its ``SelectiveAC``: each block keeps the outputs of its attention core and of every
+    other product, and runs the rest of its forward again in B; costed as a module, ``modules`` ("op",))."""
 
     mode: str
     """none, full, uniform or per-stage."""
@@ -30,9 +32,12 @@ class Recompute(NamedTuple):
     selective: bool = False
     """The blocks not recomputed whole recompute selectively."""
     modules: tuple[str, ...] = ()
-    """Megatron-LM's modules every block recomputes, in ``RECOMPUTE_MODULES`` order (mode "none")."""
+    """Megatron-LM's modules every block recomputes, in ``RECOMPUTE_MODULES`` order, or ("op",) for torchtitan's
+    per-op policy (mode "none")."""
 
     def __str__(self) -> str:
+        if self.modules == (OP_POLICY,):
+            return OP_POLICY
         if self.modules:
             return "modules:" + ",".join(self.modules)
         whole = (f"uniform:{self.blocks}" if self.mode == "uniform" else
@@ -86,6 +91,11 @@ class Recompute(NamedTuple):
         if missing:
             raise InputError(f"recompute = '{self}': layer {missing[0]} has no recompute_modules (zbsolve estimate "
                              "writes them)")
+        lacking = [layer.name for layer in blocks if OP_POLICY in self.modules
+                   and OP_POLICY not in (layer.recompute_modules or {})]
+        if lacking:
+            raise InputError(f"recompute = '{self}': block {lacking[0]} of model {model.name} is not one torchtitan's "
+                             "per-op policy is costed for (dense blocks of grouped-query attention and a gated MLP)")
         has = {name for layer in blocks for name in layer.recompute_modules or {}}
         absent = [name for name in self.modules if name not in has]
         if absent:
@@ -126,10 +136,12 @@ NONE = Recompute("none")
 FULL = Recompute("full")
 PER_STAGE = Recompute("per-stage")
 """Per-stage counts, to be chosen."""
+OP = Recompute("none", modules=(OP_POLICY,))
+"""torchtitan's per-op selective activation checkpointing in every block."""
 MODULES_FORM = "modules:M,M,..."
 """How a choice of Megatron-LM's recomputed modules is written (M in ``RECOMPUTE_MODULES``)."""
 RECOMPUTE_FORMS = ("none", "full", "uniform:N", "per-stage", "per-stage:N,N,...", "selective",
-                   "selective+uniform:N", "selective+per-stage", "selective+per-stage:N,N,...", MODULES_FORM)
+                   "selective+uniform:N", "selective+per-stage", "selective+per-stage:N,N,...", MODULES_FORM, OP_POLICY)
 """How a recomputation choice is written."""
 NESTED = {"moe": ("moe_act", "shared_experts")}
 """Modules that run inside another's checkpoint, which saves their bytes already."""
@@ -139,6 +151,8 @@ def parse_recompute(text: str | Recompute) -> Recompute:
     """A recomputation choice from its text (``RECOMPUTE_FORMS``); anything else is an ``InputError``."""
     if isinstance(text, Recompute):
         return text
+    if str(text).strip() == OP_POLICY:
+        return OP
     modules = re.fullmatch(r"\s*modules:(.*?)\s*", str(text))
     if modules is not None:
         return Recompute("none", modules=_modules(str(text), modules[1]))

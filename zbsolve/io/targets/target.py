@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import Placement, placement_name
-from zbsolve.costmodel.model import Model
+from zbsolve.costmodel.model import OP_POLICY, Model
 from zbsolve.problem.recompute import Recompute
 
 ORDERS = ("planned", "own")
@@ -57,7 +57,8 @@ class Target:
     """Where the row was read: the runtime's files that state each column."""
     modules: tuple[str, ...] = ()
     """The Megatron-LM modules it recomputes in every block (``costmodel.model.RECOMPUTE_MODULES``, the choice
-    ``modules:M,...``), with no block then recomputed whole; none for a runtime without such a choice."""
+    ``modules:M,...``), or torchtitan's per-op policy (``OP_POLICY``, the choice ``op``), with no block then
+    recomputed whole; none for a runtime without such a choice."""
     paired_orders: tuple[str, ...] = ()
     """Its own orders whose F&B pairs it overlaps though ``pairs`` is False (Megatron's combined 1F1B): a document
     of such an order is taken with its pairs."""
@@ -111,10 +112,14 @@ class Target:
         return None
 
     def modules_refusal(self, modules: Sequence[str]) -> str | None:
-        """Why this runtime cannot recompute Megatron-LM's ``modules`` in every block, or None."""
+        """Why this runtime cannot recompute Megatron-LM's ``modules`` (or torchtitan's per-op policy) in every
+        block, or None."""
         other = [name for name in modules if name not in self.modules]
+        if other and other[0] == OP_POLICY:
+            return self._refuse("modules", f"{self.label} has no per-op selective checkpointing (torchtitan's)")
         if other:
-            return self._refuse("modules", f"{self.label} recomputes {', '.join(self.modules) or 'none'} of "
+            megatron = [name for name in self.modules if name != OP_POLICY]
+            return self._refuse("modules", f"{self.label} recomputes {', '.join(megatron) or 'none'} of "
                                            f"Megatron-LM's --recompute-modules, not {other[0]}")
         return None
 

@@ -32,7 +32,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.core.placement import Placement
-from zbsolve.costmodel.model import Setting
+from zbsolve.costmodel.model import OP_POLICY, Setting
 from zbsolve.io.targets.export import Export, Request
 from zbsolve.io.targets.plan import Plan
 from zbsolve.io.targets.target import Target
@@ -46,7 +46,7 @@ TORCHTITAN = Target(
     placements={"sequential": (1,), "interleaved": None, "vshape": (2,)}, order="planned",
     own_schedule=None, recompute=("none", "full", "uniform", "per-stage"), selective=True, selective_experts=False,
     auto_recompute=("none", "full", "per-stage", "selective", "selective+per-stage"), pairs=False, mtp=False,
-    grouped_microbatches=False, layout_only=False, zero=(3,),
+    grouped_microbatches=False, layout_only=False, zero=(3,), modules=(OP_POLICY,),
     source="torchtitan/distributed/pipeline_parallel.py, activation_checkpoint.py, models/deepseek_v3/mtp.py, "
            "config/override.py; torch/distributed/pipelining/schedules.py (_PipelineScheduleRuntime, OVERLAP_F_B); "
            "zbsolve/execute/torchtitan_recompute.py")
@@ -56,7 +56,8 @@ stages per rank) and refuses MTP layers under pipeline parallelism. It overlaps 
 registered for it, and torchtitan 0.3.0 registers none (it removed DualPipeV's expert-parallel overlap, which did
 not compose with selective checkpointing: pytorch/torchtitan #2774), so its plans search no pairs and its DualPipeV
 baselines are timed without overlap. Its own policies
-recompute every block or none (its op-level selective policy keeps other tensors than zbsolve's selective choice);
+recompute every block whole (``FullAC``), none, or every block by its per-op rule (``SelectiveAC``, the choice
+``op``: ``costmodel.recompute_modules.op``; it keeps other tensors than zbsolve's selective choice);
 zbsolve's ``PlannedAC`` (``zbsolve/execute/torchtitan_recompute.py``, put in place by ``--override.imports``)
 recomputes any blocks whole and the others' norms and SwiGLU product, in torchtitan's dense llama3 blocks only.
 Its data parallelism is FSDP (ZeRO-3, its default): it has no ZeRO-1, and applies FSDP over the context-parallel
@@ -65,7 +66,7 @@ CSV_NAME = "schedule.csv"
 """The torch CSV in a torchtitan export's folder."""
 CONFIG_NAME = "torchtitan.json"
 """The config fragment in a torchtitan export's folder: ``{"parallelism": {...}, "training": {...}, "override":
-{...} (where PlannedAC recomputes), "activation_checkpoint": "full" | "none"}``."""
+{...} (where PlannedAC recomputes), "activation_checkpoint": "full" | "selective" | "none"}``."""
 ARGS_NAME = "torchtitan-args.txt"
 """The same settings as torchtitan command-line overrides (``--parallelism.<key> value``, then
 ``activation-checkpoint:<policy>``), one shell line."""
@@ -99,11 +100,14 @@ TorchtitanConfig = dict[str, dict[str, object] | str]
 
 
 def torchtitan_checkpointing(plan: Plan) -> str:
-    """The ``activation_checkpoint`` policy for ``plan``: "none" when no block recomputes (torchtitan's default is
-    per-op selective checkpointing, which zbsolve's cost model does not describe), else "full": ``FullAC``, which
-    recomputes every block of every model part whole, or, where ``torchtitan_planned``, the policy ``PlannedAC``
-    replaces. The target table's refusals (``Plan.check``) come first."""
+    """The ``activation_checkpoint`` policy for ``plan``: "selective" (``SelectiveAC``, torchtitan's per-op
+    policy in every block) where the plan recomputes so (``modules`` ("op",): ``--recompute op``); "none" when no
+    block recomputes (torchtitan's default is per-op selective checkpointing, so it is said); else "full":
+    ``FullAC``, which recomputes every block of every model part whole, or, where ``torchtitan_planned``, the policy
+    ``PlannedAC`` replaces. The target table's refusals (``Plan.check``) come first."""
     plan.check(TORCHTITAN)
+    if plan.modules == (OP_POLICY,):
+        return "selective"
     return "full" if plan.recomputed or plan.selective else "none"
 
 
