@@ -283,9 +283,9 @@ def _from_part(part: Part, arch: Architecture, shard: Shard, e: int, seq_len: in
     attended_pairs, b·s² without a window) in F and twice in B, none in W, the routed experts' parameters over
     ``ep``. Selective recomputation drops the outputs of the norms and of the MLP's activation function and runs
     those memory-bound kernels again in B; Megatron's modules (``redone``) each run their part again, and
-    torchtitan's per-op policy its products and kernels there, F keeping only the bytes it names (``Redo.kept``). Its kernels:
-    the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes; under
-    FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``) and their casts move bytes
+    torchtitan's per-op policy its products and kernels there, F keeping only the bytes it names (``Redo.kept``).
+    Its kernels: the part's products by shape, the core at flash attention's rate, the memory-bound kernels' bytes;
+    under FP8 the FP8 products' inputs are kept in FP8 (``kernels.fp8_saved``) and their casts move bytes
     (``kernels.fp8_casts``). Its kernels launched: the part's memory-bound ones, its products' and casts'
     (``kernels.product_launches``), flash attention's core (one in F, three in B: FlashAttention-2's backward
     preprocessing, main and dq conversion kernels)."""

@@ -72,7 +72,7 @@ class Setup(InputModel):
     zero: int = 0
     """0: DDP; 1: the distributed optimizer (ZeRO-1); 3: FSDP, the weights and gradients sharded too."""
     recompute: str = "none"
-    """none, full, uniform:N, per-stage:..., selective or modules:M,..."""
+    """none, full, uniform:N, per-stage:..., selective, modules:M,... or op (``problem.recompute.RECOMPUTE_FORMS``)."""
     device_memory: int | None = None
     """Memory per device, bytes or a size as text, e.g. "80GiB" (None: the GPU preset's)."""
     reserve: int | None = None

@@ -56,10 +56,12 @@ CHUNKS = typer.Option(None, "--chunks", show_default=False, help="Stages per dev
 RECOMPUTE = typer.Option("none", "--recompute", help="Blocks that run their forward again inside their B: none, full, "
                          "uniform:N (the first N of every stage), per-stage:N,N,... (the first N_s of stage s), "
                          "per-stage (the counts chosen for each candidate), selective (every block's norms and MLP "
-                         "activation; 'selective+' before uniform or per-stage: the blocks not recomputed whole), or "
-                         "auto (each candidate timed with what the target runs).")
-TARGET = target_option("zbsolve", "The runtime the plan is for: zbsolve (any plan), torchtitan (recompute none or "
-                       "full) or megatron (none, full or uniform:N; no V-shape); the search keeps to what it can run.")
+                         "activation; 'selective+' before uniform or per-stage: the blocks not recomputed whole), "
+                         "modules:M,M,... (Megatron's), op (torchtitan's per-op policy), or auto (each candidate "
+                         "timed with what the target runs).")
+TARGET = target_option("zbsolve", "The runtime the plan is for: zbsolve (any plan), torchtitan (recompute none, "
+                       "full or op) or megatron (none, full or uniform:N; no V-shape); the search keeps to what it "
+                       "can run.")
 BASELINE_LAYOUT = typer.Option(None, "--baseline-layout", show_default=False,
                                help="A Megatron --pipeline-model-parallel-layout string, e.g. "
                                     "'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL', run as a baseline with Megatron's schedule and "

@@ -55,7 +55,8 @@ RECOMPUTE = typer.Option("none", "--recompute", help="A model's blocks that run 
                          "none, full (every block), uniform:N (the first N of every stage), per-stage:N,N,... (the "
                          "first N_s of stage s), per-stage (the counts chosen for the shortest step), selective "
                          "(every block's norms and MLP activation function; 'selective+' before uniform or per-stage: "
-                         "the blocks not recomputed whole).")
+                         "the blocks not recomputed whole), modules:M,M,... (Megatron's) or op (torchtitan's per-op "
+                         "policy).")
 
 
 @dataclass(frozen=True)
