@@ -18,7 +18,7 @@ from zbsolve.base.units import GIB
 from zbsolve.core.simulator import simulate
 from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.hf_config import architecture
-from zbsolve.costmodel.model import RECOMPUTE_MODULES, Layer, ModuleCost
+from zbsolve.costmodel.model import OP_POLICY, RECOMPUTE_MODULES, Layer, ModuleCost
 from zbsolve.io.targets.megatron import megatron_recompute
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.io.targets.zbsolve import ZBSOLVE
@@ -62,8 +62,10 @@ def test_each_block_has_the_modules_megatron_builds_it_with(config, dense, exper
     ``layernorm`` only where latent attention or experts keep a norm of their own; the ``mlp`` of dense blocks, the
     ``moe`` modules of expert blocks, ``mla_up_proj`` with latent attention. Layers that are no block have none."""
     model = small(config)
-    found = {frozenset(layer.recompute_modules) for layer in model.layers if layer.block}
+    found = {frozenset(set(layer.recompute_modules) - {OP_POLICY}) for layer in model.layers if layer.block}
     assert found == {frozenset(s) for s in (dense, experts) if s}
+    assert all((OP_POLICY in layer.recompute_modules) == (not layer.experts and not config.get("q_lora_rank"))
+               for layer in model.layers if layer.block)
     assert all(layer.recompute_modules is None for layer in model.layers if not layer.block)
 
 
@@ -79,7 +81,7 @@ def test_every_module_adds_time_and_all_of_them_cost_less_than_the_whole_forward
     for index, layer in enumerate(model.layers):
         if not layer.block:
             continue
-        mods = layer.recompute_modules
+        mods = {name: cost for name, cost in layer.recompute_modules.items() if name != OP_POLICY}
         assert all(cost.t > 0 for cost in mods.values())
         assert all(cost.mem > 0 for name, cost in mods.items() if name != "core_attn")
         assert (mods["core_attn"].mem == 0) == flash
