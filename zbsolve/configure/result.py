@@ -11,6 +11,9 @@ from pathlib import Path
 from zbsolve.base.errors import InputError
 from zbsolve.base.shown import Shown
 from zbsolve.configure.predict import BREAKDOWN, Configuration, Prediction
+from zbsolve.io.document import document_of
+from zbsolve.io.targets.plan import read_plan
+from zbsolve.io.targets.torchtitan import torchtitan_launch
 from zbsolve.planning.result import PlanResult
 
 EXPORTS = {"megatron": "megatron", "torchtitan": "torchtitan", "zbsolve": None}
@@ -257,6 +260,18 @@ class ConfigureResult(Shown):
         why = ("pp = 1 has no pipeline to plan" if self.chosen.configuration.pp == 1
                else "an interrupt came before it was planned")
         return f"the chosen configuration ({self.chosen.degrees()}) has no plan: {why}"
+
+    def command(self) -> str | None:
+        """The command that launches the chosen plan on its target, as its export writes it: Megatron's ``torchrun
+        ... pretrain_gpt.py``, torchtitan's ``torchrun ... -m torchtitan.train`` (run in the export's folder); None
+        for zbsolve's own executor or where the chosen configuration has no plan."""
+        if self.plan is None or self.target == "zbsolve":
+            return None
+        if self.target == "megatron":
+            return self.export()
+        document = json.loads(json.dumps(self.plan.to_json(), default=str))
+        launched = torchtitan_launch(read_plan(document_of(document, taker="ConfigureResult.command"), self.target))
+        return None if launched is None else launched[0]
 
     def export(self, path: str | Path | None = None) -> str:
         """Write the target's export of the chosen plan to ``path`` (``PlanResult.export``): Megatron's arguments

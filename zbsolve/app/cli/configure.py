@@ -128,11 +128,12 @@ def _check_paths(config: Path, target: str, output: Optional[Path], export: Opti
 
 
 def _print(result: ConfigureResult) -> None:
-    """The ranked table, the counts, the chosen configuration's predict line, its Megatron arguments and the notes,
-    each line whole (to copy)."""
+    """The ranked table, the counts, the chosen configuration's predict line, its launch command (Megatron's or
+    torchtitan's) and the notes, each line whole (to copy)."""
     out.print(configure_table(result), highlight=False)
     shown = lines(result)
-    if result.plan is not None and result.target == "megatron":
-        shown.insert(2, f"Megatron: {result.export()}")
+    command = result.command()
+    if command is not None:
+        shown.insert(2, f"{'Megatron' if result.target == 'megatron' else result.target}: {command}")
     for line in shown:
         out.print(line, highlight=False, markup=False, soft_wrap=True)

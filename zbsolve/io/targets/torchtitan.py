@@ -36,6 +36,7 @@ from zbsolve.costmodel.model import OP_POLICY, Setting
 from zbsolve.io.targets.export import Export, Request
 from zbsolve.io.targets.plan import Plan
 from zbsolve.io.targets.target import Target
+from zbsolve.io.targets.torchtitan_launch import torchtitan_command
 from zbsolve.io.torch_csv import checked_csv
 
 TORCHTITAN_VERSION = "0.3.0"
@@ -69,7 +70,11 @@ CONFIG_NAME = "torchtitan.json"
 {...} (where PlannedAC recomputes), "activation_checkpoint": "full" | "selective" | "none"}``."""
 ARGS_NAME = "torchtitan-args.txt"
 """The same settings as torchtitan command-line overrides (``--parallelism.<key> value``, then
-``activation-checkpoint:<policy>``), one shell line."""
+``activation-checkpoint:<policy>``), one shell line: the job's file, as torchtitan 0.3.0 reads no TOML job file (its
+``ConfigManager`` takes ``--module``, ``--config`` and these overrides: ``torchtitan_launch``)."""
+LAUNCH_NAME = "torchtitan-launch.sh"
+"""The ``torchrun ... -m torchtitan.train`` command with those arguments (``torchtitan_launch``), where the document
+says what to launch."""
 PLAN_NAME = "plan.json"
 """The schedule document in a torchtitan export's folder, which ``PlannedAC`` reads, where the plan's recomputation
 is not one policy for every block."""
@@ -279,16 +284,25 @@ def _token(item: list) -> str:
     return ",".join(item)
 
 
+def torchtitan_launch(plan: Plan, config: TorchtitanConfig | None = None) -> tuple[str, list[str]] | None:
+    """The ``torchrun ... -m torchtitan.train`` command of ``plan``'s settings (``config``, default
+    ``torchtitan_config``'s from the export folder) where its document says what to launch (``Plan.launch``), with
+    its lines for the user (``torchtitan_launch.torchtitan_command``); None otherwise."""
+    if plan.launch is None:
+        return None
+    return torchtitan_command(torchtitan_args(config or torchtitan_config(plan, CSV_NAME)), plan.launch)
+
+
 def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int | None = None,
                       renames: Sequence[str] = (), inputs: Iterable[str | Path] = (),
                       note: Callable[[str], None] | None = None, document: str | None = None) -> dict[Path, str]:
     """Write ``CSV_NAME``, ``CONFIG_NAME`` and ``ARGS_NAME`` into ``folder`` (made if missing, its parent must
-    exist), and ``PLAN_NAME`` (``document``, the schedule document's text) where ``PlannedAC`` recomputes the plan's
-    blocks (``torchtitan_planned``), and return each path written with its text. The config names the CSV and the
+    exist), ``PLAN_NAME`` (``document``, the schedule document's text) where ``PlannedAC`` recomputes the plan's
+    blocks (``torchtitan_planned``) and ``LAUNCH_NAME`` where the document says what to launch
+    (``torchtitan_launch``), and return each path written with its text. The config names the CSV and the
     document by their paths relative to the folder, so the folder can be copied to the cluster as it is. Everything
     is checked before anything is written, none of the files may be one of ``inputs``; each file is replaced whole.
-    ``note`` is called with one line on the CSV's relative path, one naming the rename when the export renames the
-    head (``HEAD_RENAME``), and ``torchtitan_notes``'s."""
+    ``note`` is called with ``_export_notes``'s lines."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"output = {folder} is a file; format 'torchtitan' writes a folder")
@@ -300,24 +314,39 @@ def export_torchtitan(plan: Plan, folder: str | Path, microbatch_size: int | Non
             raise InputError(f"partition.recompute/selective: {_recomputing(plan)}; PlannedAC reads the schedule "
                              f"document, which the export writes as {PLAN_NAME}: export the document, not a Plan")
         documents = [document]
-    paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME, *([folder / PLAN_NAME] if planned else [])]
+    launch = torchtitan_launch(plan, config)
+    paths = [folder / CSV_NAME, folder / CONFIG_NAME, folder / ARGS_NAME, *([folder / PLAN_NAME] if planned else []),
+             *([folder / LAUNCH_NAME] if launch else [])]
     for path in paths if folder.exists() else [folder]:
         check_output(path, "output", inputs)
     texts = dict(zip(paths, (checked_csv(plan.schedule), json.dumps(config, indent=1) + "\n",
-                             shlex.join(torchtitan_args(config)) + "\n", *documents)))
+                             shlex.join(torchtitan_args(config)) + "\n", *documents,
+                             *([f"#!/bin/sh\n{launch[0]}\n"] if launch else []))))
     folder.mkdir(exist_ok=True)
     for path, text in texts.items():
         write_atomic(path, text)
     if note is not None:
-        note(f"pipeline_parallel_schedule_csv = {CSV_NAME} is relative to the export folder {folder}: start "
-             "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
-        if _head_rename([layer.name for layer in plan.model.layers], renames):
-            old, _, new = HEAD_RENAME.partition("=")
-            note(f"module_fqns_per_model_part: layer {old!r} is renamed {new!r}, torchtitan {TORCHTITAN_VERSION}'s "
-                 f"name of the head (--rename {old}={old} keeps it)")
-        for line in torchtitan_notes(plan):
+        for line in _export_notes(plan, folder, renames, launch):
             note(line)
     return texts
+
+
+def _export_notes(plan: Plan, folder: Path, renames: Sequence[str], launch: tuple[str, list[str]] | None) -> list[str]:
+    """The lines for the user of ``export_torchtitan``: the CSV's relative path, the arguments file as the job with
+    the launch command (where the document says what to launch), the head's rename, ``torchtitan_notes`` and the
+    launch's own lines."""
+    notes = [f"pipeline_parallel_schedule_csv = {CSV_NAME} is relative to the export folder {folder}: start "
+             "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there",
+             f"{ARGS_NAME} is the job: torchtitan {TORCHTITAN_VERSION} reads no TOML job file, its ConfigManager "
+             "takes --module, --config and these command-line overrides (torchtitan/config/manager.py)"
+             + (f"; {LAUNCH_NAME}: {launch[0]}" if launch else "; the document has no launch section (zbsolve "
+                "configure writes one): run torchrun ... -m torchtitan.train --module <model> --config <function> "
+                f"with the arguments of {ARGS_NAME}")]
+    if _head_rename([layer.name for layer in plan.model.layers], renames):
+        old, _, new = HEAD_RENAME.partition("=")
+        notes.append(f"module_fqns_per_model_part: layer {old!r} is renamed {new!r}, torchtitan "
+                     f"{TORCHTITAN_VERSION}'s name of the head (--rename {old}={old} keeps it)")
+    return notes + torchtitan_notes(plan) + (launch[1] if launch else [])
 
 
 def _fqns(names: list[str], renames: Sequence[str]) -> list[str]:

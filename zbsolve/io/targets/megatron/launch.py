@@ -10,23 +10,15 @@ core_v0.16.1).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
-from zbsolve.io.targets.launch import Launch
+from zbsolve.io.targets.launch import Launch, shell_token
 from zbsolve.io.targets.megatron.model_args import model_arguments
 from zbsolve.io.targets.megatron.rules import Command, check_rules, connections_refusal, parse_flags
 
-RENDEZVOUS = ("--node-rank", "$NODE_RANK", "--master-addr", "$MASTER_ADDR", "--master-port", "$MASTER_PORT")
-"""torchrun's rendezvous flags, left to the user's shell (one value per node for the rank)."""
 USER_ARGS = ("--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "$TOKENIZER_MODEL",
              "--data-path", "$DATA_PATH", "--train-iters", "$TRAIN_ITERS", "--lr", "$LR")
 """What the costs do not decide and a run needs: the tokenizer, the data, the steps and the learning rate."""
-
-
-def _token(arg: str) -> str:
-    """One argument for the shell: a ``$NAME`` left for the shell to expand, anything else quoted."""
-    return f'"{arg}"' if arg.startswith("$") else shlex.quote(arg)
 
 
 def launch_args(args: Sequence[str], launch: Launch, seq_len: int) -> list[str]:
@@ -53,12 +45,9 @@ def megatron_command(args: Sequence[str], launch: Launch, seq_len: int) -> tuple
     user (the rules' warnings, the rendezvous and what to fill in); an ``InputError`` where a rule refuses it."""
     full = launch_args(args, launch, seq_len)
     env = environment(full, launch)
-    nodes = -(-launch.gpus // launch.gpus_per_node)
-    per_node = min(launch.gpus, launch.gpus_per_node)
     notes = check_rules(full, {**env, "WORLD_SIZE": str(launch.gpus)}, launch.gpu)
-    words = [*(f"{key}={value}" for key, value in env.items()), "torchrun", "--nproc-per-node", str(per_node),
-             "--nnodes", str(nodes), *RENDEZVOUS, "pretrain_gpt.py", *full]
-    notes.append(f"run it on each of the {nodes} node(s) from Megatron-LM's root with NODE_RANK (0 to {nodes - 1}), "
-                 "MASTER_ADDR and MASTER_PORT (node 0's) set, and TOKENIZER_MODEL, DATA_PATH, TRAIN_ITERS and LR "
-                 "(the run's tokenizer, data, steps and learning rate, which the costs do not decide)")
-    return " ".join(_token(word) if not word.startswith("CUDA_") else word for word in words), notes
+    words = [*launch.torchrun(), "pretrain_gpt.py", *full]
+    notes.append(launch.rendezvous_note("from Megatron-LM's root", ", and TOKENIZER_MODEL, DATA_PATH, TRAIN_ITERS and "
+                                        "LR (the run's tokenizer, data, steps and learning rate, which the costs do "
+                                        "not decide)"))
+    return " ".join([*(f"{key}={value}" for key, value in env.items()), *map(shell_token, words)]), notes
