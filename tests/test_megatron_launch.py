@@ -185,3 +185,23 @@ def test_a_broken_rule_refuses_the_export(tmp_path: Path) -> None:
     setting = Setting(seq_len=16384, microbatch_size=1, tp=1, dp=8, gpu="h100")
     with pytest.raises(InputError, match=r"--max-position-embeddings 8192 must be at least --seq-length 16384"):
         export_document(_launched(tmp_path, setting, 16), "megatron", None)
+
+
+@pytest.mark.parametrize("setting", [Setting(seq_len=4096, microbatch_size=1, tp=2, dp=4, zero=1, gpu="h100"),
+                                     Setting(seq_len=4096, microbatch_size=1, tp=2, cp=2, dp=2, zero=3, gpu="h100")],
+                         ids=["zero1", "fsdp-cp2"])
+def test_torchrun_megatron_core_and_the_rules_take_the_command(tmp_path: Path, setting: Setting) -> None:
+    """torch's torchrun parser takes the command's torchrun part (16 processes, pretrain_gpt.py), and megatron-core's
+    config classes and Megatron-LM's encoded rules take what follows (``launch_checks``); a command for other
+    microbatches, or with a flag megatron-core does not know, is refused."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed (the dev extra pins 0.16.1)")
+    from launch_checks import megatron_command_refusal, torchrun
+
+    text = export_document(_launched(tmp_path, setting, 16), "megatron", None)[1]
+    config = {**LLAMA, "num_hidden_layers": 6, "max_position_embeddings": 8192}
+    assert megatron_command_refusal(text, config, 16, 4, "h100") is None
+    _, run = torchrun(text)
+    assert (int(run.nproc_per_node) * int(run.nnodes), run.training_script, run.node_rank) == (16, "pretrain_gpt.py", 0)
+    assert "calculator makes 4 microbatches, the plan 8" in (megatron_command_refusal(text, config, 16, 8, "h100")
+                                                               or "")
+    assert "--made-up is neither" in (megatron_command_refusal(text + " --made-up", config, 16, 4, "h100") or "")
