@@ -11,7 +11,9 @@ recipe's GPUs, global batch, sequence length and dtype against the recipe's own,
 - Targets per recipe: the ratio at least 1.0 and the chosen configuration fits (the aim, 1.1, reported); the search
   returns within its time limit plus ``SLACK`` of it, at least ``SLACK_SECONDS`` (a plan may run past its share
   while it times its baselines: ``docs/configure.md``); and the chosen
-  configuration's Megatron export is taken by megatron-core's own code (``megatron_core_refusal``).
+  configuration's Megatron command (``torchrun ... pretrain_gpt.py``) passes torch's torchrun parser, Megatron-LM's
+  encoded rules and megatron-core's config classes (``export_refusal``: ``tests/launch_checks.py``, which the tests
+  share); the table says whether each search completed or its choice is the best found, with its gap.
 - The toy row: ``TOY`` (tiny-llama on 8 GPUs, memory so short that the fastest configurations pipeline) is small
   enough to time every configuration: each with a pipeline is planned (``plan``, recomputation chosen, short limits),
   each without predicted; target: ``configure``'s choice is the best of them all.
@@ -25,9 +27,8 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import dataclasses
 import json
-import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,9 +46,10 @@ from zbsolve.configure.result import ConfigureResult, Counts
 from zbsolve.configure.search import label
 from zbsolve.planning.planner import plan
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
-from zbsolve.costmodel.hf_config import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from launch_checks import megatron_command_refusal  # noqa: E402  (tests/launch_checks.py, shared with the tests)
 RECIPES = {"Llama-3-70B": "llama3-70b-h100-64-fp8-gbs128", "Llama-3.1-405B": "llama3.1-405b-h100-1024-fp8-gbs512",
            "DeepSeek-V3": "deepseek-v3-h100-1024-fp8", "Qwen3-30B-A3B": "qwen3-30b-a3b-h100-16-fp8-dropless"}
 """Each published recipe by the calibration file of its run."""
@@ -65,13 +67,6 @@ TOY_LIMIT = 60.0
 """Seconds of the toy's search."""
 TOY_PLAN_LIMIT = 2.0
 """Seconds of each of the toy's exhaustive plans."""
-TRANSFORMER_ENGINE = "2.8.0"
-"""The Transformer Engine version megatron-core is told where none is installed (it installs only beside CUDA): the
-export's FP8 products are Transformer Engine's, and megatron-core asks its version for FP8 with experts."""
-MEGATRON_LM_FLAGS = ("--seq-length", "--micro-batch-size", "--global-batch-size", "--use-distributed-optimizer",
-                     "--use-megatron-fsdp", "--data-parallel-sharding-strategy")
-"""The export's flags that Megatron-LM declares outside megatron-core's ``TransformerConfig``
-(``tests/test_export_setting.py``: ``MEGATRON_LM_FLAGS``)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +104,10 @@ class Row:
     chosen_command: str | None = None
     """The chosen configuration's ``zbsolve predict`` line."""
     export: str | None = None
-    """Why megatron-core refuses the chosen configuration's export, or why there is none; None where it takes it."""
+    """Why the chosen configuration's Megatron command does not launch it (``export_refusal``), or why there is
+    none; None where it does."""
+    status: str = "-"
+    """Whether the search completed (``search_status``)."""
 
     @property
     def ratio(self) -> float | None:
@@ -127,103 +125,24 @@ class Row:
         return self.ratio is not None and self.ratio >= 1.0 and self.chosen_fits
 
 
-def _flags(args: list[str]) -> dict[str, str | list[str] | bool]:
-    """Megatron's arguments by flag: a flag without a value True, one with several values their list."""
-    flags: dict[str, str | list[str] | bool] = {}
-    for i, arg in enumerate(args):
-        if arg.startswith("--"):
-            values = []
-            for value in args[i + 1:]:
-                if value.startswith("--"):
-                    break
-                values.append(value)
-            flags[arg] = True if not values else values[0] if len(values) == 1 else values
-    return flags
-
-
-def megatron_core_refusal(args: list[str], c: Configuration, num_microbatches: int) -> str | None:
-    """Why megatron-core 0.16.1 does not take Megatron arguments ``args`` for configuration ``c``, or None: every
-    flag is a field of its ``TransformerConfig`` (``MLATransformerConfig`` for latent attention), built with the
-    model's own sizes and run through its checks (the layout over the model's blocks included), or one of
-    ``MEGATRON_LM_FLAGS``; its microbatch calculator gives ``num_microbatches`` from the batch flags on the GPUs'
-    data-parallel size; its ``DistributedDataParallelConfig`` takes the sharding flags; and expert x pipeline
-    parallel divides the GPUs (``initialize_model_parallel``). Where Transformer Engine is not installed, megatron-core
-    is told ``TRANSFORMER_ENGINE``."""
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():  # without Transformer Engine or Apex, megatron-core says it falls back
-        warnings.simplefilter("ignore")
-        from megatron.core.distributed import DistributedDataParallelConfig
-        from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
-        from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
-
-    from megatron.core import utils
-    from packaging.version import Version
-
-    if utils.get_te_version() is None:  # not installed: FP8 with experts asks its version
-        utils._te_version = Version(TRANSFORMER_ENGINE)
-    flags = _flags(args)
-    arch = architecture(c.config)
-    kind = MLATransformerConfig if arch.latent else TransformerConfig
-    fields = {f.name: str(f.type) for f in dataclasses.fields(kind)}
-    values: dict[str, object] = {}
-    for flag, value in flags.items():
-        name = "fp8" if flag == "--fp8-format" else flag[2:].replace("-", "_")  # Megatron-LM's dest="fp8"
-        if flag in MEGATRON_LM_FLAGS:
-            continue
-        if name not in fields:
-            return f"{flag} is neither a field of megatron-core's {kind.__name__} nor a Megatron-LM flag"
-        if "List" in fields[name] and isinstance(value, str):  # Megatron-LM's nargs="+": one value is a list
-            value = [value]
-        values[name] = int(value) if isinstance(value, str) and value.isdigit() else value
-    sizes: dict[str, object] = dict(num_layers=arch.layers, hidden_size=arch.hidden, num_attention_heads=arch.heads,
-                                    num_query_groups=arch.kv_heads, ffn_hidden_size=arch.ffn,
-                                    kv_channels=arch.head_dim, pipeline_dtype=torch.bfloat16,
-                                    mtp_num_layers=arch.mtp or None)
-    if arch.experts is not None:
-        sizes |= dict(num_moe_experts=arch.experts.routed, moe_router_topk=arch.experts.top_k,
-                      moe_ffn_hidden_size=arch.experts.ffn)
-    if arch.latent is not None:
-        sizes |= dict(multi_latent_attention=True, q_lora_rank=arch.latent.q_rank or None,
-                      kv_lora_rank=arch.latent.kv_rank, qk_head_dim=arch.latent.nope,
-                      qk_pos_emb_head_dim=arch.latent.rope, v_head_dim=arch.latent.v)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            made = kind(**sizes, **values)
-    except (AssertionError, ValueError, TypeError) as exc:
-        return f"megatron-core's {kind.__name__} refuses it: {exc}"
-    replica = made.tensor_model_parallel_size * made.context_parallel_size * made.pipeline_model_parallel_size
-    if c.gpus % replica:
-        return f"{c.gpus} GPUs are not a multiple of tp x cp x pp = {replica}"
-    if c.gpus % (made.expert_model_parallel_size * (made.expert_tensor_parallel_size or 1)
-                 * made.pipeline_model_parallel_size):
-        return "expert-tensor x expert x pipeline parallel does not divide the GPUs"
-    calculator = ConstantNumMicroBatchesCalculator(int(flags["--global-batch-size"]), int(flags["--micro-batch-size"]),
-                                                   c.gpus // replica, False, 0)
-    if calculator.get() != num_microbatches:
-        return f"megatron-core's calculator makes {calculator.get()} microbatches, the plan {num_microbatches}"
-    try:
-        DistributedDataParallelConfig(use_distributed_optimizer="--use-distributed-optimizer" in flags,
-                                      use_megatron_fsdp="--use-megatron-fsdp" in flags,
-                                      data_parallel_sharding_strategy=flags.get("--data-parallel-sharding-strategy",
-                                                                                "no_shard"))
-    except (AssertionError, ValueError, TypeError) as exc:
-        return f"megatron-core's DistributedDataParallelConfig refuses it: {exc}"
-    return None
-
-
 def export_refusal(result: ConfigureResult) -> str | None:
-    """Why the chosen configuration's Megatron export is not taken by megatron-core (``megatron_core_refusal``) or
-    there is none; None where it is taken."""
+    """Why the chosen configuration's Megatron command (``torchrun ... pretrain_gpt.py``) does not launch it
+    (``launch_checks.megatron_command_refusal``: torch's torchrun parser, Megatron-LM's encoded rules and
+    megatron-core's config classes) or there is none; None where it does."""
     try:
         text = result.export()
     except ZbsolveError as exc:
         return str(exc)
-    return megatron_core_refusal(shlex.split(text), result.chosen.configuration,
-                                 result.chosen.prediction.num_microbatches)
+    c = result.chosen.configuration
+    return megatron_command_refusal(text, c.config, c.gpus, result.chosen.prediction.num_microbatches, c.gpu)
+
+
+def search_status(result: ConfigureResult) -> str:
+    """Whether the search completed: "complete", or "best found" with its gap to the best bound among the untimed
+    (``ConfigureResult.gap``; "unknown" where some configurations were not enumerated)."""
+    if result.complete:
+        return "complete"
+    return "best found, gap " + ("unknown" if result.gap is None else f"{100 * result.gap:.1f}%")
 
 
 def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Row:
@@ -256,7 +175,7 @@ def recipe_row(recipe: str, run: str, time_limit: float, console: Console) -> Ro
     return Row(**recipe_figures, wall_s=wall, limit_s=time_limit, counts=result.counts,
                chosen_config=label(chosen.configuration, q.dp), chosen_tokens=q.tokens_per_s_per_gpu,
                chosen_planned=planned, chosen_fits=q.fits, chosen_command=chosen.command,
-               export=export_refusal(result))
+               export=export_refusal(result), status=search_status(result))
 
 
 def toy_row() -> dict:
@@ -304,7 +223,7 @@ def toy_row() -> dict:
             "best": best[1], "best_step_s": best[0], "ratio": best[0] / chosen.step_s,
             "met": chosen.step_s <= best[0] + slack(best[0], floor=0.0), "enumerated": len(every),
             "predicted": predicted, "planned": planned, "wall_s": wall, "total_s": time.monotonic() - began,
-            "counts": result.counts.line(), "export": export_refusal(result)}
+            "counts": result.counts.line(), "export": export_refusal(result), "status": search_status(result)}
 
 
 def counts_text(counts: Counts | None) -> str:
@@ -324,13 +243,13 @@ def print_rows(console: Console, rows: list[Row]) -> None:
     """The recipes' table, then each row's predict lines, or why its search chose nothing."""
     table = Table(title="zbsolve configure against the published recipes (predicted tokens/s/GPU)")
     for column in ("recipe", "recipe config", "recipe tok/s/GPU", "fits", "chosen config", "chosen predicted",
-                   "chosen planned", "ratio", "fits ", "wall s", "within limit",
+                   "chosen planned", "ratio", "fits ", "search", "wall s", "within limit",
                    "enum / invalid / pruned mem / pruned bound / timed / untimed / not enum"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(r.recipe, r.recipe_config, _tokens(r.recipe_tokens), "yes" if r.recipe_fits else "NO",
                       r.chosen_config or "none chosen", _tokens(r.chosen_tokens), _tokens(r.chosen_planned),
-                      "-" if r.ratio is None else f"{r.ratio:.3f}", "yes" if r.chosen_fits else "NO",
+                      "-" if r.ratio is None else f"{r.ratio:.3f}", "yes" if r.chosen_fits else "NO", r.status,
                       f"{r.wall_s:.0f}", f"{'yes' if r.within else 'NO'} ({r.limit_s:g} s)", counts_text(r.counts))
     console.print(table)
     for r in rows:
@@ -352,7 +271,8 @@ def targets(rows: list[Row], toy: dict | None) -> list[dict]:
                   {"target": f"{r.recipe}: returns within its time limit ({r.limit_s:g} s + max({SLACK_SECONDS:g} s, "
                              f"{SLACK:.0%}))",
                    "met": r.within, "detail": f"{r.wall_s:.1f} s" + (f"; {r.counts.line()}" if r.counts else "")},
-                  {"target": f"{r.recipe}: megatron-core takes the chosen configuration's export",
+                  {"target": f"{r.recipe}: the chosen configuration's command passes torchrun's parser, Megatron-LM's "
+                             "rules and megatron-core's config classes",
                    "met": r.ratio is not None and r.export is None,
                    "detail": "nothing chosen" if r.ratio is None else r.export or "taken"}]
     if toy is not None:
@@ -361,7 +281,8 @@ def targets(rows: list[Row], toy: dict | None) -> list[dict]:
                                                 f"{toy['best']} {toy['best_step_s']:.6g} s (best/chosen "
                                                 f"{toy['ratio']:.4f}); {toy['planned']} plans, {toy['predicted']} "
                                                 f"predictions of {toy['enumerated']} configurations"},
-                  {"target": "toy: megatron-core takes the chosen configuration's export",
+                  {"target": "toy: the chosen configuration's command passes torchrun's parser, Megatron-LM's rules "
+                             "and megatron-core's config classes",
                    "met": toy["export"] is None, "detail": toy["export"] or "taken"}]
     return found
 
@@ -381,8 +302,8 @@ def main() -> None:
     if toy is not None:
         console.print(f"toy ({Path(TOY['config']).name} on {TOY['gpus']} GPUs, global batch {TOY['global_batch']}, "
                       f"{TOY['device_memory'] // MIB} MiB): configure chose {toy['chosen']}, "
-                      f"{toy['chosen_step_s']:.6g} s "
-                      f"in {toy['wall_s']:.1f} s ({toy['counts']}); the best of {toy['planned']} plans and "
+                      f"{toy['chosen_step_s']:.6g} s in {toy['wall_s']:.1f} s ({toy['status']}; {toy['counts']}); "
+                      f"the best of {toy['planned']} plans and "
                       f"{toy['predicted']} predictions: {toy['best']}, {toy['best_step_s']:.6g} s "
                       f"({toy['total_s']:.0f} s in all)", markup=False, highlight=False, soft_wrap=True)
     result = targets(rows, toy)

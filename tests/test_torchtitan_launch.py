@@ -13,9 +13,9 @@ import pytest
 from conftest import LLAMA, export_toy
 
 from zbsolve.costmodel.model import Model, Setting
+from zbsolve.io.document import load_document
 from zbsolve.io.targets import export_document
 from zbsolve.io.targets.launch import Launch
-from zbsolve.io.document import load_document
 from zbsolve.io.targets.plan import read_plan
 from zbsolve.io.targets.torchtitan import ARGS_NAME, LAUNCH_NAME, torchtitan_launch
 from zbsolve.io.targets.torchtitan_launch import CONFIGS, MODULES, torchtitan_model
@@ -53,7 +53,8 @@ def test_each_config_function_builds_a_model_of_its_size() -> None:
             model = getattr(registry, name)().model_spec.model
         except ImportError:  # torchao is not installed
             flavour = inspect.getsource(getattr(registry, name)).split("model_registry(")[1].split('"')[1]
-            model = importlib.import_module(f"torchtitan.models.{MODULES[kind]}").llama3_configs[flavour](attn_backend="flex")
+            flavours = importlib.import_module(f"torchtitan.models.{MODULES[kind]}").llama3_configs
+            model = flavours[flavour](attn_backend="flex")
         assert (model.dim, len(model.layers)) == (hidden, layers), name
 
 
