@@ -399,6 +399,10 @@ def test_torchtitan_export_says_where_the_csv_is_and_what_it_renames(tmp_path: P
                 "torchtitan in that folder (wherever it is copied), or override it with the CSV's path there")
     rename_note = ("module_fqns_per_model_part: layer 'output' is renamed 'lm_head', torchtitan 0.3.0's name of the "
                    "head (--rename output=output keeps it)")
+    job_note = ("torchtitan-args.txt is the job: torchtitan 0.3.0 reads no TOML job file, its ConfigManager takes "
+                "--module, --config and these command-line overrides (torchtitan/config/manager.py); the document has "
+                "no launch section (zbsolve configure writes one): run torchrun ... -m torchtitan.train --module "
+                "<model> --config <function> with the arguments of torchtitan-args.txt")
     # The toy has no setting: a last line says which settings the export could not write.
     setting_note = ("partition.setting is missing (the model has no setting): torchtitan.json has no "
                     "tensor_parallel_degree, context_parallel_degree, expert_parallel_degree, data_parallel_*_degree, "
@@ -406,14 +410,15 @@ def test_torchtitan_export_says_where_the_csv_is_and_what_it_renames(tmp_path: P
                     "--microbatch-size (default 1); add those of the setting the plan's costs are for")
     notes: list[str] = []
     export_document(doc, "torchtitan", folder, note=notes.append)
-    assert notes == [csv_note, rename_note, setting_note]
+    assert notes == [csv_note, job_note, rename_note, setting_note]
     notes.clear()
     export_document(doc, "torchtitan", folder, renames=["output=output"], note=notes.append)
-    assert notes == [csv_note, setting_note]
+    assert notes == [csv_note, job_note, setting_note]
     run = subprocess.run([sys.executable, "-m", "zbsolve", "export", str(doc), "-f", "torchtitan", "-o", str(folder)],
                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "100000"})
     assert run.returncode == 0, run.stderr
-    assert run.stderr.splitlines() == [f"note: {csv_note}", f"note: {rename_note}", f"note: {setting_note}"]
+    assert run.stderr.splitlines() == [f"note: {csv_note}", f"note: {job_note}", f"note: {rename_note}",
+                                       f"note: {setting_note}"]
 
 
 def test_export_never_overwrites_its_document(tmp_path: Path) -> None:
