@@ -47,7 +47,7 @@ from zbsolve.configure.measured_runs import (
     runtime,
 )
 from zbsolve.configure.predict import Configuration, predict
-from zbsolve.costmodel.calibration import FITTED, Calibration
+from zbsolve.costmodel.calibration import FITTED, TERMS, Calibration
 
 __all__ = ["GPUS", "SCHEDULES", "SUBSTITUTES", "Configuration", "Mapped", "mapped", "recompute_choice"]
 
@@ -331,7 +331,8 @@ def _figure(value: float | None) -> str:
 
 def refit(files: list[dict], console: Console) -> None:
     """Fit each GPU-and-runtime group's shipped calibration (``FITTED``) on its scored runs that are not held back,
-    as ``zbsolve calibrate`` does (the procedure of docs/cost-model.md, "Calibration")."""
+    where they are at least as many as the terms (``TERMS``), as ``zbsolve calibrate`` does (the procedure of
+    docs/cost-model.md, "Calibration")."""
     import datetime
 
     from zbsolve import __version__
@@ -345,6 +346,10 @@ def refit(files: list[dict], console: Console) -> None:
             groups.setdefault(read_run(path).group, []).append(path)
     FITTED.mkdir(exist_ok=True)
     for group, paths in sorted(groups.items()):
+        if len(paths) < len(TERMS):
+            console.print(f"not refit {group}: {len(paths)} runs, fewer than the {len(TERMS)} terms a fit moves",
+                          highlight=False)
+            continue
         out = FITTED / f"{group}.yaml"
         result = fit([read_run(path) for path in paths])
         words = ["zbsolve", "calibrate", *(str(p.relative_to(ROOT)) for p in paths), "-o", str(out.relative_to(ROOT))]

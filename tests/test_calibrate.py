@@ -62,6 +62,20 @@ def test_leave_one_out_is_a_full_fit_without_the_run():
     assert left["r0"].scale("gemm") < full.multipliers["gemm"] < left["r3"].scale("gemm")
 
 
+def test_a_run_alone_in_its_fit_is_left_out_to_the_model_as_stated():
+    """A fit of one run has no other run to predict it by: its leave-one-out calibration is none, never the fit that
+    saw it."""
+    c = Configuration(config=CONFIG, seq_len=256, microbatch_size=1, global_batch=8, gpus=1)
+
+    def linear(run: MeasuredRun, calibration: Calibration) -> tuple[float, float]:
+        return calibration.scale("gemm"), 1.0
+
+    runs = [MeasuredRun("alone", c, 1.2, None, "h100-megatron")]
+    full = fit(runs, ["gemm"], predictor=linear)
+    assert full.multipliers["gemm"] > 1.1
+    assert leave_one_out(runs, full, predictor=linear) == {"alone": Calibration()}
+
+
 def test_the_fit_stays_within_its_bounds():
     runs = [dataclasses.replace(r, step_time_s=r.step_time_s * 100) for r in synthetic(Calibration())]
     result = fit(runs, ["gemm"])

@@ -225,7 +225,7 @@ def leave_one_out(runs: Sequence[MeasuredRun], full: Fit, progress: Callable[[st
                   predictor: Predictor = predicted, jobs: int = 1) -> dict[str, Calibration]:
     """Each fitted run's leave-one-out calibration: the terms of ``full`` fitted again (``fit``) over the other
     runs ``full`` was fitted on, started from ``full``'s values; ``jobs`` processes at once. A run left alone
-    keeps ``full``'s own calibration."""
+    has no other run to be fitted on: the cost model as stated (``full`` saw it)."""
     names = tuple(full.multipliers)
     seen = {r.name for r in full.runs}
     fitted = [r for r in runs if r.name in seen and r.scored and not r.held_back]
@@ -247,10 +247,10 @@ def leave_one_out(runs: Sequence[MeasuredRun], full: Fit, progress: Callable[[st
 
 def _refit(task: tuple[list[MeasuredRun], tuple[str, ...], Calibration, Predictor], memo: dict | None = None
            ) -> Calibration:
-    """One leave-one-out fit (``leave_one_out``): the full fit's own calibration where no other run is left."""
+    """One leave-one-out fit (``leave_one_out``): none (the cost model as stated) where no other run is left."""
     others, names, start, predictor = task
     if not others:
-        return start
+        return Calibration()
     return fit(others, names, start=start, predictor=predictor, memo=memo).calibration
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import yaml
 
 from zbsolve.base.errors import InputError
+from zbsolve.base.units import GIB
 from zbsolve.configure.predict import Configuration
+from zbsolve.costmodel.gpus import get_gpu
 from zbsolve.costmodel.model import OP_POLICY, RECOMPUTE_MODULES
 from zbsolve.schedulers.builtins import COMBINED, megatron_builtin
 
@@ -22,8 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 GPUS = {"h100-sxm-80gb": "h100", "h100-hbm2e-96gb-500w": "h100", "h200-sxm-141gb": "h200"}
 """The preset each calibration GPU is predicted with."""
 SUBSTITUTES = {"h100-hbm2e-96gb-500w": "no preset for the H100 96 GB HBM2e at 500 W: the h100 (SXM 80 GB, 700 W) "
-                                       "preset's peaks and memory"}
+                                       "preset's peaks, with the 96 GB part's memory"}
 """What a preset stands in for where it is not the run's GPU."""
+MEMORY = {"h100-hbm2e-96gb-500w": 96 * GIB - (80 * GIB - get_gpu("h100").memory_bytes)}
+"""The memory of a run's GPU where its preset stands in with another: the 96 GB part's six 16 GiB HBM2e stacks
+(the 80 GB part's five stacks are its 80 GiB), less what the 80 GB part's NVML total leaves out of its 80 GiB
+(``problems/measured/h100/nvidia-smi.csv``: 81,559 MiB)."""
 SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "interleaved-1f1b-combined": COMBINED}
 """predict's order for each calibration schedule name (``none (...)``: no pipeline, predict's default)."""
 
@@ -135,7 +141,7 @@ def mapped(run: dict) -> Mapped:
         schedule=None if order in (None, megatron_builtin(vp)) else order, recompute=recompute,
         tp_comm_overlap=tp_comm_overlap and par["tp"] > 1, dispatcher=dispatcher if par["ep"] > 1 else "alltoall",
         overlap_grad_reduce=flags["overlap_grad_reduce"], overlap_param_gather=flags["overlap_param_gather"],
-        runtime=runtime(run))
+        runtime=runtime(run), device_memory=MEMORY.get(hardware["gpu"]))
     return Mapped(configuration, None, tuple(notes))
 
 
