@@ -476,10 +476,10 @@ def test_megatron_refuses_vshape_and_two_routes(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.strip() == ("error: placement vshape x2: Megatron (megatron-core 0.16.1) builds sequential "
                                      "x1, interleaved (stages per device), not vshape x2 (runtime table: "
-                                     "megatron.placements)")
+                                     "megatron.placements); plan with --target megatron")
     plan = Plan(make_schedule("dualpipe", UNIT, 2, 4), export_toy(), ((0, 4), (4, 9)))
     with pytest.raises(InputError, match=r"^placement bidirectional x2: .* not bidirectional x2 \(runtime table: "
-                                         r"megatron\.placements\)$"):
+                                         r"megatron\.placements\); plan with --target megatron$"):
         megatron_export(plan)
 
 

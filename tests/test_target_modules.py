@@ -85,7 +85,7 @@ def test_a_new_target_is_one_module(tiny, tmp_path: Path) -> None:
     assert "tiny" in targets.runs_as_planned(read_plan(sequential, "tiny-text"))
     assert "tiny" not in targets.runs_as_planned(read_plan(vshape, "tiny-text"))
     with pytest.raises(InputError, match=r"^placement vshape x2: tiny 0.1 builds sequential x1 .*\(runtime table: "
-                                         r"tiny\.placements\)$"):
+                                         r"tiny\.placements\); plan with --target tiny$"):
         targets.export_document(vshape, "tiny-text", tmp_path / "v.txt")
     with pytest.raises(InputError, match=r"^microbatch_size = 2 applies to format 'torchtitan' only, not 'tiny-text'$"):
         targets.export_document(sequential, "tiny-text", tmp_path / "out.txt", microbatch_size=2)

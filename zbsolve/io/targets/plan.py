@@ -44,10 +44,13 @@ class Plan:
     def check(self, target: Target) -> tuple[str, int]:
         """(placement name, stages per device) of the plan when ``target``'s row of the target table runs it: its
         placement and microbatches, its MTP layers, its overlapped pairs, its recomputed modules and its selectively
-        recomputed blocks; an ``InputError`` naming the row otherwise."""
-        named = target.check_placement(self.schedule.placement, self.schedule.num_microbatches)
-        refused(target.mtp_refusal(self.model.mtp_layers))
-        refused(target.pairs_refusal(pair_count(self.schedule), self.schedule.name))
+        recomputed blocks; an ``InputError`` naming the row and ``plan --target`` (a plan it runs) otherwise."""
+        try:
+            named = target.check_placement(self.schedule.placement, self.schedule.num_microbatches)
+            refused(target.mtp_refusal(self.model.mtp_layers))
+            refused(target.pairs_refusal(pair_count(self.schedule), self.schedule.name))
+        except InputError as refusal:
+            raise InputError(f"{refusal}; plan with --target {target.name}") from None
         why = target.modules_refusal(self.modules)
         if why is not None:
             raise InputError(f"partition.modules = {list(self.modules)}: {why}; plan with --target {target.name}")
