@@ -110,7 +110,10 @@ def configure(
         _print(result)
     why = result.unplanned()
     if why is not None and (output or export):
-        raise InputError(f"{'--output' if output else '--export'}: nothing written: {why}")
+        unwritten = f"{'--output' if output else '--export'}: nothing written: {why}"
+        if not (result.interrupted or late):
+            raise InputError(unwritten)
+        err.print(f"note: {unwritten}", highlight=False, markup=False)
     if result.interrupted or late:
         err.print("interrupted: the best configurations found so far", highlight=False, markup=False)
         raise typer.Exit(exit_code())
