@@ -7,7 +7,7 @@ import concurrent.futures as cf
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, zbsolve
+from conftest import ROOT, failed_cleanly, zbsolve
 
 from zbsolve.base.units import MIB
 from zbsolve.configure import choose as configure_module
@@ -43,3 +43,20 @@ def test_an_interrupt_in_configure_with_an_output_exits_130(tmp_path: Path, monk
     assert result.exit_code == 130, (result.stdout, result.stderr, result.exception)
     assert "interrupted" in result.stderr and "nothing written" in result.stderr
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_configure_on_more_gpus_than_the_batch_spreads_over_blames_the_global_batch() -> None:
+    result = zbsolve("configure", DENSE, "--gpus", 1_000_000, "--global-batch", 16, "--seq-len", 256,
+                     "--time-limit", 5)
+    line = failed_cleanly(result, 2)
+    assert "the global batch of 16 sequences spreads over at most" in line and "not a multiple" not in line
+
+
+def test_run_refuses_a_bad_model_before_any_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight ranks on two cores: the refusal of the model comes alone, before the warning of crowded cores."""
+    pytest.importorskip("torch", reason="zbsolve run needs torch")
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    document = tmp_path / "zb-h1.json"
+    assert zbsolve("schedule", "zb-h1", "-p", 8, "-m", 8, "-o", document).exit_code == 0
+    line = failed_cleanly(zbsolve("run", document, "--model", "llama"), 2)
+    assert line == "error: model = 'llama' must be 'gpt' or 'module:function'"

@@ -108,10 +108,15 @@ class BranchAndBound:
             self._refuse()
 
     def _refuse(self) -> None:
-        """An ``InputError``: no configuration of the space is valid."""
+        """An ``InputError``: no configuration of the space is valid; where the GPUs outnumber what the global batch
+        can spread over (one sequence per data-parallel rank of the most model-parallel shape), it blames the batch."""
         s = self.space.setup
+        widest = max(shape["tp"] * shape["pp"] * shape["cp"] for shape in shapes(self.space))
+        why = (f"the global batch of {s.global_batch} sequences spreads over at most {s.global_batch * widest} GPUs "
+               f"(one sequence per data-parallel rank, tp x pp x cp at most {widest}): use fewer GPUs or a larger "
+               "global batch" if s.gpus > s.global_batch * widest else f"the first refused: {self.first_refusal}")
         raise InputError(f"gpus = {s.gpus}, global_batch = {s.global_batch}: no valid configuration of "
-                         f"{Path(s.config).name} (the first refused: {self.first_refusal})")
+                         f"{Path(s.config).name} ({why})")
 
     def _drop(self, dropped: Dropped) -> None:
         self.tally["pruned_memory" if dropped.memory else "invalid"] += dropped.size

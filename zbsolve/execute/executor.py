@@ -327,10 +327,12 @@ def oversubscription(num_ranks: int, device: str) -> str | None:
             "comparable with the simulator's")
 
 
-def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list[dict]:
+def run_schedule(schedule: Schedule, options: RunOptions = RunOptions(),
+                 warn: Callable[[str], None] | None = None) -> list[dict]:
     """Run ``schedule`` on one process per device (the built-in launcher, or the current torchrun job) and return
     one report row per rank, each with the simulator's prediction beside the measurement, this machine's CPU cores
-    and whether the ranks outnumber them (``oversubscription``)."""
+    and whether the ranks outnumber them (``oversubscription``, told to ``warn`` once the inputs are checked and
+    before any rank starts)."""
     costs = options.costs
     if costs is not None and costs.model is not None:
         layers = costs.model.layers
@@ -353,6 +355,9 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
             raise InputError(f"device = 'cuda' needs one GPU per rank: the schedule has {p} devices, "
                              f"this machine {torch.cuda.device_count()} GPUs")
     load_model(options.model, S)  # a bad model is an input error here, before any rank starts
+    crowded = oversubscription(p, options.device)
+    if crowded is not None and warn is not None:
+        warn(crowded)
     job = _RankJob(to_document(timeline), csv_text, options, batch_size)
     if place is not None:
         if place.world_size != p:
@@ -360,9 +365,8 @@ def run_schedule(schedule: Schedule, options: RunOptions = RunOptions()) -> list
         rows = _rank_main(place.rank, place.world_size, "env://", job)["rows"]
     else:
         rows = launch(_rank_main, p, job, deadline_s=120.0 + options.timeout_s * (options.steps + 2))[0]["rows"]
-    crowded = oversubscription(p, options.device) is not None
     names, spec = options.model.partition or ((),) * S, options.model
-    return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded,
+    return [{**row, "cpu_cores": os.cpu_count(), "oversubscribed": crowded is not None,
              **{key: [n for s in row["stages"] for n in names[s] if n in chosen]
                 for key, chosen in (("recomputed", spec.recompute), ("selective", spec.selective))}}
             for row in _with_predictions(schedule, rows, costs)]

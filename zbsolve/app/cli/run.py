@@ -78,7 +78,7 @@ def run(file: Path = typer.Argument(..., help="Schedule document (JSON)."), *, a
 
     Example: zbsolve run zb-h1.json --model gpt --steps 3 --check
     """
-    from zbsolve.execute.executor import oversubscription, run_schedule
+    from zbsolve.execute.executor import run_schedule
     from zbsolve.execute.launch import torchrun_rank
 
     loaded = load_document(file, "zbsolve run")
@@ -86,10 +86,12 @@ def run(file: Path = typer.Argument(..., help="Schedule document (JSON)."), *, a
     options = args.options(loaded.costs)
     place = torchrun_rank()
     lead = place is None or place.rank == 0
-    warning = oversubscription(sched.num_devices, args.device)
-    if warning and lead:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
-    rows = run_schedule(sched, options)
+
+    def warn(warning: str) -> None:
+        if lead:
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+
+    rows = run_schedule(sched, options, warn)
     if not quiet and lead:
         _print_run(rows, file, loaded.costs, as_json, whole)
 
