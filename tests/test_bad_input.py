@@ -256,7 +256,13 @@ def test_oversubscription_warning(monkeypatch):
 def test_run_warns_before_running(tmp_path, monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    monkeypatch.setattr("zbsolve.execute.executor.run_schedule", lambda schedule, options: [])
+    from zbsolve.execute.executor import oversubscription
+
+    def checked(schedule, options, warn):  # run_schedule's inputs checked, its warning told, no rank started
+        warn(oversubscription(schedule.num_devices, options.device))
+        return []
+
+    monkeypatch.setattr("zbsolve.execute.executor.run_schedule", checked)
     result = zbsolve("run", write_doc(tmp_path / "x.json", lambda d: None), "--json")
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == ("warning: 4 ranks on 2 CPU cores: ranks wait for a core, so the measured times "
