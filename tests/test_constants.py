@@ -15,7 +15,7 @@ from zbsolve.costmodel import constants
 from zbsolve.costmodel.calibration import TERMS, Calibration
 from zbsolve.costmodel.constants import CONSTANTS, table
 from zbsolve.costmodel.gpus import GPUS, device_memory
-from zbsolve.costmodel.kernels import Kernels, attention_rate
+from zbsolve.costmodel.kernels import Kernels, Matmul, attention_rate
 from zbsolve.costmodel.measured import kernel_table
 
 DOCS = ROOT / "docs"
@@ -84,16 +84,21 @@ def test_device_memory_is_decided_in_one_place():
 def test_calibration_scales_named_terms():
     plain = Kernels(GPUS["h100"], "bf16")
     assert Calibration().scale("memory_bound") == 1.0 and Calibration().scale("fragmentation") == 0.0
-    assert set(TERMS) == {"gemm", "memory_bound", "launch", "interference", "fragmentation"}
+    assert set(TERMS) == {"gemm", "grouped", "memory_bound", "launch", "interference", "fragmentation"}
     assert all(t.low <= t.neutral <= t.high and t.source for t in TERMS.values())
     scaled = Kernels(GPUS["h100"], "bf16", Calibration({"memory_bound": 2, "gemm": 1.25}))
     assert scaled.memory(1e9) == pytest.approx(2 * plain.memory(1e9))
     assert scaled.attention(1e12, 128, 4096, True)[0] == pytest.approx(plain.attention(1e12, 128, 4096, True)[0] * 1.25)
     assert hash(scaled) == hash(Kernels(GPUS["h100"], "bf16", Calibration({"gemm": 1.25, "memory_bound": 2})))
+    grouped = Kernels(GPUS["h100"], "bf16", Calibration({"grouped": 1.5}))
+    expert, dense = Matmul(2048, 1536, "expert", copies=8), Matmul(4096, 4096)
+    assert grouped.matmul(expert, 4096, 1, 8, 128) == pytest.approx(
+        tuple(1.5 * t for t in plain.matmul(expert, 4096, 1, 8, 128)))
+    assert grouped.matmul(dense, 4096, 2) == plain.matmul(dense, 4096, 2)
 
 
 @pytest.mark.parametrize("multipliers, line", [
-    ({"network": 1.1}, "calibration.network = 1.1: 'network' should be one of gemm, memory_bound, launch, "
+    ({"network": 1.1}, "calibration.network = 1.1: 'network' should be one of gemm, grouped, memory_bound, launch, "
                        "interference, fragmentation"),
     ({"gemm": 2.0}, "calibration.gemm = 2.0: should be a number in [0.9, 1.3]"),
     ({"gemm": 0.475}, "calibration.gemm = 0.475: should be a number in [0.9, 1.3]"),
@@ -106,5 +111,5 @@ def test_calibration_scales_named_terms():
 def test_calibration_refuses_bad_input(multipliers, line):
     with pytest.raises(InputError, match=re.escape(line)):
         Calibration(multipliers)
-    with pytest.raises(InputError, match=re.escape("term = 'x': should be one of gemm, memory_bound, launch")):
+    with pytest.raises(InputError, match=re.escape("term = 'x': should be one of gemm, grouped, memory_bound, launch")):
         Calibration().scale("x")

@@ -46,6 +46,14 @@ TERMS = {
                  "the kernel table is a short microbenchmark at boost clock; a training step runs for minutes at the "
                  "clock its power and thermal limits hold (an H100 SXM's 1,980 MHz boost against some 1,600 MHz "
                  "sustained under 700 W: about 1.25x), and no runtime's products beat the table's by more than 10%"),
+    "grouped": Term("seconds of the routed experts' grouped products beyond a lone product of each expert's shape "
+                    "(``Kernels.matmul``'s expert branch, on top of ``gemm``)", 1.0, 2.0,
+                    "1: each expert's product as fast as one alone (the model as stated; its split-K already fills "
+                    "the SMs a small product leaves idle); 2: Transformer Engine's ``GroupedLinear`` made a step "
+                    "1.87-2.11x as long as a loop of one product per expert, all of it in the grouped products' "
+                    "kernels (github.com/NVIDIA/TransformerEngine/issues/2939: split-K reductions, zero fills, some "
+                    "6x the product launches); the Megatron-Core MoE report (arXiv 2603.07685) names these small "
+                    "per-expert products its \"compute wall\""),
     "memory_bound": Term("seconds of the memory-bound kernels (``Kernels.memory``)", 0.8, 2.0,
                          "the rate is the measured fused streaming kernel's; a runtime's unfused eager kernels "
                          "(norms, casts, permutations as PyTorch runs them) stream at about half of it, a better "

@@ -3,7 +3,8 @@ attention core at flash attention's throughput by head size and sequence, memory
 share of HBM bandwidth (``Gpu.memory_bytes_per_s``). The constants (``zbsolve.costmodel.constants``) were fitted
 to a lent H100's grid; flash attention's rates and the memory-bound share come from the preset's measured table
 (``zbsolve.costmodel.measured``), the H100's scaled by the BF16 peaks for a preset without one. A ``Calibration``
-scales the tensor-core kernels' seconds and the memory-bound kernels' (1 unless told).
+scales the tensor-core kernels' seconds, the routed experts' grouped products' beyond them and the memory-bound
+kernels' (1 unless told).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ class Kernels:
         ``mm`` over a microbatch of ``tokens`` on one device of ``tp`` (routed experts: ``experts`` of them shared
         out over ``ep``, the busiest device's token copies (``routing.busiest``) shared evenly among its own, each local
         expert's product timed on its own rows, its own waves and split-K, the experts' times summed: Transformer
-        Engine's ``GroupedLinear`` runs one cuBLAS product per expert)."""
-        k, n, rows, groups = mm.k, mm.n, tokens, 1
+        Engine's ``GroupedLinear`` runs one cuBLAS product per expert; the sum scaled by the calibration's
+        ``grouped``)."""
+        k, n, rows, groups, times = mm.k, mm.n, tokens, 1, 1.0
         if mm.split == "column":
             n = -(-n // tp)
         elif mm.split == "row":
@@ -91,10 +93,10 @@ class Kernels:
         else:
             rows = -(-tokens // tp)
         if mm.split == "expert":
-            groups = experts // ep
+            groups, times = experts // ep, self.calibration.scale("grouped")
             rows = max(1, -(-busiest(rows * mm.copies, ep) // groups))
-        return (groups * self.gemm(rows, n, k, fp8=mm.fp8), groups * self.gemm(rows, k, n, fp8=mm.fp8),
-                groups * self.gemm(k, n, rows, fp8=mm.fp8))
+        return (groups * times * self.gemm(rows, n, k, fp8=mm.fp8), groups * times * self.gemm(rows, k, n, fp8=mm.fp8),
+                groups * times * self.gemm(k, n, rows, fp8=mm.fp8))
 
     def attention(self, flops_f: float, head_dim: int, seq: int, flash: bool) -> tuple[float, float]:
         """Seconds of the attention core's F and B whose F counts ``flops_f`` over every attended pair (causal
