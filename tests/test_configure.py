@@ -55,6 +55,9 @@ MOE = ROOT / "tests" / "data" / "tiny-moe.json"
 SMALL = dict(gpus=4, global_batch=16, seq_len=256, device_memory=20 * MIB, reserve=0)
 """So little memory that the fastest configurations pipeline."""
 TOP = 5
+NEVER = 600.0
+"""A time limit the searches of these small spaces never reach (they finish within seconds, a tiny model's plan
+too): their verdicts do not depend on the machine's load."""
 
 
 def key(c: Configuration) -> tuple:
@@ -64,7 +67,7 @@ def key(c: Configuration) -> tuple:
 @pytest.fixture(scope="module")
 def configured():
     with cf.ThreadPoolExecutor(1) as pool:
-        return configure(DENSE, **SMALL, top=TOP, refine=1, time_limit=20, executor=pool)
+        return configure(DENSE, **SMALL, top=TOP, refine=1, time_limit=NEVER, executor=pool)
 
 
 def test_every_configuration_enumerated_divides_as_predict_needs():
@@ -201,7 +204,7 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
 
     monkeypatch.setattr(configure_module, "plan", no_plan)
     with cf.ThreadPoolExecutor(1) as pool:
-        done = configure(DENSE, **SMALL, top=2, refine=refine, time_limit=10, executor=pool)
+        done = configure(DENSE, **SMALL, top=2, refine=refine, time_limit=NEVER, executor=pool)
     chosen, planned = done.chosen, done.plan
     assert chosen.configuration.pp > 1 and planned is not None and done.counts.refined == 0
     assert planned.step_time == chosen.prediction.step_time_s == chosen.step_s and planned.lower_bound is None
@@ -215,18 +218,16 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
 
 
 def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
-    """For torchtitan, the chosen configuration's plan exports a folder whose arguments torchtitan's own
+    """For torchtitan, the chosen configuration's plan (a finished search's choice, which pipelines at this batch
+    and memory: its order as predicted, not refined) exports a folder whose arguments torchtitan's own
     ConfigManager parses, its checks run, into the chosen degrees."""
     from conftest import load_torchtitan_config
 
     with cf.ThreadPoolExecutor(1) as pool:
-        done = configure(DENSE, **{**SMALL, "device_memory": 16 * MIB}, target="torchtitan", top=2, refine=1,
-                         time_limit=10, executor=pool)
+        done = configure(DENSE, **{**SMALL, "global_batch": 64, "device_memory": 16 * MIB}, target="torchtitan",
+                         top=2, refine=0, time_limit=NEVER, executor=pool)
     chosen = done.chosen.configuration
-    if chosen.pp == 1:  # a search that finishes may find no pipeline faster: nothing to export then
-        assert done.plan is None and "pp = 1" in (done.unplanned() or "")
-        return
-    assert done.plan is not None
+    assert done.complete and chosen.pp > 1 and done.plan is not None and done.plan.target == "torchtitan"
     check_fits(done.plan.costs, simulate(done.plan.timeline.schedule))
     done.export(tmp_path / "tt")
     parsed = load_torchtitan_config(shlex.split((tmp_path / "tt" / "torchtitan-args.txt").read_text()))
@@ -359,12 +360,12 @@ def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_path, monkeypatch):
-    done = _cli("--top", 3, "--refine", 1, "--time-limit", 10, "-o", tmp_path / "plan.json", "--export",
+    done = _cli("--top", 3, "--refine", 1, "--time-limit", NEVER, "-o", tmp_path / "plan.json", "--export",
                 tmp_path / "args.txt", "--chart", tmp_path / "chart.svg", monkeypatch=monkeypatch)
     assert done.exit_code == 0, done.output
     assert " timed, " in (tmp_path / "chart.svg").read_text()
     assert "why it" in done.output and " enumerated: " in done.output
-    assert ("best: zbsolve predict " in done.output or "best found: zbsolve predict " in done.output)
+    assert "best: zbsolve predict " in done.output  # the search finished
     assert "torchrun --nproc-per-node" in done.output
     assert json.loads((tmp_path / "plan.json").read_text())["launch"]["gpus"] > 0  # what to launch travels along
     assert json.loads((tmp_path / "plan.json").read_text())["plan"]["target"] == "megatron"

@@ -10,6 +10,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -93,17 +95,39 @@ def _children() -> list[int]:
     return pids
 
 
+_PAUSES: list[Callable[[], AbstractContextManager[object]]] = []
+"""What stops this process's own threads while a pool starts its workers (``paused_for_pools``)."""
+
+
+@contextmanager
+def paused_for_pools(pause: Callable[[], AbstractContextManager[object]]) -> Iterator[None]:
+    """While inside, each ``ProcessPool`` starts its workers inside ``pause()``, which stops a thread of this
+    process (a progress display's) until they are started: without other threads they fork (``start_method``),
+    sharing what this process imported, rather than spawn, each importing it all again."""
+    _PAUSES.append(pause)
+    try:
+        yield
+    finally:
+        _PAUSES.remove(pause)
+
+
 class ProcessPool(cf.ProcessPoolExecutor):
     """Worker processes, one job at a time each, that keeps its workers at hand to stop them; each
-    worker kills itself within ``WATCH_SECONDS`` of its parent's death, even a ``kill -KILL``."""
+    worker kills itself within ``WATCH_SECONDS`` of its parent's death, even a ``kill -KILL``. Forked workers
+    start at once (inside the pauses of ``paused_for_pools``), spawned ones at the first jobs."""
 
     def __init__(self, max_workers: int) -> None:
         self.workers: list[BaseProcess] = []
         """Every worker process the pool has started."""
-        # Every attribute but Process forwards to the real context.
-        context = cast(BaseContext, _RecordingContext(self.workers))
-        super().__init__(max_workers=max_workers, mp_context=context,
-                         initializer=watch_parent, initargs=(os.getpid(),))
+        with ExitStack() as paused:
+            for pause in list(_PAUSES):
+                paused.enter_context(pause())
+            recording = _RecordingContext(self.workers)
+            # Every attribute but Process forwards to the real context.
+            super().__init__(max_workers=max_workers, mp_context=cast(BaseContext, recording),
+                             initializer=watch_parent, initargs=(os.getpid(),))
+            if recording.context.get_start_method() == "fork":
+                self.submit(os.getpid)  # the first job forks every worker, then starts the pool's own thread
 
 
 def shutdown_pool(pool: ProcessPool, finished: bool) -> None:

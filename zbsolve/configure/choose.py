@@ -49,12 +49,12 @@ from zbsolve.problem.recompute import described
 from zbsolve.schedulers.builtins import builtin_placement
 
 REFINE_SHARE = 0.5
-"""Share of the time limit kept for refining (at least ``PLAN_SECONDS``): the enumeration and the timing stop
-once the rest is spent (sooner where they end), and the timing goes on into it while no configuration timed fits
-(there is nothing to refine)."""
+"""Share of the time left once the search starts (``_share``) kept for refining (where it is ``PLAN_SECONDS``): the
+enumeration and the timing stop once the rest is spent (sooner where they end), and the timing goes on into it while
+no configuration timed fits (there is nothing to refine)."""
 PLAN_SECONDS = 2.0
-"""The least time a plan is given: the timing stops early enough to leave the best candidate that much; with less
-left for another, the candidates left keep their predicted figures."""
+"""The least time a plan is given: where the refining's share is shorter, nothing is refined and the timing takes
+it; with less left for another, the candidates left keep their predicted figures."""
 IN_FLIGHT = 2
 """Jobs kept submitted per worker, so that none waits while the next bound is read."""
 
@@ -89,13 +89,12 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     check_target(target)
     say = progress or (lambda line: None)
     end = began + time_limit
-    kept = min(time_limit, max(REFINE_SHARE * time_limit, PLAN_SECONDS)) if refine else 0.0
-    search = BranchAndBound(space, top, end - kept, say)
-    search.enumerate_by = began + ENUMERATE_SHARE * (time_limit - kept)
-    has_pipelining()  # imported once, before the clock's jobs: the workers forked or threads share it, the memory
-    # test of each configuration's order (``bounds.order_fits``) and the plans need it
+    search = BranchAndBound(space, top, end, say)
+    has_pipelining()  # imported once, before the workers start: those forked share it, the memory test of each
+    # configuration's order (``bounds.order_fits``) and the plans need it
     parallel = jobs or (os.cpu_count() or 1)
     pool, release = make_executor(executor, parallel)
+    _share(search, end, refine)
     interrupted = False
     try:
         try:
@@ -138,6 +137,19 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     complete, gap = ConfigureResult.gap_of(counts, ranked[0].prediction.step_time_s, interrupted)
     return ConfigureResult(tuple(ranked), counts, ranked[0], chosen, interrupted, time.monotonic() - began, target,
                            tuple(notes), tuple(search.timed), complete, gap)
+
+
+def _share(search: BranchAndBound, end: float, refine: int) -> None:
+    """Set when ``search`` stops enumerating and timing, out of the time left now (the loading, torch's import and
+    the workers' start spent): ``REFINE_SHARE`` of it kept for refining where there is any and that share gives a
+    plan ``PLAN_SECONDS`` (else the timing takes all but ``FINISH_SECONDS``: timing more configurations counts for
+    more than planning one), ``ENUMERATE_SHARE`` of the rest for the enumeration."""
+    now = time.monotonic()
+    left = max(0.0, end - now)
+    kept = 0.0 if not refine else REFINE_SHARE * left if REFINE_SHARE * left >= PLAN_SECONDS else min(
+        left, FINISH_SECONDS)
+    search.deadline = end - kept
+    search.enumerate_by = now + ENUMERATE_SHARE * (left - kept)
 
 
 def _refine(ranked: list[Ranked], refine: int, space: Space, deadline: float, pool: cf.Executor, jobs: int,

@@ -260,11 +260,23 @@ class BranchAndBound:
     def ranked(self) -> list[Ranked]:
         """The ``top`` best configurations timed that fit; an ``InfeasibleError`` where none does."""
         if not self.fitting:
-            left = " before the time limit" if any(self.heaps) or self.shapes else ""
-            raise InfeasibleError(f"no configuration timed{left} fits {self.space.setup.gpu}'s memory (the search's "
-                                  f"counts: {self.counts(0).line()}); try more GPUs, or another target")
+            raise InfeasibleError(self._none_fits())
         return [Ranked(c, p, c.command(), warnings=runtime_warnings(self.space.target, c))
                 for _, _, c, p in self.fitting[:self.top]]
+
+    def _none_fits(self) -> str:
+        """Why no configuration is ranked: none timed fits where the search finished; else what was left untimed
+        (a configuration that fits may be among them), and that a longer time limit times more."""
+        counts = self.counts(0)
+        if not (any(self.heaps) or self.shapes):
+            return (f"no configuration fits {self.space.setup.gpu}'s memory (the search's counts: {counts.line()}); "
+                    "try more GPUs, or another target")
+        left = ", ".join(part for n, part in ((counts.untimed, f"{counts.untimed} configurations left untimed"),
+                                              (counts.unenumerated, f"{counts.unenumerated} not enumerated")) if n)
+        timed = ("nothing was timed" if not counts.timed else
+                 f"none of the {counts.timed} configurations timed fits {self.space.setup.gpu}'s memory")
+        return (f"{timed} before the time limit ({left}; the search's counts: {counts.line()}); a longer time limit "
+                "(--time-limit) times them")
 
     def counts(self, refined: int) -> Counts:
         """The counts, what is left in the heaps pruned by the bound where it is no shorter than ``kth``, the

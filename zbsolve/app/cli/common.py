@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from zbsolve.base.errors import InfeasibleError, InputError, ScheduleError, ZbsolveError
 from zbsolve.base.inputs import load_mapping
 from zbsolve.base.interrupt import exit_code, signals_as_interrupt
+from zbsolve.base.parallel import paused_for_pools
 from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.core.profile import UNIT, Profile
 from zbsolve.optimize.result import status_text
@@ -144,20 +146,66 @@ def interruptible(before: str, left: str = "nothing written") -> Iterator[None]:
             raise typer.Exit(exit_code()) from None
 
 
+REFRESH_SECONDS = 0.25
+"""How often a progress line is redrawn (its spinner and elapsed time)."""
+
+
+class _Redraw:
+    """Redraws a progress display every ``REFRESH_SECONDS`` in a thread of its own, stopped while a pool of
+    processes starts (``paused``), so that its workers fork."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar, self.done, self.thread = bar, threading.Event(), threading.Thread()
+
+    def start(self) -> None:
+        """Redraw until stopped."""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop redrawing, the thread ended."""
+        self.done.set()
+        self.thread.join()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No redrawing inside."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(REFRESH_SECONDS):
+            self.bar.refresh()
+
+
 @contextmanager
 def progress(description: str, quiet: bool, counted: bool = False) -> Iterator[Callable[..., None]]:
     """A transient progress line on stderr (none when ``quiet``, or when stderr is no terminal: a log file gets no
     stray empty line), and the callback that updates it: with a spinner and the work's last log line
-    (``update(line)``), or ``counted``, a bar of the jobs done (``update(done, total)``)."""
+    (``update(line)``), or ``counted``, a bar of the jobs done (``update(done, total)``). Its redrawing stops while
+    a pool of processes starts (``paused_for_pools``)."""
     columns = ((TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) if counted
                else (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                      TextColumn("{task.fields[line]}")))
-    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as bar:
+    disabled = quiet or not err.is_terminal
+    with Progress(*columns, console=err, transient=True, disable=disabled, auto_refresh=False) as bar:
         task = bar.add_task(description, total=None, line="")
-        if counted:
-            yield lambda done, total: bar.update(task, completed=done, total=total)
-        else:
-            yield lambda line: bar.update(task, line=line[:100])
+        redraw = _Redraw(bar)
+        if not disabled:
+            redraw.start()
+        try:
+            with paused_for_pools(redraw.paused) if not disabled else nullcontext():
+                if counted:
+                    yield lambda done, total: bar.update(task, completed=done, total=total)
+                else:
+                    yield lambda line: bar.update(task, line=line[:100])
+        finally:
+            if not disabled:
+                redraw.stop()
 
 
 RAW_MEMORY = ("peak_memory", "peak_memory_per_device")
