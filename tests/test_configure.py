@@ -462,3 +462,57 @@ def test_recipe_shaped_configurations_are_timed_first():
     assert configurations.recipe_shaped(space.configuration(tp=2, pp=2, zero=1, recompute="selective"))
     assert not configurations.recipe_shaped(space.configuration(tp=2, cp=2, zero=1))
     assert not configurations.recipe_shaped(space.configuration(tp=2, microbatch_size=2, zero=1))
+
+
+def test_a_search_with_nothing_timed_that_fits_says_whether_it_finished():
+    """Stopped before anything was timed, the refusal says so, what it left and that a longer time limit times it;
+    finished with nothing that fits, it says that none fits."""
+    from zbsolve.base.errors import InfeasibleError
+
+    stopped = BranchAndBound(Space.of(DENSE, **SMALL), TOP, time.monotonic(), lambda line: None)  # its time is up
+    with cf.ThreadPoolExecutor(1) as pool:
+        stopped.run(pool, 1)
+    with pytest.raises(InfeasibleError, match=r"^nothing was timed before the time limit \(\d+ not enumerated; "
+                                              r".*a longer time limit \(--time-limit\) times them$"):
+        stopped.ranked()
+    finished = BranchAndBound(Space.of(DENSE, **{**SMALL, "device_memory": 8 * MIB}), TOP,
+                              time.monotonic() + NEVER, lambda line: None)
+    with cf.ThreadPoolExecutor(1) as pool:
+        finished.run(pool, 1)
+    with pytest.raises(InfeasibleError, match=r"^no configuration fits h100's memory .*try more GPUs"):
+        finished.ranked()
+
+
+def test_a_pool_starts_its_workers_while_the_progress_display_is_paused(monkeypatch):
+    """The command line's progress display redraws in a thread of its own, with which workers would spawn (each
+    importing torch again, ``start_method``): a pool forks all its workers at once while it is stopped, and it
+    redraws again after."""
+    import multiprocessing
+    import operator
+    from contextlib import contextmanager
+
+    from rich.progress import Progress
+
+    from zbsolve.app.cli.common import _Redraw
+    from zbsolve.base import parallel
+
+    redraw, seen, before = _Redraw(Progress(disable=True)), [], len(multiprocessing.active_children())
+
+    @contextmanager
+    def pause():
+        with redraw.paused():
+            seen.append(any(t.name == "progress" for t in threading.enumerate()))
+            yield
+            seen.append(len(multiprocessing.active_children()) - before)
+
+    monkeypatch.setattr(parallel, "start_method", lambda: "fork")
+    redraw.start()
+    with parallel.paused_for_pools(pause):
+        pool = parallel.ProcessPool(2)
+    try:
+        assert seen == [False, 2] and redraw.thread.is_alive()
+        assert pool.submit(operator.add, 1, 2).result() == 3
+    finally:
+        parallel.shutdown_pool(pool, True)
+        redraw.stop()
+    assert not parallel._PAUSES
