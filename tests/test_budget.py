@@ -146,12 +146,6 @@ def test_repr_is_one_line_and_summary_has_the_figures():
     assert result.to_json()["solver"]["interrupted"] is False
 
 
-def zbsolve(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``zbsolve ARGS`` to its end (at most ``timeout`` seconds)."""
-    return subprocess.run([sys.executable, "-m", "zbsolve", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
 def interrupt_at(tmp_path: Path, phase: str, sig: int, *args: object) -> tuple[int, str]:
     """Run ``zbsolve ARGS`` through the wrapper, send ``sig`` just after ``phase`` begins; (exit code, stderr)."""
     wrapper = tmp_path / "wrapper.py"
@@ -241,12 +235,20 @@ def test_interrupted_frontier_keeps_the_finished_solves(tmp_path):
     ("--chart", lambda tmp: tmp / "missing" / "out.png", "does not exist"),
     ("--chart", lambda tmp: tmp / "out.txt", "is not one of"),
 ])
-def test_unwritable_outputs_fail_before_any_work(tmp_path, command, flag, make, needle):
-    """With a time limit of ten minutes, only a check before the work returns within the subprocess timeout."""
+def test_unwritable_outputs_fail_before_any_work(tmp_path, monkeypatch, command, flag, make, needle):
+    """The output is checked before the problem is loaded or any solve begins: both fail the test if reached."""
+    import zbsolve.app.cli.solve as solve_command
+    import zbsolve.optimize.frontier as frontier_module
+
+    def work(*args, **kwargs):
+        raise AssertionError("the work began before the output was checked")
+
+    monkeypatch.setattr(solve_command, "_load", work)
+    monkeypatch.setattr(frontier_module, "frontier", work)
     problem = tmp_path / "unit.yaml"
     problem.write_text("num_devices: 64\nnum_microbatches: 512\n")
-    run = zbsolve(command, problem, "--time-limit", 600, flag, make(tmp_path), timeout=60)
-    assert run.returncode == 2 and needle in run.stderr, run.stderr
+    run = in_process(command, problem, "--time-limit", 600, flag, make(tmp_path))
+    assert run.exit_code == 2 and needle in run.stderr, (run.stderr, run.exception)
 
 
 def test_a_time_limit_the_first_schedule_cannot_keep_is_refused_naming_the_least_that_could(monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import heavy_head
+from conftest import failed_cleanly, heavy_head, zbsolve
 from zbsolve import InputError, simulate
 from zbsolve.io.document import read_document
 from zbsolve.base.checks import MAX_PASSES
@@ -143,9 +143,8 @@ def test_failing_job_is_recorded_and_batch_goes_on(tmp_path):
     grid = _write_grid(tmp_path, {"stages": [2], "microbatches": [4], "mem_limit": [0.5, 4.0], "time_limit": [5]},
                        profile={"t_f": 1, "t_b": 1, "t_w": 1})
     out = tmp_path / "r.jsonl"
-    run = subprocess.run([sys.executable, "-m", "zbsolve", "grid", grid, "-o", out, "-j", "2", "-q"],
-                         capture_output=True, text=True)
-    assert run.returncode == 1, run.stderr
+    run = zbsolve("grid", grid, "-o", out, "-j", "2", "-q")
+    assert run.exit_code == 1, run.stderr
     records = {r["config"]["mem_limit"]: r for r in read_results(out)}
     assert records[0.5]["status"] == "error" and "InfeasibleError" in records[0.5]["error"]
     assert records[4.0]["status"] == "optimal"
@@ -309,18 +308,18 @@ def test_rerun_exits_1_on_recorded_failures_and_retry_failed_reruns_only_them(tm
     grid = _write_grid(tmp_path, {"stages": [2], "microbatches": [4], "mem_limit": [4.0, 8.0], "time_limit": [5]},
                        profile={"t_f": 1, "t_b": 1, "t_w": 1})
     out = tmp_path / "r.jsonl"
-    command = _grid_command(grid, out, "-j", 1)
+    command = ("grid", grid, "-o", out, "-j", 1)
     first = list(solve_grid(Grid.load(grid), output=out))
     with open(out, "a") as f:
         f.write(json.dumps({**first[0], "status": "error", "error": "RuntimeError: a lost worker"}) + "\n")
     assert [r["status"] for r in read_results(out)] == ["error", "optimal"]
 
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert rerun.returncode == 1 and "2 already done, 0 run, 1 failed" in _words(rerun.stderr), rerun.stderr
+    rerun = zbsolve(*command)
+    assert rerun.exit_code == 1 and "2 already done, 0 run, 1 failed" in _words(rerun.stderr), rerun.stderr
     assert out.read_text().count("\n") == 3
 
-    retry = subprocess.run(command + ["--retry-failed"], capture_output=True, text=True, timeout=60)
-    assert retry.returncode == 0 and "1 already done, 1 run, 0 failed" in _words(retry.stdout), retry.stderr
+    retry = zbsolve(*command, "--retry-failed")
+    assert retry.exit_code == 0 and "1 already done, 1 run, 0 failed" in _words(retry.stdout), retry.stderr
     lines = out.read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[-1])["hash"] == first[0]["hash"]
     assert [r["status"] for r in read_results(out)] == ["optimal", "optimal"]
@@ -373,10 +372,8 @@ def test_bad_input_exits_2_before_any_job(tmp_path, case):
     grid = _write_grid(tmp_path, {"solver": ["gurobi"] if case == "bad axis" else ["heuristic"]})
     out = tmp_path / "r.jsonl"
     options = {"bad axis": [], "output is a folder": [], "summary folder missing": ["--summary", tmp_path / "no/s.csv"]}
-    command = _grid_command(grid, tmp_path if case == "output is a folder" else out, *options[case])
-    run = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2, run.stderr
-    assert _words(run.stderr).startswith("error:") and "Traceback" not in run.stderr
+    run = zbsolve("grid", grid, "-o", tmp_path if case == "output is a folder" else out, *options[case])
+    assert failed_cleanly(run, 2).startswith("error:")
     assert {"bad axis": "gurobi", "output is a folder": "is a directory",
             "summary folder missing": "does not exist"}[case] in _words(run.stderr)
     assert not out.exists()
@@ -403,9 +400,8 @@ def test_a_grid_of_models_plans_each_setting(tmp_path):
     assert [(j.num_devices, j.num_microbatches, j.device_memory, j.placement) for j in jobs] == \
         [(2, 4, 16 * 2**30, "sequential"), (2, 8, 16 * 2**30, "sequential")]
     out, summary = tmp_path / "r.jsonl", tmp_path / "s.csv"
-    done = subprocess.run(_grid_command(grid, out, "-j", 1, "--summary", summary, "--schedules", tmp_path / "docs"),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = zbsolve("grid", grid, "-o", out, "-j", 1, "--summary", summary, "--schedules", tmp_path / "docs")
+    assert done.exit_code == 0, done.stderr
     records = read_results(out)
     assert sorted(r["config"]["num_microbatches"] for r in records) == [4, 8]
     for record in records:
@@ -414,8 +410,8 @@ def test_a_grid_of_models_plans_each_setting(tmp_path):
         # six built-ins on three splits, and on two of them with every block recomputed
         assert [b["recompute"] for b in record["baselines"]].count("none") == 18
         assert [b["recompute"] for b in record["baselines"]].count("full") == 12
-        check = subprocess.run([sys.executable, "-m", "zbsolve", "check", record["schedule"], "-q"], timeout=120)
-        assert check.returncode == 0
+        check = zbsolve("check", record["schedule"], "-q")
+        assert check.exit_code == 0, check.stderr
     assert "step_time" in summary.read_text().splitlines()[0]
 
 
