@@ -192,9 +192,9 @@ def test_grid_and_summarize(tmp_path):
 def test_profile_and_run(tmp_path):
     pytest.importorskip("torch", reason="torch is not installed (the torch extra)")
     prof, doc = tmp_path / "prof.yaml", tmp_path / "s.json"
-    run = process("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
-    assert run.returncode == 0, run.stderr
-    assert process("schedule", "zb-h1", "-p", 2, "-m", 4, "--profile", prof, "-o", doc, "-q").returncode == 0
+    profiled = zbsolve("profile", "--model", "gpt", "--stages", 2, "--repeats", 2, "--no-latency", "-o", prof, "-q")
+    assert profiled.exit_code == 0, profiled.stderr
+    assert zbsolve("schedule", "zb-h1", "-p", 2, "-m", 4, "--profile", prof, "-o", doc, "-q").exit_code == 0
     run = process("run", doc, "--steps", 2, "--check", "--json")
     assert run.returncode == 0, run.stderr
     rows = json.loads(run.stdout)

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from zbsolve.app.cli import app
 from zbsolve.base.errors import InputError
 from zbsolve.core.placement import sequential
-from zbsolve.core.profile import UNIT, Profile
+from zbsolve.core.profile import UNIT
 from zbsolve.core.schedule import BW, F, Pass, build, passes_of
 from zbsolve.core.simulator import simulate
 from zbsolve.core.transforms import torch_actions
@@ -123,15 +123,6 @@ def test_family_runs_with_exact_gradients(family: str, p: int, m: int) -> None:
     schedule = make_schedule(family, UNIT, p, m)
     rows = run_schedule(schedule, RunOptions(ModelSpec(hidden=16, seq_len=8), steps=2, check=True, batch_size=2 * m,
                                              timeout_s=30))
-    _check_rows(schedule, rows, 2)
-
-
-def test_optimizer_schedule_runs_with_exact_gradients() -> None:
-    from zbsolve.optimize.solve import solve
-
-    profile = Profile(t_f=1.0, t_b=1.0, t_w=1.0)
-    schedule = solve(profile, 2.0, num_microbatches=4, num_devices=2, solver="heuristic").schedule
-    rows = run_schedule(schedule, RunOptions(ModelSpec(hidden=16, seq_len=8), steps=2, check=True, timeout_s=30))
     _check_rows(schedule, rows, 2)
 
 
