@@ -46,6 +46,12 @@ def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     tables are laid out for 100 columns; a test that means a width sets COLUMNS itself."""
     monkeypatch.delenv("COLUMNS", raising=False)
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks first: each runs a kernel for tens of seconds, and with ``--dist loadgroup`` the workers take
+    tests in this order, so that the longest ones start at once rather than leave one worker busy at the end."""
+    items.sort(key=lambda item: item.path.suffix != ".ipynb")
+
+
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root: every path in the tests is built from it."""
 PROBLEMS = ROOT / "problems"
