@@ -3,6 +3,7 @@ placed by the plan and written as Megatron's ``m``, and V-shape plans whose pair
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import shlex
 
 import pytest
@@ -28,8 +29,9 @@ def model(config: dict) -> zbsolve.Model:
 
 def test_a_megatron_plan_places_the_mtp_layer_and_exports_it_as_m(tmp_path):
     """The plan for Megatron puts mtp.0 where its layout can say so, and the export writes it as m before L."""
-    result = zbsolve.plan(model(DEEPSEEK), num_devices=2, num_microbatches=4, device_memory="80GiB",
-                          target="megatron", time_limit=10, jobs=1)
+    with cf.ThreadPoolExecutor(1) as pool:  # candidates timed in this process: a worker's start costs more
+        result = zbsolve.plan(model(DEEPSEEK), num_devices=2, num_microbatches=4, device_memory="80GiB",
+                              target="megatron", time_limit=10, executor=pool)
     names = [layer.name for layer in result.costs.model.layers]
     last = result.costs.ranges[-1]
     assert "mtp.0" in names[last[0]:last[1]]
@@ -45,8 +47,9 @@ def test_a_megatron_plan_places_the_mtp_layer_and_exports_it_as_m(tmp_path):
 def test_a_vshape_plan_of_experts_is_timed_with_its_pairs_and_beats_no_baseline_that_fits(config):
     """Nearly all of an expert block's F and B is all-to-all, so an F&BW pair of two such stages hides the W and the
     computation beside it: the plan runs some F and B as pairs, each of two different stages."""
-    result = zbsolve.plan(model(config), num_devices=2, num_microbatches=6, device_memory="80GiB",
-                          placement="vshape", time_limit=300)  # the search ends long before: every baseline is timed
+    with cf.ThreadPoolExecutor(1) as pool:  # the search ends long before its limit: every baseline is timed
+        result = zbsolve.plan(model(config), num_devices=2, num_microbatches=6, device_memory="80GiB",
+                              placement="vshape", time_limit=300, executor=pool)
     timeline = simulate(result.timeline.schedule)
     assert timeline.makespan == pytest.approx(result.step_time)
     assert result.timeline.schedule.profile.communicates()
