@@ -22,14 +22,14 @@ def test_schedule_check_roundtrip(tmp_path):
     assert run.returncode == 0, run.stderr
     figures = json.loads(run.stdout)["1f1b"]
     assert figures["peak_memory"] == 4
-    check = process("check", out, "--json")
-    assert check.returncode == 0, check.stderr
+    check = zbsolve("check", out, "--json")
+    assert check.exit_code == 0, check.stderr
     assert json.loads(check.stdout)["makespan"] == figures["makespan"]
 
 
 def test_check_rejects_invalid_schedule(tmp_path):
     out = tmp_path / "s.json"
-    assert process("schedule", "1f1b", "-p", 2, "-m", 2, "-o", out, "-q").returncode == 0
+    assert zbsolve("schedule", "1f1b", "-p", 2, "-m", 2, "-o", out, "-q").exit_code == 0
     doc = json.loads(out.read_text())
     doc["devices"][0].pop()
     out.write_text(json.dumps(doc))
