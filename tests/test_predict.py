@@ -4,6 +4,7 @@ each other and with the simulator, refusals in one line naming the numbers."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -187,3 +188,42 @@ def test_the_overlapped_synchronisation_slows_the_backward_beside_it():
     assert tail.sync == pytest.approx(whole * 1.3 - 0.02) and tail.slowed == pytest.approx(0.2 * 0.02)
     assert tail.unslowed == pytest.approx(tail.sync + tail.optimizer)
     assert tail.seconds > device_tail(P, step_end(overlap_grad_reduce=True), Window(0.0, 0.02)).seconds
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_tables_read_at_80_and_120_columns(columns):
+    """Each table under a plain line naming it: no line wider than the terminal, every header word whole on one
+    line."""
+    from zbsolve.app.cli.predict import MEMORY_COLUMNS
+
+    run = CliRunner().invoke(app, ["predict", *ARGS], env={"COLUMNS": str(columns)})
+    assert run.exit_code == 0, run.output
+    lines = run.stdout.splitlines()
+    assert lines and all(len(line) <= columns for line in lines), run.stdout
+    assert lines[0].startswith("llama3-8b: 16 x h100") and not any(c in run.stdout for c in "┏┃│")
+    for header in (["figure", "value"], list(MEMORY_COLUMNS), ["part", "seconds", "share"]):
+        assert header in [line.split() for line in lines], header
+
+
+@pytest.mark.parametrize("memory, said", [
+    (None, r"yes: {need} of 79\.65 GiB \(device {device}\)$"),
+    ("3GiB", r"no: {need} of 3\.00 GiB \(device {device}\), {short} GiB short$"),
+])
+def test_the_fits_line_gives_the_busiest_device_s_need_and_configure_prints_the_same(memory, said):
+    """The fits line names the busiest device, what it needs (every part, the reserve included) of the device
+    memory and its shortfall; configure's table prints that same need for the configuration."""
+    from zbsolve.configure.result import Ranked
+    from zbsolve.present.configure_table import shown
+
+    c = SMALL if memory is None else SMALL.replace(device_memory=memory)
+    p = predict(c)
+    device, need = p.busiest()
+    assert need == pytest.approx(max(m.total for m in p.memory) / 2**30)
+    assert need > max(p.peak_memory_gib)  # the reserve's outside bytes included: not the allocator's peak
+    extra = [] if memory is None else ["--device-memory", memory]
+    run = CliRunner().invoke(app, ["predict", *ARGS, *extra])
+    assert run.exit_code == (0 if memory is None else 1), run.output
+    line = next(line for line in run.stdout.splitlines() if line.split()[:1] == ["fits"])
+    pattern = said.format(need=f"{need:.1f}", device=device, short=f"{need - 3:.1f}")
+    assert re.search(pattern, line), line
+    assert shown("peak GiB", Ranked(c, p, c.command()).row()["peak GiB"]) == f"{need:.1f}"

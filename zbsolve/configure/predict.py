@@ -130,6 +130,14 @@ class Prediction(Tabled):
                 "calibration": self.calibration, "memory_gib": [m.gib() for m in self.memory],
                 "shortfall_gib": list(self.shortfall_gib), "warnings": list(self.warnings)}
 
+    def busiest(self) -> tuple[int, float]:
+        """The pipeline device that needs the most memory and what it needs, GiB: every part, the reserve included
+        (``DeviceMemory.total``, what the fit compares with the device memory); the allocator's peak where the parts
+        are not given."""
+        needs = [m.total / 2**30 for m in self.memory] or list(self.peak_memory_gib)
+        device = max(range(len(needs)), key=needs.__getitem__)
+        return device, needs[device]
+
     def __repr__(self) -> str:
         fits = "fits" if self.fits else f"does not fit ({max(self.shortfall_gib, default=0):.2f} GiB short)"
         return (f"Prediction({self.step_time_s:.4g} s a step, {self.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "

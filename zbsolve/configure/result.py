@@ -106,9 +106,8 @@ class Timed:
 
 
 def predicted_memory_gib(p: Prediction) -> float:
-    """The memory ``predict`` prints for its busiest device: every part, the reserve included (``DeviceMemory.total``,
-    what the fit compares with the device memory), GiB; the allocator's peak where the parts are not given."""
-    return max((m.total / 2**30 for m in p.memory), default=max(p.peak_memory_gib))
+    """The memory ``predict`` prints for its busiest device (``Prediction.busiest``), GiB."""
+    return p.busiest()[1]
 
 
 def why_loses(candidate: Ranked, best: Ranked) -> str:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
+from rich import box
 from rich.table import Table
 
 from zbsolve.core.measures import BUBBLES_NOTE
@@ -88,6 +89,17 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str
     table = Table(title=title, caption=caption, caption_justify="left")
     for name in columns:
         table.add_column(name, justify="right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A table of rows already formatted as text, every column right-aligned, without a title (the caller prints it as
+    a line above) and without rules between its columns, its headers never wrapped: narrow enough for 80 columns."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0))
+    for name in columns:
+        table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     return table

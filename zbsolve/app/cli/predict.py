@@ -13,7 +13,7 @@ from zbsolve.app.cli.common import CONFIG, JSON, app, cli_errors, err, out
 from zbsolve.app.cli.options import setup_options
 from zbsolve.base.errors import InputError
 from zbsolve.configure.predict import Configuration, Prediction
-from zbsolve.present.tables import text_table
+from zbsolve.present.tables import plain_table
 
 
 @app.command()
@@ -47,7 +47,8 @@ def predict(
 
 
 def show(c: Configuration, p: Prediction, config: Path) -> None:
-    """Print ``p``'s figures, each device's memory by part and the step's breakdown."""
+    """Print ``p``'s figures, each device's memory by part and the step's breakdown: each table under a line that
+    names it, narrow enough for 80 columns."""
     from zbsolve.configure.predict import BREAKDOWN_NOTE
 
     title = (f"{escape(config.stem)}: {c.gpus} x {c.gpu}, {c.dtype}, tp {c.tp} pp {c.pp} vp {c.vp} dp {p.dp} "
@@ -55,19 +56,28 @@ def show(c: Configuration, p: Prediction, config: Path) -> None:
              f"{c.global_batch} (m = {p.num_microbatches}), {p.schedule}")
     rows = [("step time", f"{p.step_time_s:.4f} s"), ("tokens/s/GPU", f"{p.tokens_per_s_per_gpu:,.0f}"),
             ("model TFLOP/s/GPU", f"{p.model_tflops_per_gpu:.1f}"),
-            ("MFU", f"{100 * p.mfu:.1f}% of {p.peak_flops / 1e12:.0f} TFLOP/s"),
-            ("fits", f"{'yes' if p.fits else 'no'} ({p.device_memory_gib:.2f} GiB a device)")]
-    out.print(text_table(("figure", "value"), rows, title), highlight=False)
-    out.print(text_table(MEMORY_COLUMNS, memory_rows(p), "memory per device, GiB"), highlight=False)
-    out.print(text_table(("part", "seconds", "share"), [(name, f"{t:.4f}", f"{100 * t / p.step_time_s:.1f}%")
-                                                        for name, t in p.breakdown.items()], "breakdown"),
-              highlight=False)
+            ("MFU", f"{100 * p.mfu:.1f}% of {p.peak_flops / 1e12:.0f} TFLOP/s"), ("fits", fit_line(p))]
+    for line, table in ((title, plain_table(("figure", "value"), rows)),
+                        ("memory per device, GiB", plain_table(MEMORY_COLUMNS, memory_rows(p))),
+                        ("breakdown of the step", plain_table(("part", "seconds", "share"), [
+                            (name, f"{t:.4f}", f"{100 * t / p.step_time_s:.1f}%") for name, t in p.breakdown.items()]))):
+        out.print(line if line == title else f"\n{line}", highlight=False)
+        out.print(table, highlight=False)
     out.print(f"partition (layers per stage): {','.join(map(str, p.counts))}; {BREAKDOWN_NOTE}", highlight=False,
-              markup=False, soft_wrap=True)
-    out.print(p.calibration, highlight=False, markup=False, soft_wrap=True)
+              markup=False)
+    out.print(p.calibration, highlight=False, markup=False)
 
 
-MEMORY_COLUMNS = ("device", "weights", "grads", "optim", "activ", "recomp", "logits", "buffers", "reserve", "total",
+def fit_line(p: Prediction) -> str:
+    """Whether ``p`` fits, with its busiest device's memory (every part, the reserve included: the figure
+    ``configure``'s table prints), the device memory and that device: "yes: 70.7 of 79.65 GiB (device 0)", or
+    "no: 101.4 of 79.65 GiB (device 1), 21.8 GiB short"."""
+    device, need = p.busiest()
+    short = "" if p.fits else f", {max(p.shortfall_gib, default=need - p.device_memory_gib):.1f} GiB short"
+    return f"{'yes' if p.fits else 'no'}: {need:.1f} of {p.device_memory_gib:.2f} GiB (device {device}){short}"
+
+
+MEMORY_COLUMNS = ("dev", "weights", "grads", "optim", "activ", "recomp", "logits", "buffers", "reserve", "total",
                   "short")
 """The memory table's columns: a device, its parts (``memory_parts.PARTS``), their sum and the GiB it lacks."""
 
