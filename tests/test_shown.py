@@ -114,6 +114,35 @@ def test_compare_names_the_units_its_profile_states(profile, time, memory):
     assert "makespan" not in text
 
 
+@pytest.mark.parametrize("profile, time, memory", [
+    (None, "units of T_F", "units of M_B"),
+    (ICLR, "us", "Table 1 units"),
+])
+def test_one_document_is_in_one_unit_in_schedule_check_plot_and_solve(profile, time, memory, tmp_path,
+                                                                       monkeypatch):
+    """The document states its profile's units as a problem file does (``time_unit``, ``memory_unit``): ``check``
+    and ``plot`` name them as ``schedule`` and ``solve`` did; a document that states none is in "profile's unit"."""
+    import zbsolve.present.plot as plot_module
+
+    given = ("--profile", profile) if profile else ()
+    doc, solved = tmp_path / "s.json", tmp_path / "solved.json"
+    shown = joined(zbsolve("schedule", "zb-h1", "-p", 4, "-m", 8, *given, "-o", doc, columns=WIDE).stdout)
+    checked = joined(zbsolve("check", doc, columns=WIDE).stdout)
+    for text in (shown, checked):
+        assert f"step time with barrier ({time})" in text and f"peak activations ({memory})" in text, text
+        assert "profile's unit" not in text
+    drawn = []
+    monkeypatch.setattr(plot_module, "save_figure", lambda figure, path: drawn.append(figure))
+    assert zbsolve("plot", doc, "-o", tmp_path / "s.png").exit_code == 0
+    assert drawn[0].axes[0].get_xlabel() == f"time ({time})"
+    if profile is not None:  # solve takes a problem file (the unit profile has none)
+        assert zbsolve("solve", profile, "--solver", "heuristic", "-o", solved, "-q").exit_code == 0
+        assert f"step time with barrier ({time})" in joined(zbsolve("check", solved, columns=WIDE).stdout)
+    data = json.loads(doc.read_text())
+    doc.write_text(json.dumps({k: v for k, v in data.items() if not k.endswith("_unit")}))
+    assert "step time with barrier (profile's unit)" in joined(zbsolve("check", doc, columns=WIDE).stdout)
+
+
 def test_a_preset_s_device_memory_reads_in_gib_and_gb():
     """The h100 preset's 81,559 MiB (what the device reports): 79.65 GiB, 85.52 GB; the tour's 80GiB likewise."""
     preset = joined(zbsolve("solve", LLAMA, "-p", 8, "-m", 16, "--solver", "heuristic").stdout)

@@ -130,11 +130,12 @@ class SolveResult(Shown, Exportable):
             figures["peak_memory"] = list(self.peak_memory)
         return {**figures, "solve_time": self.solve_time, "interrupted": self.interrupted}
 
-    def to_json(self, path: str | Path | None = None) -> dict:
-        """The schedule document with a "solver" section (and the costs' "partition" and "device_memory");
-        written to ``path`` (whole or not at all) when given."""
+    def to_json(self, path: str | Path | None = None, **stated: str) -> dict:
+        """The schedule document with a "solver" section (and the costs' "partition" and "device_memory"), and the
+        keys ``stated`` (the profile's ``time_unit`` and ``memory_unit``, docs/schedule-format.md); written to
+        ``path`` (whole or not at all) when given."""
         extra = {**(costs_section(self.costs) if self.costs is not None else {}),
-                 "solver": {**self.summary(), "log": self.solver_log}}
+                 "solver": {**self.summary(), "log": self.solver_log}, **stated}
         return to_document(self.timeline, **extra) if path is None else write_document(self.timeline, path, **extra)
 
 

@@ -3,7 +3,8 @@ the command line's tables, the results' own tables (terminal and Jupyter) and th
 
 A model's times are seconds and its memory bytes (shown in GiB); a problem file states its units (``time_unit``,
 ``memory_unit``: the paper's problems are in microseconds and Table 1's units); the unit profile's are T_F's and M_B's;
-any other profile's are named as "profile's unit".
+a schedule document states its profile's under the same keys (docs/schedule-format.md); any other profile's are
+named as "profile's unit".
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ from zbsolve.base.interrupt import exit_code, signals_as_interrupt
 from zbsolve.base.parallel import paused_for_pools
 from zbsolve.core.measures import BUBBLES_NOTE
 from zbsolve.core.profile import UNIT, Profile
+from zbsolve.io.document import Loaded
 from zbsolve.optimize.result import status_text
-from zbsolve.present.figures import UNIT_PROFILE, Units, shown
+from zbsolve.present.figures import UNIT_PROFILE, UNKNOWN, Units, shown
 from zbsolve.present.tables import LAYER_LABELS, PER_DEVICE, device_memory_table, figures_table
 from zbsolve.problem.costs import Costs
 
@@ -219,6 +220,20 @@ def file_units(path: Optional[Path]) -> Units:
         return UNIT_PROFILE
     data = load_mapping(path)
     return Units.of(None, str(data.get("time_unit") or ""), str(data.get("memory_unit") or ""))
+
+
+def unit_keys(units: Units) -> dict[str, str]:
+    """What a schedule document states of its profile's units, as a problem file does (``time_unit``,
+    ``memory_unit``), those known: none of memory where its figures are bytes (shown in GiB)."""
+    stated = {"time_unit": units.time, "memory_unit": "" if units.in_bytes else units.memory}
+    return {key: value for key, value in stated.items() if value and value != UNKNOWN}
+
+
+def document_units(loaded: Loaded) -> Units:
+    """The units of a schedule document's figures: seconds and GiB where its costs are a model's or in bytes, else
+    as its ``time_unit`` and ``memory_unit`` state them (``unit_keys``), "profile's unit" where it states none."""
+    data = loaded.data
+    return Units.of(loaded.costs, str(data.get("time_unit") or ""), str(data.get("memory_unit") or ""))
 
 
 def print_result(summary: dict[str, object], costs: Optional[Costs], title: str, *, units: Optional[Units] = None,

@@ -9,7 +9,17 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, app, cli_errors, err, out, output_option, print_result
+from zbsolve.app.cli.common import (
+    JSON,
+    QUIET,
+    app,
+    cli_errors,
+    document_units,
+    err,
+    out,
+    output_option,
+    print_result,
+)
 from zbsolve.base.files import check_output
 from zbsolve.core.simulator import simulate
 from zbsolve.io.document import drift_matters, load_document, planned_drift
@@ -40,7 +50,8 @@ def check(file: Path = typer.Argument(..., help="Schedule document (JSON)."), as
     if as_json:
         print(json.dumps({"valid": True, "name": sched.name, **figures, "planned_drift": drift}, indent=1))
         return
-    print_result({"name": escape(sched.name), **figures}, costs, f"{escape(str(file))}: valid")
+    print_result({"name": escape(sched.name), **figures}, costs, f"{escape(str(file))}: valid",
+                 units=document_units(loaded))
     if drift_matters(drift, timeline):
         out.print(f"note: planned times differ from the as-soon-as-possible timing by up to {drift:g}")
 
@@ -59,7 +70,7 @@ def plot(file: Path = typer.Argument(..., help="Schedule document (JSON)."),
 
     check_chart_path(output, "--output", [file])
     loaded = load_document(file, "zbsolve plot")
-    save_chart(simulate(loaded.schedule), output, memory=memory, costs=loaded.costs)
+    save_chart(simulate(loaded.schedule), output, memory=memory, costs=loaded.costs, units=document_units(loaded))
     if not quiet:
         out.print(f"wrote {output}", markup=False)
 

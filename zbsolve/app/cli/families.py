@@ -23,6 +23,7 @@ from zbsolve.app.cli.common import (
     file_units,
     out,
     read_profile,
+    unit_keys,
 )
 from zbsolve.app.cli.groups import grouped
 from zbsolve.base.checks import check_size
@@ -74,16 +75,16 @@ def schedule(family: str = typer.Argument(..., help=f"Family: {', '.join(FAMILIE
     if chart:
         from zbsolve.present.plot import check_chart_path
         check_chart_path(chart, "--chart", [profile])
-    timeline = simulate(make_schedule(family, read_profile(profile), p, m))
+    timeline, units = simulate(make_schedule(family, read_profile(profile), p, m)), file_units(profile)
     if output:
-        write_document(timeline, output)
+        write_document(timeline, output, **unit_keys(units))
     if chart:
         from zbsolve.present.plot import save_chart
-        save_chart(timeline, chart, memory=True)
+        save_chart(timeline, chart, memory=True, units=units)
     if as_json and not quiet:
         print(json.dumps({family: timeline.figures()}, indent=1))
     elif not quiet:
-        out.print(figures_table(shown(timeline.figures(), file_units(profile)), f"{family}: p={p}, m={m}",
+        out.print(figures_table(shown(timeline.figures(), units), f"{family}: p={p}, m={m}",
                                 BUBBLES_NOTE))
 
 

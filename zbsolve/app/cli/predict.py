@@ -57,10 +57,10 @@ def show(c: Configuration, p: Prediction, config: Path) -> None:
     rows = [("step time", f"{p.step_time_s:.4f} s"), ("tokens/s/GPU", f"{p.tokens_per_s_per_gpu:,.0f}"),
             ("model TFLOP/s/GPU", f"{p.model_tflops_per_gpu:.1f}"),
             ("MFU", f"{100 * p.mfu:.1f}% of {p.peak_flops / 1e12:.0f} TFLOP/s"), ("fits", fit_line(p))]
+    parts = [(name, f"{t:.4f}", f"{100 * t / p.step_time_s:.1f}%") for name, t in p.breakdown.items()]
     for line, table in ((title, plain_table(("figure", "value"), rows)),
                         ("memory per device, GiB", plain_table(MEMORY_COLUMNS, memory_rows(p))),
-                        ("breakdown of the step", plain_table(("part", "seconds", "share"), [
-                            (name, f"{t:.4f}", f"{100 * t / p.step_time_s:.1f}%") for name, t in p.breakdown.items()]))):
+                        ("breakdown of the step", plain_table(("part", "seconds", "share"), parts))):
         out.print(line if line == title else f"\n{line}", highlight=False)
         out.print(table, highlight=False)
     out.print(f"partition (layers per stage): {','.join(map(str, p.counts))}; {BREAKDOWN_NOTE}", highlight=False,

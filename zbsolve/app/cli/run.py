@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, err, out, output_option, wide
+from zbsolve.app.cli.common import JSON, QUIET, WIDE, app, cli_errors, document_units, err, out, output_option, wide
 from zbsolve.app.cli.groups import grouped
 from zbsolve.base.errors import InputError
 from zbsolve.base.files import check_output
 from zbsolve.io.document import load_document
+from zbsolve.present.figures import Units
 from zbsolve.present.tables import text_table
 
 if TYPE_CHECKING:
@@ -93,13 +94,12 @@ def run(file: Path = typer.Argument(..., help="Schedule document (JSON)."), *, a
 
     rows = run_schedule(sched, options, warn)
     if not quiet and lead:
-        _print_run(rows, file, loaded.costs, as_json, whole)
+        _print_run(rows, file, document_units(loaded), as_json, whole)
 
 
-def _print_run(rows: list[dict[str, Any]], file: Path, costs: Optional[Costs], as_json: bool, whole: bool) -> None:
-    """The run's ``rows`` as JSON, or measured beside simulated: times and memory per rank, or (``whole``) one table
-    of every column."""
-    from zbsolve.present.figures import Units
+def _print_run(rows: list[dict[str, Any]], file: Path, units: Units, as_json: bool, whole: bool) -> None:
+    """The run's ``rows`` as JSON, or measured beside simulated (the document's figures in its ``units``): times and
+    memory per rank, or (``whole``) one table of every column."""
     from zbsolve.present.run_report import (
         MEMORY_COLUMNS,
         REPORT_COLUMNS,
@@ -113,7 +113,7 @@ def _print_run(rows: list[dict[str, Any]], file: Path, costs: Optional[Costs], a
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    note, units, name = report_note(rows), Units.of(costs), escape(str(file))
+    note, name = report_note(rows), escape(str(file))
     if whole:
         wide.print(text_table(REPORT_COLUMNS, report_table(rows, units), f"{name}: measured vs simulated",
                               None if note is None else escape(note)))

@@ -24,6 +24,7 @@ from zbsolve.app.cli.common import (
     print_result,
     progress,
     time_limit_option,
+    unit_keys,
 )
 from zbsolve.app.cli.groups import grouped
 from zbsolve.app.cli.options import setup_options
@@ -154,7 +155,7 @@ def _write(result: SolveResult, title: str, units: Units, output: Optional[Path]
     the solve or the writing was interrupted (one line on stderr says what was written)."""
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
         if output:
-            result.to_json(output)
+            result.to_json(output, **unit_keys(units))
         if chart:
             save_chart(result.timeline, chart, memory=True, costs=result.costs, title=title, units=units)
     interrupted = result.interrupted or bool(late)
