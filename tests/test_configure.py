@@ -7,22 +7,23 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import json
+import re
 import shlex
 import threading
 import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, failed_cleanly, zbsolve
 from typer.testing import CliRunner
 
 from zbsolve.app.cli import app
 from zbsolve.base.checks import exceeds
-from zbsolve.base.errors import InputError
+from zbsolve.base.errors import InfeasibleError, InputError
 from zbsolve.base.units import MIB
 from zbsolve.configure import choose as configure_module
 from zbsolve.configure import search as configure_search
 from zbsolve.configure import space as configurations
-from zbsolve.configure.bounds import ModelAsOneStage, group_bound, group_fits
+from zbsolve.configure.bounds import ModelAsOneStage, group_bound, group_fits, group_need
 from zbsolve.configure.choose import configure
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.configure.result import predicted_memory_gib
@@ -479,7 +480,8 @@ def test_a_search_with_nothing_timed_that_fits_says_whether_it_finished():
                               time.monotonic() + NEVER, lambda line: None)
     with cf.ThreadPoolExecutor(1) as pool:
         finished.run(pool, 1)
-    with pytest.raises(InfeasibleError, match=r"^no configuration fits h100's memory .*try more GPUs"):
+    with pytest.raises(InfeasibleError, match=r"^no configuration fits device_memory 8\.00 MiB a device \(as given\): "
+                                              r"the \d+ pruned for memory need at least .*try more GPUs"):
         finished.ranked()
 
 
@@ -516,3 +518,54 @@ def test_a_pool_starts_its_workers_while_the_progress_display_is_paused(monkeypa
         parallel.shutdown_pool(pool, True)
         redraw.stop()
     assert not parallel._PAUSES
+
+
+def _least_group_need(space: Space) -> float:
+    """The least ``group_need`` of every group ``group_fits`` prunes, every model estimated (no size skipped)."""
+    needs = []
+    for shape in (shape for shape in shapes(space) if shape_refusal(space, shape) is None):
+        for size, zero in itertools.product(space.menus()["microbatch_size"], space.menus()["zero"]):
+            c = space.configuration(microbatch_size=size, zero=zero, **shape)
+            try:
+                whole = ModelAsOneStage(configured_model(c, degrees(c)[0]))
+            except InputError:
+                continue
+            needs += [group_need(whole, c.replace(recompute=choice)) for choice in decided_choices(space.target,
+                                                                                                      whole.model)
+                      if group_fits(whole, c.replace(recompute=choice)) is not None]
+    return min(needs)
+
+
+def test_a_search_that_prunes_everything_for_memory_names_the_memory_and_the_least_need(monkeypatch):
+    """The refusal names the device memory used, as given, not the GPU preset, and the least a configuration needs
+    by the bound that pruned it, with the shortfall."""
+    pool = cf.ThreadPoolExecutor(1)
+    monkeypatch.setattr(configure_module, "make_executor", lambda spec, jobs: (pool, lambda finished: None))
+    done = zbsolve("configure", DENSE, "--gpus", 4, "--global-batch", 16, "--seq-len", 256, "--device-memory",
+                   "8MiB", "--reserve", 0)
+    line = failed_cleanly(done, 1)
+    assert "fits device_memory 8.00 MiB a device (as given): the 810 pruned for memory need at least " in line
+    assert "h100" not in line and "0 timed" in line
+    need = float(re.search(r"need at least ([\d.]+) MiB a device by the bound that pruned them", line)[1])
+    assert f"{need - 8:.2f} MiB short" in line
+    least = _least_group_need(Space.of(DENSE, gpus=4, global_batch=16, seq_len=256, device_memory=8 * MIB,
+                                       reserve=0))
+    assert need == pytest.approx(least / MIB, abs=0.005)
+
+
+def test_where_what_is_timed_does_not_fit_the_refusal_gives_the_closest_s_need_and_shortfall(monkeypatch):
+    """With the order's memory test let through, ``predict`` times configurations that do not fit: the refusal
+    names the one needing the least on its busiest device (``Prediction.busiest``), and what it lacks."""
+    monkeypatch.setattr(configurations, "order_fits", lambda *args: True)
+    space = Space.of(DENSE, **{**SMALL, "device_memory": int(11.5 * MIB)})
+    with cf.ThreadPoolExecutor(1) as pool, pytest.raises(InfeasibleError) as refused:
+        configure(DENSE, **{**SMALL, "device_memory": int(11.5 * MIB)}, top=TOP, refine=0, time_limit=60,
+                  executor=pool)
+    line = str(refused.value)
+    found = re.search(r"the closest timed, (.+?), needs ([\d.]+) MiB on its busiest device, ([\d.]+) MiB short", line)
+    assert found and "device_memory 11.50 MiB a device (as given)" in line, line
+    assert float(found[2]) - float(found[3]) == pytest.approx(11.5, abs=0.011)
+    timed = [predict(one.configuration) for group in groups(space) if isinstance(group, Group)
+             for one in assess(space, group) if isinstance(one, Assessed)]
+    assert timed and not any(p.fits for p in timed)
+    assert float(found[2]) == pytest.approx(min(p.busiest()[1] for p in timed) * 1024, abs=0.005)

@@ -46,3 +46,8 @@ def gib(size: float) -> float:
 def mib(size: float) -> float:
     """``size`` bytes in MiB."""
     return size / MIB
+
+
+def size_text(size: float) -> str:
+    """``size`` bytes as text: GiB to two decimals, MiB below 1 GiB ("19.72 GiB", "12.50 MiB")."""
+    return f"{gib(size):.2f} GiB" if abs(size) >= GIB else f"{mib(size):.2f} MiB"

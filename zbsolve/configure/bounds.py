@@ -91,6 +91,13 @@ def group_fits(whole: ModelAsOneStage, c: Configuration) -> str | None:
             f"over pp = {c.pp}")
 
 
+def group_need(whole: ModelAsOneStage, c: Configuration) -> float:
+    """The bytes the heaviest device of ``c`` needs at least, whatever the split and virtual stages: the average static
+    bytes, the average of what every layer's F keeps and the reserve (``group_fits``' bound)."""
+    average, static, kept = _average(whole, c)
+    return static + kept + average.reserve
+
+
 def group_likely(whole: ModelAsOneStage, c: Configuration, num_microbatches: int) -> bool:
     """A guess, no bound (``likely_fits`` on average): whether the average device of ``c`` over its ``pp`` ranks fits
     its static bytes and what every layer's F keeps for as many microbatches as there are ranks (at most
@@ -144,6 +151,12 @@ def order_fits(profile: Profile, costs: Costs, name: str, pp: int, num_microbatc
     (the costs' reserve), with the pipeline buffers and fragmentation besides: where this test fails, ``predict``
     says the configuration does not fit."""
     return costs.first_over(order_peaks(profile, name, pp, num_microbatches, vp)) is None
+
+
+def order_need(profile: Profile, costs: Costs, name: str, pp: int, num_microbatches: int, vp: int) -> float:
+    """The bytes the busiest device needs at order ``name``'s peak: its static bytes, that peak (``order_peaks``) and
+    the reserve (``order_fits``' bound)."""
+    return max(costs.needed(order_peaks(profile, name, pp, num_microbatches, vp)))
 
 
 def likely_fits(profile: Profile, placement: Placement, costs: Costs, num_microbatches: int) -> bool:

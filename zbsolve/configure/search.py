@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zbsolve.base.errors import InfeasibleError, InputError, ZbsolveError
-from zbsolve.configure.predict import Configuration, Prediction, predict
+from zbsolve.base.units import GIB, size_text
+from zbsolve.configure.predict import Configuration, Prediction, degrees, predict
 from zbsolve.configure.result import Counts, Ranked, Timed
 from zbsolve.configure.runtime_rules import runtime_warnings
 from zbsolve.configure.space import (
@@ -96,6 +97,8 @@ class BranchAndBound:
         """The longest a job has taken, where it ran (its queue not counted): no job starts that would still run
         at the deadline were it as long."""
         self.first_refusal = ""
+        self.least_need = float("inf")
+        """The fewest bytes a device needs of what was pruned for memory, by the bound that pruned it."""
         self.pushed = itertools.count()
         for shape in shapes(space):
             refusal = shape_refusal(space, shape)
@@ -120,6 +123,8 @@ class BranchAndBound:
 
     def _drop(self, dropped: Dropped) -> None:
         self.tally["pruned_memory" if dropped.memory else "invalid"] += dropped.size
+        if dropped.memory:
+            self.least_need = min(self.least_need, dropped.need)
         self.first_refusal = self.first_refusal or dropped.why
 
     def _push(self, bound: float, item: Group | Assessed) -> None:
@@ -237,6 +242,7 @@ class BranchAndBound:
                     self._drop(one)
                 elif not one.fits:
                     self.tally["pruned_memory"] += 1
+                    self.least_need = min(self.least_need, one.need)
                 else:
                     self._push(one.bound, one)
         elif isinstance(outcome, Dropped):
@@ -265,18 +271,39 @@ class BranchAndBound:
                 for _, _, c, p in self.fitting[:self.top]]
 
     def _none_fits(self) -> str:
-        """Why no configuration is ranked: none timed fits where the search finished; else what was left untimed
-        (a configuration that fits may be among them), and that a longer time limit times more."""
-        counts = self.counts(0)
+        """Why no configuration is ranked: none timed fits the device memory used (given, or the preset's) where the
+        search finished; else what was left untimed (a configuration that fits may be among them), and that a longer
+        time limit times more. Each says what the configuration timed closest to fitting lacks and the least that
+        those pruned for memory need (``_shortfalls``)."""
+        counts, s, why = self.counts(0), self.space.setup, "; ".join(self._shortfalls())
+        given = "as given" if s.device_memory is not None else f"{s.gpu}'s"
+        memory = f"device_memory {size_text(s.memory)} a device ({given})"
         if not (any(self.heaps) or self.shapes):
-            return (f"no configuration fits {self.space.setup.gpu}'s memory (the search's counts: {counts.line()}); "
-                    "try more GPUs, or another target")
+            return (f"no configuration fits {memory}{': ' * bool(why)}{why} (the search's counts: {counts.line()}); "
+                    "try more GPUs, a larger device memory, or another target")
         left = ", ".join(part for n, part in ((counts.untimed, f"{counts.untimed} configurations left untimed"),
                                               (counts.unenumerated, f"{counts.unenumerated} not enumerated")) if n)
         timed = ("nothing was timed" if not counts.timed else
-                 f"none of the {counts.timed} configurations timed fits {self.space.setup.gpu}'s memory")
-        return (f"{timed} before the time limit ({left}; the search's counts: {counts.line()}); a longer time limit "
-                "(--time-limit) times them")
+                 f"none of the {counts.timed} configurations timed fits {memory}")
+        said = "" if not why else f"; {why}" if counts.timed else f"; {memory}: {why}"
+        return (f"{timed} before the time limit ({left}; the search's counts: {counts.line()}){said}; a longer time "
+                "limit (--time-limit) times them")
+
+    def _shortfalls(self) -> list[str]:
+        """What the configuration timed closest to fitting needs on its busiest device and lacks, and the least that
+        those pruned for memory need by the bound that pruned them."""
+        why = []
+        closest = min((t for t in self.timed if not t.fits), key=lambda t: t.memory_gib, default=None)
+        if closest is not None:
+            c, need = closest.configuration, closest.memory_gib * GIB
+            why.append(f"the closest timed, {label(c, degrees(c)[0])}, needs {size_text(need)} on its busiest "
+                       f"device, {size_text(need - c.memory)} short")
+        if self.least_need < float("inf"):
+            why.append(f"the {self.tally['pruned_memory']} pruned for memory need at least "
+                       f"{size_text(self.least_need)} a device by the bound that pruned them (static bytes, the "
+                       f"activations held and the reserve), {size_text(self.least_need - self.space.setup.memory)} "
+                       "short")
+        return why
 
     def counts(self, refined: int) -> Counts:
         """The counts, what is left in the heaps pruned by the bound where it is no shorter than ``kth``, the

@@ -31,7 +31,9 @@ from zbsolve.configure.bounds import (
     group_bound,
     group_fits,
     group_likely,
+    group_need,
     order_fits,
+    order_need,
     step_bound,
 )
 from zbsolve.configure.predict import Configuration, configured_model, degrees
@@ -126,6 +128,8 @@ class Dropped:
     """The refusal, in one line."""
     memory: bool = False
     """Pruned for memory (``group_fits``), else invalid."""
+    need: float = 0.0
+    """Pruned for memory: the bytes a device needs at least by the bound that pruned them (``group_need``)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,8 @@ class Assessed:
     """Whether it is recipe-shaped (``recipe_shaped``): timed before the long tail."""
     warnings: tuple[str, ...] = ()
     """What the target's runtime warns of it, each with its rule's source (``runtime_rules``)."""
+    need: float = 0.0
+    """Where it does not fit by ``order_fits``: the bytes its busiest device needs by that bound (``order_need``)."""
 
 
 def _powers(most: int) -> tuple[int, ...]:
@@ -240,7 +246,7 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
     the same at every size and level: ``decided_choices``)."""
     menus, blocks, target = space.menus(), space.blocks(), space.target
     count = len(decided_choices(target))  # a refused group's choices, with the menu of any model
-    pruned: dict[str, tuple[int, str]] = {}  # choice: the least micro-batch size pruned so far, and why
+    pruned: dict[str, tuple[int, str, float]] = {}  # choice: the least micro-batch size pruned so far, why, the need
     choices: tuple[str, ...] = ()
     out: list[Group | Dropped] = []
     for zero in (z for z in ZERO_ORDER if z in menus["zero"]):
@@ -251,7 +257,8 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                 dp, m = degrees(c)
                 if choices and all(x in pruned and pruned[x][0] <= size for x in choices):
                     out.append(Dropped(len(vps) * len(choices), f"{pruned[choices[0]][1]}, and so at any larger "
-                                       "micro-batch size or less sharded ZeRO", memory=True))
+                                       "micro-batch size or less sharded ZeRO", True,
+                                       min(pruned[x][2] for x in choices)))
                     continue
                 model = configured_model(c, dp)
                 if target == TORCHTITAN.name:
@@ -263,7 +270,7 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
             for choice in choices:
                 chosen = c.model_copy(update={"recompute": choice})
                 if choice in pruned and pruned[choice][0] <= size:
-                    out.append(Dropped(len(vps), pruned[choice][1], memory=True))
+                    out.append(Dropped(len(vps), pruned[choice][1], True, pruned[choice][2]))
                     continue
                 try:
                     short = group_fits(whole, chosen)
@@ -271,8 +278,9 @@ def shape_groups(space: Space, shape: dict[str, int]) -> list[Group | Dropped]:
                     out.append(Dropped(len(vps), str(exc)))
                     continue
                 if short is not None:
-                    pruned[choice] = size, f"{short} (micro-batch size {size}, ZeRO {zero})"  # none smaller before
-                    out.append(Dropped(len(vps), short, memory=True))
+                    need = group_need(whole, chosen)  # those pruned after it, larger or less sharded, need more
+                    pruned[choice] = size, f"{short} (micro-batch size {size}, ZeRO {zero})", need  # none smaller
+                    out.append(Dropped(len(vps), short, True, need))
                     continue
                 recompute = parse_recompute(choice)
                 paired = any(TARGETS[target].schedule_of(model, c.pp, vp, recompute) == COMBINED for vp in vps)
@@ -308,11 +316,12 @@ def assess(space: Space, group: Group) -> list[Assessed | Dropped]:
                 raise InputError(refusal)
             warnings = runtime_warnings(space.target, c)
             fits = order_fits(profile, costs, name, base.pp, group.num_microbatches, vp)
+            need = 0.0 if fits else order_need(profile, costs, name, base.pp, group.num_microbatches, vp)
         except ZbsolveError as exc:
             out.append(Dropped(1, str(exc)))
             continue
         out.append(Assessed(c, step_bound(profile, placement, group.num_microbatches, name == COMBINED), fits,
-                            fits, group.first, warnings))
+                            fits, group.first, warnings, need))
     return out
 
 
