@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,12 @@ def test_each_page_has_examples_to_replay_and_some_left_out():
 
 
 def test_the_quick_start_and_the_tour_run_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A command both pages show runs once, where it first comes."""
+    """A command both pages show runs once, where it first comes. Its worker processes start as the ``zbsolve``
+    script's do, forked (``base.parallel.start_method``), not spawned as under ``python -m pytest``: a spawned worker
+    imports torch again, on the plans' time limits."""
     (tmp_path / "problems").symlink_to(ROOT / "problems")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
     replayed: list[str] = []
     for line in (line for page in PAGES for line in commands(page)):
         if line in replayed:
