@@ -53,7 +53,7 @@ class Configuration(Setup):
     OPTIONS: ClassVar[tuple[str, ...]] = (
         "seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep", "zero",
         "layout", "partition", "schedule", "recompute", "device_memory", "reserve", "runtime", "dispatcher",
-        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "calibration")
+        "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "compile", "calibration")
     """The fields ``zbsolve predict`` takes as options, in the order its command line writes them."""
 
     config: Union[str, Path]

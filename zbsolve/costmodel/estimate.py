@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zbsolve.base.errors import InputError
-from zbsolve.costmodel import context, counting, moe, recompute_modules
+from zbsolve.costmodel import context, counting, eager, moe, recompute_modules
 from zbsolve.costmodel.block import Part, core_flops
 from zbsolve.costmodel.communication import expert_exchange, group_link, link_of, ring_step, tp_collective
 from zbsolve.costmodel.constants import (
@@ -159,6 +159,9 @@ def _check(arch: Architecture, setup: Setup) -> None:
     moe.check(arch, setup.method, tp * setup.replicas if setup.zero else 0, setup.ep, setup.a2a_link,
               setup.dispatcher)
     context.check(setup.seq_len, setup.cp, setup.flash_attention, setup.method)
+    if not setup.compile and not eager.takes(arch):
+        raise InputError("compile = False: eager kernels are counted for torchtitan's Llama block alone (dense, "
+                         "grouped-query attention without q/k norms or biases, a SwiGLU MLP)")
     if arch.positions and setup.seq_len > arch.positions:
         raise InputError(f"seq_len = {setup.seq_len}: the config has {arch.positions} learned positions")
     for what, value in moe.split_by_tp(arch):
@@ -238,8 +241,12 @@ def _dense_layers(config: dict | str | Path, arch: Architecture, shard: Shard, e
     windows = saving_windows(arch, seq_len, flash_attention)
     kinds = list(dict.fromkeys(windows))  # the blocks' distinct windows: one set of block costs each
     ends = [embedding_costs(arch, shard, e), norm_costs(arch, shard, e), output_costs(arch, shard, e)]
-    blocks = [_from_part(moe.block(arch, e, 0), arch, shard, e, seq_len, flash_attention,
-                         microbatch_size * attended_pairs(seq_len, w), recompute_modules.modules(arch, e, 0))
+    part = moe.block(arch, e, 0)
+    if not setup.compile:
+        part = dataclasses.replace(part, elementwise=eager.llama_block(arch, e)[0],
+                                   launches=eager.llama_block(arch, e)[1])
+    blocks = [_from_part(part, arch, shard, e, seq_len, flash_attention,
+                         microbatch_size * attended_pairs(seq_len, w), recompute_modules.modules(arch, e, 0, part))
               for w in kinds]
     if setup.method == "count":
         counted = counting.count(config, seq_len=seq_len, microbatch_size=microbatch_size, dtype=setup.dtype,

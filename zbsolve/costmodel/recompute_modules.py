@@ -70,12 +70,13 @@ def discarded(part: Part) -> Redo:
     return Redo(traffic=part.recomputed[0], saved=part.recomputed[1])
 
 
-def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
+def modules(arch: Architecture, e: int, index: int, block: Part | None = None) -> dict[str, Redo]:
     """The modules block ``index`` has (``costmodel.model.RECOMPUTE_MODULES``), each recomputed alone: the attention
     core; the norms that are modules of their own (latent attention's input norm, the norm before the experts);
     latent attention's up-projections; the dense MLP with its fused norm, or the MoE layer (router, routed and
     shared experts, its input kept), the experts' activation functions and the shared experts; and in a dense block
-    of grouped-query attention and a gated MLP, torchtitan's per-op policy (``op``, ``OP_POLICY``)."""
+    of grouped-query attention and a gated MLP, torchtitan's per-op policy (``op``, ``OP_POLICY``), its memory-bound
+    kernels those of ``block`` (default: the fused block's, ``moe.block``)."""
     experts = arch.experts is not None and arch.experts.layers[min(index, arch.layers - 1)]
     found = {"core_attn": Redo(core=True)}
     separate = bool(arch.latent) + experts
@@ -89,7 +90,7 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
     if not experts:
         found["mlp"] = checkpointed(mlp(arch, e), 0)
         if not arch.latent and arch.gated:
-            found[OP_POLICY] = op(arch, e)
+            found[OP_POLICY] = op(arch, e, block)
         return found
     found["moe"] = checkpointed(moe.router(arch, e) + moe.routed(arch, e) + moe.shared(arch, e), e * arch.hidden)
     found["moe_act"] = discarded(moe.routed(arch, e))
@@ -98,7 +99,7 @@ def modules(arch: Architecture, e: int, index: int) -> dict[str, Redo]:
     return found
 
 
-def op(arch: Architecture, e: int) -> Redo:
+def op(arch: Architecture, e: int, block: Part | None = None) -> Redo:
     """torchtitan's per-op selective activation checkpointing of a dense block of grouped-query attention and a
     SwiGLU MLP (``SelectiveAC``, torchtitan 0.3.0 ``torchtitan/distributed/activation_checkpoint.py``; the same rule
     as its ``_apply_ac_to_transformer_block`` "op" at 9dec370): F keeps the outputs of the ops in its save list
@@ -110,10 +111,11 @@ def op(arch: Architecture, e: int) -> Redo:
     (h), q and o's input (the core's output, qd each), v (kd), w1's output (f), w2's output (h) and the core's
     log-sum-exp (``LSE_BYTES`` a head); B runs again k, o and w3, every memory-bound kernel of the block's F (its
     norms, rotary, residual adds, SwiGLU) and, under tensor parallelism, the all-gathers of the two halves' inputs
-    (not in the save list; their reduce-scatters are)."""
+    (not in the save list; their reduce-scatters are). Those kernels are ``block``'s F (default: the fused block's,
+    ``moe.block``; eager PyTorch's: ``costmodel.eager``)."""
     h, qd, kd, f = arch.hidden, arch.q_width, arch.kv_width, arch.ffn
     again = (Matmul(h, kd), Matmul(qd, h, "row", shared_input=True), Matmul(h, f))
-    whole = moe.block(arch, e, 0)
+    whole = block or moe.block(arch, e, 0)
     return Redo(flops=2 * sum(mm.k * mm.n for mm in again), matmuls=again, elementwise=whole.elementwise[0],
                 collectives=2, kept=e * (2 * h + 2 * qd + kd + f) + LSE_BYTES * arch.heads,
                 launches=whole.launches[0] + len(again))

@@ -31,7 +31,7 @@ from zbsolve.costmodel.runtime_memory import RUNTIMES, outside_allocator
 
 PREDICT_OPTIONS = ("seq_len", "microbatch_size", "global_batch", "gpus", "gpu", "dtype", "tp", "pp", "vp", "cp", "ep",
                    "zero", "recompute", "device_memory", "reserve", "runtime", "dispatcher", "overlap_grad_reduce",
-                   "overlap_param_gather", "tp_comm_overlap", "calibration")
+                   "overlap_param_gather", "tp_comm_overlap", "compile", "calibration")
 """The fields of a setup ``zbsolve predict`` takes as options (besides its config, split and order)."""
 PREDICT_DEFAULTS: dict[str, Any] = {"zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True}
 """Where ``zbsolve predict``'s default differs from the setup's: Megatron's distributed optimizer and overlaps."""
@@ -87,6 +87,9 @@ class Setup(InputModel):
     tp_comm_overlap: bool = False
     """Hide each tensor-parallel collective behind the product beside it (Megatron's --tp-comm-overlap,
     torchtitan's AsyncTP)."""
+    compile: bool = True
+    """Memory-bound kernels fused (torch.compile, or Megatron-LM's fused kernels); off: torchtitan's Llama blocks in
+    eager PyTorch, each elementwise op a kernel of its own (``costmodel.eager``)."""
     dispatcher: str = "alltoall"
     """Expert all-to-all: alltoall (a copy per expert) or flex (DeepEP: a copy per node, then NVLink)."""
     a2a_link: str | None = None
@@ -109,6 +112,8 @@ class Setup(InputModel):
                 RULES[name](name, value)
         data = {name: sized(name, value) for name, value in data.items()}
         super().__init__(**data)
+        if not self.compile and self.runtime != "torchtitan":
+            raise InputError(f"compile = False: runtime = {self.runtime!r} runs fused kernels (eager is torchtitan's)")
         if self.dtype == "fp8" and self.device.fp8_flops is None:
             raise InputError(f"dtype = 'fp8': the {self.device.name} has no FP8 tensor cores")
 

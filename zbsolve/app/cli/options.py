@@ -56,6 +56,8 @@ OPTIONS: dict[str, Option] = {
     "overlap_param_gather": Option(bool, off="Parameters all-gathered before the forward (not Megatron's "
                                              "--overlap-param-gather)."),
     "tp_comm_overlap": Option(bool),
+    "compile": Option(bool, off="torchtitan's Llama blocks in eager PyTorch, each elementwise op a kernel of its own "
+                                "(default: fused, as torch.compile or Megatron-LM runs them)."),
     "dispatcher": Option(str, "NAME"), "a2a_link": Option(str, "LINK"), "link": Option(str, "LINK"),
     "efficiency": Option(float, "SHARE"), "method": Option(str, "METHOD"), "calibration": Option(str, "CAL"),
     "flash_attention": Option(bool, off="Keep the s x s attention probabilities (default: flash attention keeps "
