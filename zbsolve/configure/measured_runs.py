@@ -141,7 +141,8 @@ def mapped(run: dict) -> Mapped:
         schedule=None if order in (None, megatron_builtin(vp)) else order, recompute=recompute,
         tp_comm_overlap=tp_comm_overlap and par["tp"] > 1, dispatcher=dispatcher if par["ep"] > 1 else "alltoall",
         overlap_grad_reduce=flags["overlap_grad_reduce"], overlap_param_gather=flags["overlap_param_gather"],
-        runtime=runtime(run), device_memory=MEMORY.get(hardware["gpu"]))
+        runtime=runtime(run), device_memory=MEMORY.get(hardware["gpu"]),
+        compile=schedule.get("compile") is not False)
     return Mapped(configuration, None, tuple(notes))
 
 
