@@ -101,9 +101,14 @@ def test_activation_bytes_by_hand():
     # at B and waits for W: F allocates, B and W only free.
     assert (emb.mem_f, emb.mem_b, emb.mem_w) == (256 + 4096, 0, -4352)
     assert (norm.mem_f, norm.mem_b, norm.mem_w) == (4096, -4096, 0)
-    # Head: F keeps its input (4096) and fp32 log-probabilities (32*100*4); W keeps the input and the logits'
-    # gradient (32*100*2).
-    assert (head.mem_f, head.mem_b, head.mem_w) == (4096 + 12800, 6400 - 12800, -(4096 + 6400))
+    # Head under torchtitan's eager loss: F keeps its input (4096) and fp32 log-probabilities (32*100*4); W keeps
+    # the input and the logits' gradient (32*100*2); B holds two fp32 gradients of the logits beside.
+    titan = tiny(runtime="torchtitan").layers[4]
+    assert (titan.mem_f, titan.mem_b, titan.mem_w) == (4096 + 12800, 6400 - 12800, -(4096 + 6400))
+    assert titan.held_b == 2 * 12800
+    # Under Megatron (Transformer Engine's fused cross entropy) F keeps the 16-bit logits, which hold their
+    # gradient from F on (32*100*2): W needs no more, B holds nothing beside.
+    assert (head.mem_f, head.mem_b, head.mem_w, head.held_b) == (4096 + 6400, 0, -(4096 + 6400), None)
     assert [layer.out_bytes for layer in model.layers] == [4096, 4096, 4096, 4096, 4]
     # Without flash attention the probabilities stay: a * s elements a token, 2 bytes, 32 tokens.
     assert tiny(flash_attention=False).layers[1].mem_f == 53248 + 4 * 16 * 2 * 32
@@ -316,7 +321,8 @@ def test_counted_agrees_with_the_formula(config, seq_len, batch):
     sliding window runs in flash attention's kernel too (the window as its argument, no mask), whatever its length."""
     pytest.importorskip("transformers", reason="transformers is not installed (the dev extra)")
     counted = estimate(config, seq_len=seq_len, microbatch_size=batch, method="count")
-    formula = estimate(config, seq_len=seq_len, microbatch_size=batch)
+    # torch's eager loss, as transformers' model computes it and torchtitan runs it
+    formula = estimate(config, seq_len=seq_len, microbatch_size=batch, runtime="torchtitan")
     arch, n = architecture(config), seq_len * batch
     h, f, a = arch.hidden, arch.ffn, arch.heads
     windows = dict(zip([f"layers.{i}" for i in range(arch.layers)], saving_windows(arch, seq_len, True)))

@@ -48,18 +48,23 @@ MIXTRAL_FLOPS = (3162112 + 131072, 3162112 + 262144, 3162112)
 
 
 def test_mixtral_by_hand():
-    model = small(MIXTRAL, efficiency=0.4)
+    model = small(MIXTRAL, efficiency=0.4, runtime="torchtitan")
     assert [layer.name for layer in model.layers] == ["tok_embeddings", "layers.0", "layers.1", "norm", "output"]
     block = model.layers[1]
     assert (block.flops_f, block.flops_b, block.flops_w) == MIXTRAL_FLOPS
     # Kept a token (bytes): norm and MLP inputs 2*64*2; attention as a dense block's, (2*64 + 2*64 + 2*32)*2; two
-    # dispatched copies and two expert outputs 4*64*2, each expert's gate, up and down input 2*3*96*2; the
-    # router's fp32 probabilities and top-2 weights (4 + 2)*4.
+    # dispatched copies and two expert outputs 4*64*2 (torchtitan weighs the outputs before the combine), each
+    # expert's gate, up and down input 2*3*96*2; the router's fp32 probabilities and top-2 weights (4 + 2)*4.
     m_b = 2 * 64 * 2 + (2 * 64 + 2 * 64 + 2 * 32) * 2 + 4 * 64 * 2 + 2 * 3 * 96 * 2 + 6 * 4
     # W: attention as dense, (64 + 128 + 64 + 64)*2; router input and output gradient (64 + 4)*2; each expert's
     # inputs and output gradients 2*(2*64 + 3*96)*2.
     m_w = (64 + 128 + 64 + 64) * 2 + (64 + 4) * 2 + 2 * (2 * 64 + 3 * 96) * 2
     assert (block.mem_f, block.mem_b, block.mem_w) == (N * m_b, N * (m_w - m_b), -N * m_w)
+    # Megatron weighs the copies inside the experts' SwiGLU: its combine keeps no expert outputs (2*64*2 less), and
+    # what W needs is then the larger.
+    megatron = small(MIXTRAL, efficiency=0.4).layers[1]
+    assert m_w > m_b - 2 * 64 * 2
+    assert (megatron.mem_f, megatron.mem_b, megatron.mem_w) == (N * m_w, 0, -N * m_w)
     # Selective recomputation: the two norms (read and write h) and both experts' SwiGLU (read 2 f_e, write one).
     assert block.mem_sel == N * (2 * 64 + 2 * 96) * 2
     assert block.t_sel == pytest.approx(N * (4 * 64 + 3 * 2 * 96) * 2 / (H100.hbm_bytes_per_s * 0.4), rel=1e-12)

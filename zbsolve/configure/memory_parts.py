@@ -101,6 +101,7 @@ def _stage_buffers(c: Setup, layers: Sequence[Layer], a: int, b: int, microbatch
     """The pipeline buffers of the stage of layers [a, b): what it receives, the gradient of what it sends, and on
     the last stage each microbatch's 16-bit logits (the loss's held fp32 gradients' elements)."""
     last = b == len(layers)
-    logits = (layers[-1].held_b or 0) // (LOSS_GRAD_COPIES * FP32_BYTES) * DTYPE_BYTES[c.dtype]
+    copies = LOSS_GRAD_COPIES[c.runtime]
+    logits = (layers[-1].held_b or 0) // (copies * FP32_BYTES) * DTYPE_BYTES[c.dtype] if copies else 0
     return pipeline_buffers(c.runtime, microbatches, layers[a - 1].out_bytes if a else 0,
                             0 if last else layers[b - 1].out_bytes, last, logits)

@@ -56,11 +56,33 @@ ID_BYTES = _define("ID_BYTES", 8, "bytes/token", "torch int64 token ids",
 DTYPE_BYTES = _define("DTYPE_BYTES", {"bf16": 2, "fp16": 2, "fp8": 2}, "bytes/element",
                       "Transformer Engine casts a linear layer's input and weight to FP8 inside it",
                       "weights and activations by dtype (under FP8 both stay BF16 between kernels)")
-LOSS_GRAD_COPIES = _define("LOSS_GRAD_COPIES", 2, "fp32 copies of the logits",
+LOSS_GRAD_COPIES = _define("LOSS_GRAD_COPIES", {"megatron": 0, "torchtitan": 2}, "fp32 copies of the logits",
                            "torchtitan 9dec370 train.py loss_fn: cross_entropy(pred.float()) in eager (not fused); "
-                           "torch's nll_loss_backward and _log_softmax_backward_data each write a new tensor",
-                           "what the loss's backward holds at once beside the log-probabilities F saved: their "
-                           "gradient and the logits' gradient, both fp32, before the cast back to 16 bits")
+                           "torch's nll_loss_backward and _log_softmax_backward_data each write a new tensor. "
+                           "Megatron: LOSS_KEPT_BYTES's fused loss writes the gradient in place",
+                           "what the loss's backward holds at once beside what F kept, by runtime: under torchtitan "
+                           "the log-probabilities' gradient and the logits' gradient, both fp32, before the cast "
+                           "back to 16 bits; under Megatron none")
+LOSS_KEPT_BYTES = _define("LOSS_KEPT_BYTES", {"megatron": 2, "torchtitan": FP32_BYTES}, "bytes/logit",
+                          "Megatron-Bridge v0.2.0 gpt_provider.py (cross_entropy_loss_fusion=True) and "
+                          "scripts/performance/utils/helpers.py set_common_perf_overrides "
+                          "(cross_entropy_fusion_impl='te'); megatron-core 0.16.1 language_module.py "
+                          "compute_language_model_loss; Transformer Engine 2.9 pytorch/cross_entropy.py "
+                          "CrossEntropyFunction (triton/cross_entropy.py writes the gradient into the input); "
+                          "torchtitan 9dec370 train.py loss_fn",
+                          "what the loss keeps of each logit from F to B, by runtime: under Megatron the 16-bit "
+                          "logits, into which Transformer Engine's fused cross entropy writes their gradient in F "
+                          "(B scales them in place); under torchtitan the fp32 log-probabilities")
+COMBINE_KEPT_COPIES = _define("COMBINE_KEPT_COPIES", {"megatron": 0, "torchtitan": 1}, "k·h-wide copies a token",
+                              "megatron-core 0.16.1 transformer/moe/experts.py TEGroupedMLP.forward "
+                              "(weighted_bias_swiglu_impl takes permuted_probs), token_dispatcher.py "
+                              "MoEAlltoAllTokenDispatcher.combine_postprocess (unpermute without probs); torchtitan "
+                              "0.3.0 models/common/token_dispatcher.py LocalTokenDispatcher.combine (scores times "
+                              "the experts' outputs)",
+                              "the routed experts' outputs F keeps for the router's weights, by runtime: Megatron "
+                              "weighs the copies inside the experts' activation function (whose input it keeps "
+                              "anyway) and its combine keeps nothing; torchtitan weighs the experts' outputs before "
+                              "the combine and keeps them")
 FP8_WEIGHT_BYTES = _define("FP8_WEIGHT_BYTES", 2, "bytes/parameter",
                            "Transformer Engine's cached FP8 weight and its transpose (Hopper's FP8 products take one "
                            "operand layout)",

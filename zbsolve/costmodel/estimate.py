@@ -24,6 +24,7 @@ from zbsolve.costmodel.block import Part, core_flops
 from zbsolve.costmodel.communication import expert_exchange, group_link, link_of, ring_step, tp_collective
 from zbsolve.costmodel.constants import (
     BUCKET_PARAMS,
+    COMBINE_KEPT_COPIES,
     DTYPE_BYTES,
     FP8_GATHER_BYTES,
     FP8_WEIGHT_BYTES,
@@ -176,7 +177,7 @@ def _parts(config: dict | str | Path, arch: Architecture, setup: Setup
     tokens, e = setup.seq_len * setup.microbatch_size // cp, DTYPE_BYTES[setup.dtype]
     kernels = Kernels(device, setup.dtype, setup.calibrated)
     shard = Shard(tokens, tp, setup.ep, kernels, arch.experts.routed if arch.experts else 1,
-                  cp, ring_step(device, arch, tokens, e, tp, cp))
+                  cp, ring_step(device, arch, tokens, e, tp, cp), setup.runtime)
     costs = (_dense_layers(config, arch, shard, e, setup) if arch.experts is None else
              _expert_layers(arch, shard, e, setup.seq_len, setup.flash_attention, setup.microbatch_size,
                             moe.sorts(setup.dispatcher, arch.experts.routed // setup.ep)))
@@ -271,7 +272,8 @@ def _expert_layers(arch: Architecture, shard: Shard, e: int, seq_len: int, flash
         kind = arch.experts.layers[min(index, arch.layers - 1)], window
         if kind not in kinds:
             scores = microbatch_size * attended_pairs(seq_len, window)
-            kinds[kind] = _from_part(moe.block(arch, e, index, sort), arch, shard, e, seq_len, flash_attention, scores,
+            part = moe.block(arch, e, index, sort, COMBINE_KEPT_COPIES[shard.runtime])
+            kinds[kind] = _from_part(part, arch, shard, e, seq_len, flash_attention, scores,
                                      recompute_modules.modules(arch, e, index))
         return kinds[kind]
 

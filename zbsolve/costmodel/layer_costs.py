@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from zbsolve.costmodel import counting
-from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES, LOSS_GRAD_COPIES
+from zbsolve.costmodel.constants import FP32_BYTES, ID_BYTES, LOSS_GRAD_COPIES, LOSS_KEPT_BYTES
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Kernels, Matmul
 
@@ -71,7 +71,8 @@ def hiding(matmuls: tuple[Matmul, ...], times: list[tuple[float, float, float]],
 class Shard:
     """A microbatch's ``tokens`` tokens on one device of ``tp`` (and of ``ep`` for the ``experts`` routed experts,
     and of ``cp``: the device's share of the sequence), its kernels timed by ``kernels``, a key/value chunk's
-    exchange round the context-parallel ring taking ``ring`` seconds: what a per-token size comes to."""
+    exchange round the context-parallel ring taking ``ring`` seconds, under ``runtime`` (whose loss and experts'
+    combine the activations follow): what a per-token size comes to."""
 
     tokens: int
     tp: int
@@ -80,6 +81,7 @@ class Shard:
     experts: int
     cp: int = 1
     ring: float = 0.0
+    runtime: str = "megatron"
 
     def bytes(self, per_token: int) -> int:
         """Bytes of an activation of ``per_token`` bytes a token, split over the tensor-parallel group
@@ -131,9 +133,10 @@ def norm_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
 
 
 def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
-    """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss: F writes fp32
-    log-probabilities, B reads them and writes the logits' gradient, which W keeps with the head's input; while it
-    runs B holds ``LOSS_GRAD_COPIES`` fp32 gradients of the logits beside the log-probabilities. The
+    """The head's matmul (2·tokens·h·V FLOPs in each of F, B and W, V split over tp) and the loss as the runtime
+    computes it: F keeps ``LOSS_KEPT_BYTES`` a logit (Megatron: the 16-bit logits holding their gradient,
+    Transformer Engine's fused cross entropy; torchtitan: fp32 log-probabilities), W keeps the logits' gradient
+    with the head's input; while it runs B holds ``LOSS_GRAD_COPIES`` fp32 gradients of the logits beside. The
     product stays in 16 bits under FP8 (Megatron-LM's default keeps the head out of FP8). Kernels: the product in
     each pass, the log-softmax and the loss in F, their backwards in B."""
     n, h, t = shard.tokens, arch.hidden, shard.tp
@@ -146,9 +149,9 @@ def output_costs(arch: Architecture, shard: Shard, e: int) -> LayerCosts:
     product = shard.kernels.matmul(head, n, t)
     collectives = (1, 1, 1) if t > 1 else (0, 0, 0)
     return LayerCosts(flops=(matmul, matmul, matmul), traffic=traffic,
-                  collectives=collectives, m_b=x + logits * FP32_BYTES, m_w=x + logits * e,
+                  collectives=collectives, m_b=x + logits * LOSS_KEPT_BYTES[shard.runtime], m_w=x + logits * e,
                   params=vocab * h, out_bytes=FP32_BYTES, hiding=hiding((head,), [product], collectives, t),
-                  held_b=LOSS_GRAD_COPIES * logits * FP32_BYTES,
+                  held_b=LOSS_GRAD_COPIES[shard.runtime] * logits * FP32_BYTES,
                   kernel=_added(product, streamed(shard, traffic)), launches=(3, 3, 1))
 
 

@@ -64,17 +64,18 @@ def split_by_tp(arch: Architecture) -> list[tuple[str, int]]:
     return sizes
 
 
-def block(arch: Architecture, e: int, index: int, sort: bool = False) -> Part:
+def block(arch: Architecture, e: int, index: int, sort: bool = False, combined: int = 1) -> Part:
     """Block ``index`` (a multi-token prediction layer's block for an index past the last: of the last's kind): its
-    attention and its MLP, routed experts where the config has them (``sort``: ``routed``'s), else dense."""
+    attention and its MLP, routed experts where the config has them (``sort``, ``combined``: ``routed``'s), else
+    dense."""
     routed = arch.experts is not None and arch.experts.layers[min(index, arch.layers - 1)]
-    return attention(arch, e) + (_experts(arch, e, sort) if routed else dense_mlp(arch, e))
+    return attention(arch, e) + (_experts(arch, e, sort, combined) if routed else dense_mlp(arch, e))
 
 
-def _experts(arch: Architecture, e: int, sort: bool) -> Part:
+def _experts(arch: Architecture, e: int, sort: bool, combined: int) -> Part:
     """The MLP half of a block with experts, its norm included (``block.half``): the router, the routed experts and
     the shared experts (``router``, ``routed``, ``shared``)."""
-    return half(arch, e, router(arch, e) + routed(arch, e, sort) + shared(arch, e))
+    return half(arch, e, router(arch, e) + routed(arch, e, sort, combined) + shared(arch, e))
 
 
 def sorts(dispatcher: str, local_experts: int) -> bool:
@@ -101,11 +102,13 @@ def router(arch: Architecture, e: int) -> Part:
                 launches=(2, 2, 0))
 
 
-def routed(arch: Architecture, e: int, sort: bool = False) -> Part:
+def routed(arch: Architecture, e: int, sort: bool = False, combined: int = 1) -> Part:
     """``top_k`` routed SwiGLU experts of inner size f_e a token, shared out over the expert-parallel group, each
     token dispatched and combined by all-to-all. Kept: the k dispatched copies of the token (k·h), each expert's
-    gate and up outputs and down input (3·f_e), the experts' outputs the combine weighs (k·h); W needs each expert's
-    inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions again.
+    gate and up outputs and down input (3·f_e), ``combined`` copies of the experts' outputs the combine weighs
+    (k·h each; ``COMBINE_KEPT_COPIES`` by runtime: Megatron weighs inside the activation function); W needs each
+    expert's inputs and output gradients (k·(2h + 3·f_e)); selective recomputation runs their activation functions
+    again.
     Kernels: grouped gate/up and down products over the device's experts; their activation functions; the
     permutation that copies each token k times before the dispatch and the weighted sum after the combine (read
     h and write k·h, read k·h and write h, in F and in B), and with ``sort`` (``sorts``) the received copies'
@@ -117,7 +120,8 @@ def routed(arch: Architecture, e: int, sort: bool = False) -> Part:
     permute = 2 * (k + 1) * h * e + sort * 4 * k * h * e
     launches = 3 + 2 * sort
     act = activation(k * fe, e, True)
-    return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=e * (2 * k * h + 3 * k * fe), for_w=e * k * (2 * h + 3 * fe),
+    saved = e * ((1 + combined) * k * h + 3 * k * fe)
+    return Part(flops=(2 * 3 * h * k * fe,) * 3, saved=saved, for_w=e * k * (2 * h + 3 * fe),
                 split=0, whole=0, collectives=(0, 0, 0), recomputed=(e * 3 * k * fe, e * k * fe),
                 experts=(3 * h * fe + (2 * fe + h) * x.biases) * x.routed, all_to_all=2,
                 matmuls=(Matmul(h, 2 * fe, "expert", copies=k), Matmul(fe, h, "expert", copies=k)),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from zbsolve.costmodel import moe
 from zbsolve.costmodel.block import Part, latent_up, mlp, norm
+from zbsolve.costmodel.constants import COMBINE_KEPT_COPIES
 from zbsolve.costmodel.hf_config import Architecture
 from zbsolve.costmodel.kernels import Matmul
 from zbsolve.costmodel.model import OP_POLICY
@@ -92,7 +93,8 @@ def modules(arch: Architecture, e: int, index: int, block: Part | None = None) -
         if not arch.latent and arch.gated:
             found[OP_POLICY] = op(arch, e, block)
         return found
-    found["moe"] = checkpointed(moe.router(arch, e) + moe.routed(arch, e) + moe.shared(arch, e), e * arch.hidden)
+    routed = moe.routed(arch, e, combined=COMBINE_KEPT_COPIES["megatron"])
+    found["moe"] = checkpointed(moe.router(arch, e) + routed + moe.shared(arch, e), e * arch.hidden)
     found["moe_act"] = discarded(moe.routed(arch, e))
     if arch.experts is not None and arch.experts.shared_ffn:
         found["shared_experts"] = checkpointed(moe.shared(arch, e), 0)
