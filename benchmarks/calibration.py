@@ -200,7 +200,7 @@ def row(run: dict, fits: dict[str, Fit] | None = None, loo: dict[str, Calibratio
     shown = m.configuration.replace(calibration=group) if fit else m.configuration
     began = time.monotonic()
     try:
-        stated = predict(c)
+        stated = predict(c.replace(calibration=None))
         calibrated = predict(c.replace(calibration=fit.calibration)) if fit else stated
         left = (loo or {}).get(run["name"], fit.calibration) if fit else Calibration()
         p = predict(c.replace(calibration=left)) if fit else stated

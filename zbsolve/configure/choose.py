@@ -37,7 +37,7 @@ from zbsolve.configure.result import ConfigureResult, Ranked, why_loses
 from zbsolve.configure.search import ENUMERATE_SHARE, BranchAndBound, key, label
 from zbsolve.configure.space import Space
 from zbsolve.core.torch_compat import has_pipelining
-from zbsolve.costmodel.calibration import Calibration
+from zbsolve.costmodel.calibration import AUTO, Calibration
 from zbsolve.costmodel.config_values import read_config
 from zbsolve.io.targets import TARGETS, check_target
 from zbsolve.io.targets.launch import FLAGS, Launch
@@ -65,7 +65,7 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
               progress: Callable[[str], None] | None = None, tp_comm_overlap: bool = False,
               dispatcher: str = "alltoall", device_memory: int | str | None = None,
               reserve: int | str = DEFAULT_RESERVE, began: float | None = None,
-              calibration: str | Path | Calibration | None = None) -> ConfigureResult:
+              calibration: str | Path | Calibration | None = AUTO) -> ConfigureResult:
     """The fastest configurations of the model of Hugging Face ``config`` on ``gpus`` GPUs of preset ``gpu`` for
     ``global_batch`` sequences of ``seq_len`` tokens a step, for runtime ``target`` (megatron, torchtitan, zbsolve):
     every configuration enumerated, pruned by memory and by a bound on its step, the rest timed by ``predict`` until
@@ -76,8 +76,9 @@ def configure(config: str | Path, *, gpus: int, global_batch: int, seq_len: int,
     processes (default: all cores) or on ``executor`` ("dask://HOST:PORT" or a ``concurrent.futures.Executor``),
     which the plans share; ``progress`` hears how far the search is. ``device_memory`` and ``reserve`` are bytes
     per device, or text such as "80GiB" (default: the preset's memory, 4 GiB kept free); ``calibration`` scales the
-    cost model's terms (``Setup.calibration``). ``began`` (``time.monotonic()``, default now) is when the limit
-    started: a command line's start, so that its loading counts."""
+    cost model's terms (``Setup.calibration``; default: the shipped fit of the GPU and runtime, None: none).
+    ``began`` (``time.monotonic()``, default now) is when the limit started: a command line's start, so that its
+    loading counts."""
     began = time.monotonic() if began is None else began
     space = Space.of(config, target=target, gpus=gpus, global_batch=global_batch, seq_len=seq_len, gpu=gpu,
                      dtype=dtype, tp_comm_overlap=tp_comm_overlap, dispatcher=dispatcher,

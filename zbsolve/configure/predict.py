@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, NamedTuple, Optional, Union
 
+from pydantic import InstanceOf
+
 from zbsolve.base.errors import InputError
 from zbsolve.base.shown import Tabled
 from zbsolve.base.units import gib
 from zbsolve.configure.memory_parts import DeviceMemory, device_memory, shortfalls
 from zbsolve.core.schedule import Pass
 from zbsolve.core.simulator import Timeline
-from zbsolve.costmodel.calibration import described
+from zbsolve.costmodel.calibration import Calibration, described
 from zbsolve.costmodel.config_values import read_config
 from zbsolve.costmodel.estimate import estimate, reference_flops_per_token
 from zbsolve.costmodel.model import Model
@@ -75,6 +77,9 @@ class Configuration(Setup):
     schedule: Optional[str] = None
     """A torch built-in, Combined1F1B or DualPipe, in any case (None: Megatron's order: 1F1B, or Interleaved1F1B
     with vp > 1)."""
+    calibration: Union[str, Path, InstanceOf[Calibration], None] = PREDICT_DEFAULTS["calibration"]
+    """Multipliers on the cost model's terms: auto (the shipped fit of the GPU and runtime where there is one, else
+    none), none (the cost model as stated), a shipped one's name or zbsolve calibrate's file."""
 
     def command(self) -> str:
         """The ``zbsolve predict`` command line of this configuration: the options it needs, and those that differ
@@ -235,7 +240,7 @@ def predict(c: Configuration) -> Prediction:
     short = shortfalls(memory, c.memory)
     return Prediction(step, tokens, flops / 1e12, flops / peak, tuple(gib(d.allocator) for d in memory),
                       not any(short), breakdown(model, timeline, costs), dp, m, name, counts, gib(c.memory), peak,
-                      described(c.calibration), memory, short, past_limits(c))
+                      described(c.calibration, c.gpu, c.runtime), memory, short, past_limits(c))
 
 
 def breakdown(model: Model, timeline: Timeline, costs: Costs) -> dict[str, float]:

@@ -3,7 +3,7 @@
 A ``Calibration`` holds a value per term of ``TERMS``, each within its own plausible range; each term is read in
 the one place the cost model computes it (``Term.what``). ``zbsolve calibrate`` (``zbsolve.configure.calibrate``)
 fits them to measured runs and writes them to a file that ``load_calibration`` reads; zbsolve ships one such file per
-GPU preset and runtime (``FITTED``).
+GPU preset and runtime (``FITTED``), which ``predict`` and ``configure`` apply by default (``AUTO``).
 """
 
 from __future__ import annotations
@@ -142,7 +142,31 @@ def calibration_path(value: str | Path, name: str = "calibration") -> Path:
     if isinstance(value, str) and (FITTED / f"{value}.yaml").is_file():
         return FITTED / f"{value}.yaml"
     raise InputError(f"{name} = {str(value)!r}: no such file, nor a shipped calibration "
-                     f"({', '.join(shipped()) or 'none shipped'})")
+                     f"({', '.join(shipped()) or 'none shipped'}), {AUTO} (the shipped default) or {STATED}")
+
+
+AUTO = "auto"
+"""The calibration that names the shipped fit of the setup's GPU preset and runtime (``default_fit``), or none
+where zbsolve ships none: ``predict``'s and ``configure``'s default."""
+STATED = "none"
+"""The calibration word for none: the cost model as stated (None in Python)."""
+
+
+def default_fit(gpu: object, runtime: str) -> str | None:
+    """The shipped calibration ``AUTO`` names for GPU ``gpu`` (a preset's name; a ``Gpu`` of one's own has none)
+    and ``runtime``: ``{gpu}-{runtime}`` where ``FITTED`` has it, else None."""
+    if not isinstance(gpu, str):
+        return None
+    name = f"{gpu.lower()}-{runtime}"
+    return name if (FITTED / f"{name}.yaml").is_file() else None
+
+
+def resolved(value: str | Path | Calibration | None, gpu: object, runtime: str) -> str | Path | Calibration | None:
+    """The calibration ``value`` stands for under GPU ``gpu`` and ``runtime``: ``AUTO`` the shipped default
+    (``default_fit``), ``STATED`` none, any other itself."""
+    if value == AUTO:
+        return default_fit(gpu, runtime)
+    return None if value == STATED else value
 
 
 def load_calibration(value: str | Path | Calibration | None, name: str = "calibration") -> Calibration:
@@ -169,13 +193,28 @@ def _read(path: Path, mtime: int, name: str) -> Calibration:
         raise InputError(f"{name} = {str(path)!r}: {error}") from None
 
 
-def described(value: str | Path | Calibration | None) -> str:
-    """A calibration as a line of ``predict``'s output: where it comes from and its multipliers off 1."""
-    if value is None:
+def described(value: str | Path | Calibration | None, gpu: object = None, runtime: str = "megatron") -> str:
+    """A calibration as a line of ``predict``'s output: which applies under GPU ``gpu`` and ``runtime`` (``AUTO``
+    resolved, ``resolved``), why, and its multipliers off 1."""
+    used = resolved(value, gpu, runtime)
+    where = f"{gpu} and {runtime}" if isinstance(gpu, str) else f"a GPU of one's own and {runtime}"
+    if used is None:
+        if value == AUTO:
+            return f"calibration: none (no shipped fit for {where}: the cost model as stated)"
         names = ", ".join(shipped())
         return ("calibration: none (the cost model as stated"
                 + (f"; shipped: {names}, given with --calibration NAME)" if names else ")"))
-    multipliers = load_calibration(value).multipliers
-    where = "given" if isinstance(value, Calibration) else str(value)
-    terms = ", ".join(f"{term} x{factor:.3g}" for term, factor in multipliers.items() if factor != 1) or "every term x1"
-    return f"calibration: {where} ({terms})"
+    terms = _off_neutral(load_calibration(used))
+    if value == AUTO:
+        return (f"calibration: {used} (shipped default for {where}: {terms}; --calibration none for the model as "
+                "stated)")
+    return f"calibration: {'given' if isinstance(used, Calibration) else used} ({terms})"
+
+
+def _off_neutral(calibration: Calibration) -> str:
+    """The values of ``calibration`` off their terms' neutral ones, to three decimals: ``gemm x1.17`` for a
+    multiplier, ``fragmentation 0.15`` for a share."""
+    values = {term: round(value, 3) for term, value in calibration.multipliers.items()}
+    shown = [f"{term} {'x' if TERMS[term].unit == 'multiplier' else ''}{value:.3g}" for term, value in values.items()
+             if value != round(TERMS[term].neutral, 3)]
+    return ", ".join(shown) or "every term as stated"

@@ -22,7 +22,7 @@ from zbsolve.base.checks import check_count
 from zbsolve.base.errors import InputError
 from zbsolve.base.inputs import InputModel
 from zbsolve.base.units import GIB, MIB, parse_bytes
-from zbsolve.costmodel.calibration import Calibration, load_calibration
+from zbsolve.costmodel.calibration import AUTO, STATED, Calibration, load_calibration, resolved
 from zbsolve.costmodel.constants import DTYPE_BYTES
 from zbsolve.costmodel.gpus import LINKS, Gpu, device_memory, get_gpu
 from zbsolve.costmodel.model import Dispatcher, Setting, Zero
@@ -33,8 +33,10 @@ PREDICT_OPTIONS = ("seq_len", "microbatch_size", "global_batch", "gpus", "gpu", 
                    "zero", "recompute", "device_memory", "reserve", "runtime", "dispatcher", "overlap_grad_reduce",
                    "overlap_param_gather", "tp_comm_overlap", "compile", "calibration")
 """The fields of a setup ``zbsolve predict`` takes as options (besides its config, split and order)."""
-PREDICT_DEFAULTS: dict[str, Any] = {"zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True}
-"""Where ``zbsolve predict``'s default differs from the setup's: Megatron's distributed optimizer and overlaps."""
+PREDICT_DEFAULTS: dict[str, Any] = {"zero": 1, "overlap_grad_reduce": True, "overlap_param_gather": True,
+                                    "calibration": AUTO}
+"""Where ``zbsolve predict``'s default differs from the setup's: Megatron's distributed optimizer and overlaps, and
+the shipped calibration of the GPU and runtime."""
 
 
 class Setup(InputModel):
@@ -104,13 +106,16 @@ class Setup(InputModel):
     method: str = "formula"
     """formula (the closed form: fused kernels) or count (torch on transformers' eager modules: an upper bound)."""
     calibration: str | Path | InstanceOf[Calibration] | None = None
-    """Multipliers on the cost model's terms: zbsolve calibrate's file or a shipped one's name (None: none)."""
+    """Multipliers on the cost model's terms: zbsolve calibrate's file, a shipped one's name, auto (the shipped
+    fit of the GPU and runtime, where there is one) or none (None: none, the cost model as stated)."""
 
     def __init__(self, /, **data: Any) -> None:
         for name, value in data.items():  # each knob's own rule first, in its words
             if name in RULES:
                 RULES[name](name, value)
         data = {name: sized(name, value) for name, value in data.items()}
+        if data.get("calibration") == STATED:
+            data["calibration"] = None
         super().__init__(**data)
         if not self.compile and self.runtime != "torchtitan":
             raise InputError(f"compile = False: runtime = {self.runtime!r} runs fused kernels (eager is torchtitan's)")
@@ -125,8 +130,9 @@ class Setup(InputModel):
 
     @property
     def calibrated(self) -> Calibration:
-        """The multipliers ``calibration`` names (every one 1 without it)."""
-        return load_calibration(self.calibration)
+        """The multipliers ``calibration`` names, ``auto`` the shipped fit of the GPU and runtime (every one 1
+        without one)."""
+        return load_calibration(resolved(self.calibration, self.gpu, self.runtime))
 
     @property
     def gpu_name(self) -> str:
@@ -181,7 +187,7 @@ class Setup(InputModel):
         words = []
         for name in fields:
             value = getattr(self, name)
-            if value is None or name not in always and name not in self.changed((name,)):
+            if (value is None and name != "calibration") or name not in always and name not in self.changed((name,)):
                 continue
             flag = "--" + name.replace("_", "-")
             if isinstance(value, bool):
@@ -227,6 +233,8 @@ def _shown(name: str, value: object) -> str:
         return str(value) if unit is None else f"{value // unit}{'GiB' if unit == GIB else 'MiB'}"
     if isinstance(value, float):
         return f"{value:g}"
+    if value is None:  # the one field whose option takes a word for None
+        return STATED
     return value.name if isinstance(value, Gpu) else str(value)
 
 
@@ -256,8 +264,10 @@ def _efficiency(name: str, value: object) -> None:
 
 def _calibration(name: str, value: object) -> None:
     if value is not None and not isinstance(value, (str, Path, Calibration)):
-        raise InputError(f"{name} = {value!r}: should be a calibration file, a shipped one's name or a Calibration")
-    load_calibration(value, name)
+        raise InputError(f"{name} = {value!r}: should be a calibration file, a shipped one's name, {AUTO}, {STATED} "
+                         "or a Calibration")
+    if value not in (AUTO, STATED):
+        load_calibration(value, name)
 
 
 def _one_of(choices: tuple[str, ...], optional: bool = False) -> Callable[[str, object], None]:
