@@ -81,7 +81,8 @@ def configure(
 ) -> None:
     """Search every parallel configuration (tp, pp, vp, cp, ep, dp, micro-batch size, ZeRO, recomputation) the
     target runs: pruned by memory and by a bound on the step, timed with predict's model, the best planned
-    (docs/configure.md). Ctrl-C (or SIGTERM) ranks what was timed so far and exits 130 (143).
+    (docs/configure.md). Ctrl-C (or SIGTERM) ranks what was timed so far and exits 130 (143). Timed under zbsolve's
+    shipped calibration of the GPU and runtime by default (--calibration none: the model as stated).
 
     Example: zbsolve configure problems/models/configs/llama3-70b.json --gpus 64 --global-batch 128 --seq-len 8192
     --dtype fp8 --time-limit 120

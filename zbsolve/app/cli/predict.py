@@ -26,6 +26,7 @@ def predict(
 ) -> None:
     """Predict one configuration's step: the model estimated for its GPUs and parallelism, run in one order on the
     simulator, its step ended with the data-parallel synchronisation and the optimizer step (docs/predict.md).
+    Under zbsolve's shipped calibration of the GPU and runtime by default (--calibration none: the model as stated).
 
     Example: zbsolve predict problems/models/configs/llama3-70b.json --gpu h100 --dtype bf16 --seq-len 8192
     --microbatch-size 1 --global-batch 128 --gpus 64 --tp 4 --pp 8 --vp 5
