@@ -220,13 +220,13 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
 
 def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
     """For torchtitan, the chosen configuration's plan (a finished search's choice, which pipelines at this batch
-    and memory: its order as predicted, not refined) exports a folder whose arguments torchtitan's own
-    ConfigManager parses, its checks run, into the chosen degrees."""
+    and memory under the cost model as stated: its order as predicted, not refined) exports a folder whose arguments
+    torchtitan's own ConfigManager parses, its checks run, into the chosen degrees."""
     from conftest import load_torchtitan_config
 
     with cf.ThreadPoolExecutor(1) as pool:
         done = configure(DENSE, **{**SMALL, "global_batch": 64, "device_memory": 16 * MIB}, target="torchtitan",
-                         top=2, refine=0, time_limit=NEVER, executor=pool)
+                         top=2, refine=0, time_limit=NEVER, executor=pool, calibration=None)
     chosen = done.chosen.configuration
     assert done.complete and chosen.pp > 1 and done.plan is not None and done.plan.target == "torchtitan"
     check_fits(done.plan.costs, simulate(done.plan.timeline.schedule))
