@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from helpers import (  # noqa: F401  (shared by test modules through conftest)
 )
 from typer.testing import CliRunner
 
+from zbsolve.base import parallel
 from zbsolve.base.checks import slack
 from zbsolve.base.errors import InputError
 from zbsolve.base.units import GIB
@@ -38,6 +40,15 @@ from zbsolve.costmodel.model import Layer, Model, Setting
 from zbsolve.problem.problem_file import Problem
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
 from zbsolve.schedulers.heuristic import heuristic
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The library's worker pools fork in the tests, as they do under the ``zbsolve`` script: under ``python -m
+    pytest`` (and in pytest-xdist's workers, which run a thread beside the tests) ``parallel.start_method`` would
+    spawn them, each importing zbsolve and torch again before its first job. The forked workers run only zbsolve's
+    jobs, never the test runner's thread. Process tests that start the script itself are unchanged."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        parallel.start_method = lambda: "fork"
 
 
 @pytest.fixture(autouse=True)
