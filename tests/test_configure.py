@@ -24,7 +24,7 @@ from zbsolve.configure import choose as configure_module
 from zbsolve.configure import search as configure_search
 from zbsolve.configure import space as configurations
 from zbsolve.configure.bounds import ModelAsOneStage, group_bound, group_fits, group_need
-from zbsolve.configure.choose import configure
+from zbsolve.configure.choose import configure, predicted_plan
 from zbsolve.configure.predict import Configuration, configured_model, degrees, predict
 from zbsolve.configure.result import predicted_memory_gib
 from zbsolve.configure.search import BranchAndBound
@@ -53,7 +53,7 @@ DENSE = ROOT / "tests" / "data" / "tiny-llama.json"
 """Four blocks, four heads over two key/value heads."""
 MOE = ROOT / "tests" / "data" / "tiny-moe.json"
 """Four blocks of eight experts, two a token."""
-SMALL = dict(gpus=4, global_batch=16, seq_len=256, device_memory=20 * MIB, reserve=0)
+SMALL = dict(gpus=4, global_batch=16, seq_len=256, device_memory=16 * MIB, reserve=0)
 """So little memory that the fastest configurations pipeline."""
 TOP = 5
 NEVER = 600.0
@@ -218,19 +218,21 @@ def test_a_chosen_configuration_not_refined_has_its_predicted_order_as_its_plan(
     assert any("no plan" in note for note in done.notes) == bool(refine)
 
 
-def test_the_chosen_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
-    """For torchtitan, the chosen configuration's plan (a finished search's choice, which pipelines at this batch
-    and memory under the cost model as stated: its order as predicted, not refined) exports a folder whose arguments
-    torchtitan's own ConfigManager parses, its checks run, into the chosen degrees."""
+def test_a_pipelined_configuration_s_plan_exports_for_torchtitan_and_torchtitan_takes_it(tmp_path):
+    """For torchtitan, a pipelined configuration of the space (this tiny model's fastest does not pipeline) has its
+    order as predicted as its plan (``predicted_plan``, what configure plans a choice with when it does not refine),
+    which exports a folder whose arguments torchtitan's own ConfigManager parses, its checks run, into its
+    degrees."""
     from conftest import load_torchtitan_config
 
-    with cf.ThreadPoolExecutor(1) as pool:
-        done = configure(DENSE, **{**SMALL, "global_batch": 64, "device_memory": 16 * MIB}, target="torchtitan",
-                         top=2, refine=0, time_limit=NEVER, executor=pool, calibration=None)
-    chosen = done.chosen.configuration
-    assert done.complete and chosen.pp > 1 and done.plan is not None and done.plan.target == "torchtitan"
-    check_fits(done.plan.costs, simulate(done.plan.timeline.schedule))
-    done.export(tmp_path / "tt")
+    space = Space.of(DENSE, target="torchtitan", **{**SMALL, "global_batch": 64, "device_memory": 64 * MIB},
+                     calibration=None)
+    chosen = space.configuration(pp=2)
+    assert chosen.runtime == "torchtitan" and predict(chosen).fits
+    planned, _ = predicted_plan(chosen, "torchtitan")
+    assert planned.target == "torchtitan" and planned.step_time == predict(chosen).step_time_s
+    check_fits(planned.costs, simulate(planned.timeline.schedule))
+    planned.export("torchtitan", tmp_path / "tt")
     parsed = load_torchtitan_config(shlex.split((tmp_path / "tt" / "torchtitan-args.txt").read_text()))
     config = json.loads((tmp_path / "tt" / "torchtitan.json").read_text())
     assert parsed.parallelism.pipeline_parallel_degree == chosen.pp == config["parallelism"]["pipeline_parallel_degree"]
@@ -357,7 +359,7 @@ def _cli(*args: object, monkeypatch: pytest.MonkeyPatch):
     pool = cf.ThreadPoolExecutor(1)
     monkeypatch.setattr(configure_module, "make_executor", lambda spec, jobs: (pool, lambda finished: None))
     return CliRunner().invoke(app, ["configure", str(DENSE), "--gpus", "4", "--global-batch", "16", "--seq-len",
-                                    "256", "--device-memory", "20MiB", "--reserve", "0", *map(str, args)])
+                                    "256", "--device-memory", "16MiB", "--reserve", "0", *map(str, args)])
 
 
 def test_the_command_prints_the_table_the_counts_and_megatron_s_arguments(tmp_path, monkeypatch):

@@ -75,8 +75,10 @@ class Space:
     @classmethod
     def of(cls, config: str | Path, *, target: str = "megatron", **knobs: Any) -> Space:
         """The space of the model of ``config`` under ``knobs`` (``Setup``'s fields: gpus, global_batch, seq_len,
-        gpu, dtype, ...) for ``target``."""
-        return cls(Configuration(config=config, **{"microbatch_size": 1, **knobs}), target)
+        gpu, dtype, ...) for ``target``, whose memory and calibration follow torchtitan's runtime for the torchtitan
+        target (``Setup.runtime``)."""
+        runtime = {"runtime": "torchtitan"} if target == "torchtitan" else {}
+        return cls(Configuration(config=config, **{"microbatch_size": 1, **runtime, **knobs}), target)
 
     def configuration(self, microbatch_size: int = 1, **degrees: int | str) -> Configuration:
         """The configuration of ``microbatch_size`` and these ``degrees`` (``Configuration``'s fields by name) in
