@@ -399,7 +399,8 @@ Solves = list[tuple[Profile | Model, Request, object]]
 
 @contextmanager
 def _solves_recorded() -> Iterator[Solves]:
-    """Within the block, the command line's ``solve_request`` records each call in the list it yields."""
+    """Within the block, ``solve_request`` (the command line looks it up when it solves) records each call in the
+    list it yields."""
     solves: Solves = []
 
     def recorded(costs: Profile | Model, request: Request, *args: Any, **kwargs: Any) -> SolveResult:
@@ -412,7 +413,7 @@ def _solves_recorded() -> Iterator[Solves]:
         return result
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(importlib.import_module("zbsolve.app.cli.solve"), "solve_request", recorded)
+        patch.setattr(importlib.import_module("zbsolve.optimize.solve"), "solve_request", recorded)
         yield solves
 
 

@@ -15,8 +15,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Outcome:
 
 def run_interruptible(solver: cp_model.CpSolver, model: cp_model.CpModel) -> Outcome:
     """Solve in a worker thread; Ctrl-C in the main thread stops the search and keeps its best solution."""
+    from ortools.sat.python import cp_model
+
     solver.parameters.catch_sigint_signal = False
     done = threading.Event()
     result: dict[str, cp_model.CpSolverStatus] = {}
@@ -56,6 +60,8 @@ def solve_or_interrupt(model: cp_model.CpModel, time_limit: float, workers: int
                        ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
     """Solve ``model`` within ``time_limit`` seconds on ``workers`` threads (``run_interruptible``): the solver, to
     read its values and bound, and its status; ``KeyboardInterrupt`` once a Ctrl-C has stopped the search."""
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, time_limit)
     solver.parameters.num_workers = workers

@@ -3,6 +3,7 @@ by the chart it registers, so a result type carries figures and no rendering of 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,20 +22,30 @@ class Forms(NamedTuple):
 
 
 FORMS: dict[type, Forms] = {}
-"""Result type -> its forms, filled in by ``zbsolve.present.forms`` (imported with the package)."""
+"""Result type -> its forms, filled in by ``zbsolve.present.forms`` (imported when a result is first shown)."""
 CHARTS: dict[type, Callable[[Any, str | Path | None], "Figure"]] = {}
 """Result type -> its chart: (result, path or None) -> a matplotlib Figure, written to the path when one is given;
 filled in by ``zbsolve.present.forms``."""
+REGISTRAR = "zbsolve.present.forms"
+"""The module that fills in ``FORMS`` and ``CHARTS``, a layer above the results: imported by its name when a
+result is first shown or drawn."""
+
+
+def registered(kind: type) -> type:
+    """``kind``, its forms and chart registered (``REGISTRAR`` imported when they are not yet)."""
+    if kind not in FORMS:
+        importlib.import_module(REGISTRAR)
+    return kind
 
 
 class Tabled:
     """Mixin: ``_repr_html_`` and ``__rich__`` from the forms registered for the type."""
 
     def _repr_html_(self) -> str:
-        return FORMS[type(self)].html(self)
+        return FORMS[registered(type(self))].html(self)
 
     def __rich__(self) -> object:
-        return FORMS[type(self)].rich(self)
+        return FORMS[registered(type(self))].rich(self)
 
 
 class Shown(Tabled):
@@ -45,4 +56,4 @@ class Shown(Tabled):
         memory panel, a plan's beside the baselines' step times, configure's candidates' throughput against memory,
         as ``zbsolve solve --chart``, ``zbsolve plan --chart`` and ``zbsolve configure --chart`` draw them; written
         to ``path`` (.png or .svg, whole or not at all) when one is given."""
-        return CHARTS[type(self)](self, path)
+        return CHARTS[registered(type(self))](self, path)

@@ -28,11 +28,8 @@ from zbsolve.core.spec import make_spec
 from zbsolve.optimize.result import meets_bound
 from zbsolve.optimize.solve import solve_request
 from zbsolve.problem.memory_factor import reference_peak
-from zbsolve.problem.request import FRONTIER_TIME_LIMIT, Request
+from zbsolve.problem.request import DEFAULT_PLACEMENTS, FRONTIER_TIME_LIMIT, Request
 from zbsolve.schedulers.families import PLACEMENT_FAMILIES, make_schedule
-
-DEFAULT_PLACEMENTS = ("sequential", "vshape")
-"""Placements solved when none are given."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ PLAN_TIME_LIMIT = 120.0
 """Seconds a whole plan may take unless told."""
 FRONTIER_TIME_LIMIT = 30.0
 """Seconds each solve of a frontier may take unless told."""
+DEFAULT_PLACEMENTS = ("sequential", "vshape")
+"""Placements a frontier solves when none are given."""
 
 
 class Request(BaseModel):

@@ -36,7 +36,6 @@ from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.configure.predict import Configuration
 from zbsolve.configure.result import ConfigureResult
 from zbsolve.present.configure_table import configure_table, lines
-from zbsolve.present.plot import check_chart_path
 
 FIELDS = ("gpus", "global_batch", "seq_len", "gpu", "dtype", "device_memory", "reserve", "tp_comm_overlap",
           "dispatcher", "calibration")
@@ -124,6 +123,8 @@ def _check_paths(config: Path, target: str, output: Optional[Path], export: Opti
                  chart: Optional[Path]) -> None:
     """The files to write checked before the search: each writable and none of them the config (torchtitan's
     export, a folder, apart)."""
+    from zbsolve.present.plot import check_chart_path
+
     for path, option in ((output, "--output"), (export, "--export")):
         if path is not None and (option == "--output" or target != "torchtitan"):
             check_output(path, option, [config])

@@ -28,12 +28,10 @@ from zbsolve.app.cli.groups import grouped
 from zbsolve.base.files import check_output, write_atomic
 from zbsolve.base.interrupt import deferred, exit_code
 from zbsolve.core.placement import SUPPORTED_PLACEMENTS
-from zbsolve.optimize.frontier import DEFAULT_PLACEMENTS
 from zbsolve.present.figures import Units
-from zbsolve.present.frontier_chart import check_chart, save_frontier_chart
 from zbsolve.present.tables import fmt, frontier_table
 from zbsolve.problem.problem_file import Problem
-from zbsolve.problem.request import FRONTIER_TIME_LIMIT
+from zbsolve.problem.request import DEFAULT_PLACEMENTS, FRONTIER_TIME_LIMIT
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,7 @@ def frontier(
     Example: zbsolve frontier problems/vshape/p16-m48.yaml --factors 0.33,0.5,1 --time-limit 60 --chart f.png
     """
     from zbsolve.optimize.frontier import frontier as run_frontier  # looked up when run: a test wraps it
+    from zbsolve.present.frontier_chart import check_chart, save_frontier_chart
 
     if output:
         check_output(output, "--output", [problem])

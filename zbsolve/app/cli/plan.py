@@ -41,11 +41,7 @@ from zbsolve.base.units import gib, parse_bytes
 from zbsolve.costmodel.constants import DEFAULT_RESERVE
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
-from zbsolve.planning.memory_frontier import building_blocks, parse_memories, plan_frontier
 from zbsolve.planning.placement_choices import NOT_SEARCHED
-from zbsolve.planning.planner import plan as run_plan
-from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
-from zbsolve.present.plot import check_chart_path, save_plan_chart
 from zbsolve.present.tables import baselines_table, records_table
 from zbsolve.problem.request import PLAN_TIME_LIMIT
 
@@ -132,6 +128,8 @@ def plan(
 
     Example: zbsolve plan problems/models/llama3-8b.yaml --devices 8 --microbatches 32 --device-memory 80GiB
     """
+    from zbsolve.planning.memory_frontier import parse_memories  # the planner (OR-Tools) once a command runs
+
     device_memory, reserve = knobs.get("device_memory"), knobs.get("reserve", DEFAULT_RESERVE)
     if args.frontier is None:
         _plan(model, device_memory, reserve, args)
@@ -146,6 +144,9 @@ def plan(
 def _plan(path: Path, device_memory: Optional[str], reserve: str | int, args: PlanArgs) -> None:
     """``plan`` at one device memory: the plan written, its figures and the baselines' printed (``--wide``: every
     column)."""
+    from zbsolve.planning.planner import plan as run_plan  # looked up when run: a test wraps it
+    from zbsolve.present.plot import check_chart_path, save_plan_chart
+
     output, chart = args.output, args.chart
     if output:
         check_output(output, "--output", [path])
@@ -200,6 +201,9 @@ def _chunks(text: Optional[str]) -> int | str | None:
 def _frontier(path: Path, memories: list[int], reserve: str | int, args: PlanArgs) -> None:
     """``plan --frontier``: the plan at each device memory, as a table (or JSON) and a chart; the tables fit 100
     columns unless ``--wide``."""
+    from zbsolve.planning.memory_frontier import building_blocks, plan_frontier
+    from zbsolve.present.frontier_chart import check_chart, save_memory_frontier_chart
+
     options = args.keywords(reserve)  # --chunks checked before the chart's path
     if args.chart:
         check_chart(args.chart, "--chart", [path])

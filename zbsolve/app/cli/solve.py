@@ -38,9 +38,7 @@ from zbsolve.core.profile import Profile
 from zbsolve.costmodel.model import Model
 from zbsolve.costmodel.setup import Setup
 from zbsolve.optimize.result import SolveResult
-from zbsolve.optimize.solve import solve_request
 from zbsolve.present.figures import Units, published_rows
-from zbsolve.present.plot import check_chart_path, save_chart
 from zbsolve.problem.costs import Costs
 from zbsolve.problem.problem_file import Problem, completed, load_input
 from zbsolve.problem.request import SOLVERS, TIME_LIMIT, Request
@@ -110,6 +108,9 @@ def solve(
 
     Example: zbsolve solve problems/iclr/1.5b-p8-m24.yaml --mem-factor 2 --time-limit 30 -o best.json
     """
+    from zbsolve.optimize.solve import solve_request  # looked up when run: a test wraps it
+    from zbsolve.present.plot import check_chart_path
+
     began = command_began()  # loading counts against the limit
     if args.output:
         check_output(args.output, "--output", [problem])
@@ -153,6 +154,8 @@ def _load(problem: Path, wanted: dict[str, Any]) -> tuple[Profile | Model, str, 
 def _write(result: SolveResult, title: str, units: Units, output: Optional[Path], chart: Optional[Path]) -> bool:
     """The schedule written to ``output`` and charted to ``chart`` whole, even when interrupted meanwhile; whether
     the solve or the writing was interrupted (one line on stderr says what was written)."""
+    from zbsolve.present.plot import save_chart
+
     with deferred() as late:  # the result is final: an interrupt now is answered once it is written whole
         if output:
             result.to_json(output, **unit_keys(units))
