@@ -113,12 +113,12 @@ def test_static_bytes_that_do_not_fit_name_the_device_and_the_shortfall():
 
 def test_activations_that_do_not_fit_name_the_device_and_the_shortfall():
     model = Model.load(LLAMA)
-    # The last stage holds 20.83 GiB and one microbatch's activations need 16.12 GiB there, the loss's fp32
-    # gradients of the logits while its B runs included (the first: 20.83 + 4.31).
-    with pytest.raises(InfeasibleError, match=r"device 7 does not fit: static 20\.83 GiB \+ one microbatch's "
-                                              r"activations 16\.12 GiB \+ reserve 0\.00 GiB exceed device_memory "
-                                              r"28\.00 GiB by 8\.95 GiB"):
-        solve(model, num_devices=8, num_microbatches=8, device_memory="28GiB", reserve=0)
+    # The first stage holds 20.83 GiB and one microbatch's activations need 4.31 GiB there: the first device that
+    # does not fit is named, with its shortfall.
+    with pytest.raises(InfeasibleError, match=r"device 0 does not fit: static 20\.83 GiB \+ one microbatch's "
+                                              r"activations 4\.31 GiB \+ reserve 0\.00 GiB exceed device_memory "
+                                              r"24\.00 GiB by 1\.14 GiB"):
+        solve(model, num_devices=8, num_microbatches=8, device_memory="24GiB", reserve=0)
 
 
 def test_bad_memory_arguments_are_one_line_errors():

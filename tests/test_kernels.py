@@ -13,6 +13,7 @@ from zbsolve.costmodel.gpus import GPUS
 from zbsolve.costmodel import estimate as estimate_module
 from zbsolve.costmodel.estimate import estimate
 from zbsolve.costmodel.kernels import TILE, Kernels, Matmul, attention_rate, fp8_casts
+from zbsolve.costmodel.routing import busiest
 
 MEASURED = json.loads((ROOT / "problems" / "measured" / "h100" / "kernels.json").read_text())
 H100 = GPUS["h100"]
@@ -50,14 +51,16 @@ def test_gemm_rules():
 
 
 def test_matmul_splits():
-    """Tensor parallelism divides a column- or row-parallel product's FLOPs; routed experts share the device's
-    tokens out over its experts."""
+    """Tensor parallelism divides a column- or row-parallel product's FLOPs; routed experts share the busiest
+    expert-parallel device's token copies (``routing.busiest``) out over its experts."""
     k = Kernels(H100, "bf16")
     whole = k.matmul(Matmul(4096, 16384), 8192, 1)
     split = k.matmul(Matmul(4096, 16384), 8192, 4)
     assert all(0.2 < s / w < 0.3 for s, w in zip(split, whole))
     experts = k.matmul(Matmul(2048, 1536, split="expert", copies=8), 4096, 1, ep=8, experts=128)
-    assert experts == (16 * k.gemm(2048, 1536, 2048), 16 * k.gemm(2048, 2048, 1536), 16 * k.gemm(2048, 1536, 2048))
+    rows = -(-busiest(4096 * 8, 8) // 16)
+    assert rows > 4096 * 8 // 16
+    assert experts == (16 * k.gemm(rows, 1536, 2048), 16 * k.gemm(rows, 2048, 1536), 16 * k.gemm(2048, 1536, rows))
 
 
 def test_each_local_expert_is_its_own_product():

@@ -106,8 +106,8 @@ class Setup(InputModel):
     method: str = "formula"
     """formula (the closed form: fused kernels) or count (torch on transformers' eager modules: an upper bound)."""
     calibration: str | Path | InstanceOf[Calibration] | None = None
-    """Multipliers on the cost model's terms: zbsolve calibrate's file, a shipped one's name, auto (the shipped
-    fit of the GPU and runtime, where there is one) or none (None: none, the cost model as stated)."""
+    """Multipliers on the cost model's terms: a calibrate file, a shipped fit's name, auto (the GPU's and
+    runtime's shipped fit) or none."""
 
     def __init__(self, /, **data: Any) -> None:
         for name, value in data.items():  # each knob's own rule first, in its words
