@@ -287,9 +287,11 @@ def targets(rows: list[Row], found: list[dict], ranked: list[dict] | None = None
                     "value": sum(e <= WITHIN for e in errors), "met": all(e <= WITHIN for e in errors),
                     "detail": f"missed: {', '.join(r.name for r, e in zip(memories, errors) if e > WITHIN) or 'none'}"}]
     refused = [r.name for r in scored if r.fits is False]
+    unknown = [r.name for r in scored if r.fits is None]
     result.append({"target": "memory: every scored configuration predicted to fit the GPU it ran on",
-                   "value": len(refused), "met": not refused and all(r.fits for r in scored),
-                   "detail": f"predicted not to fit: {', '.join(refused) or 'none'}"})
+                   "value": len(refused), "met": not refused and not unknown,
+                   "detail": f"predicted not to fit: {', '.join(refused) or 'none'}"
+                             + (f"; not predicted: {', '.join(unknown)}" if unknown else "")})
     kept = [pair for pair in ranked or [] if not pair["held_back"]]
     if kept:
         wrong = [pair["pair"] for pair in kept if not pair["met"]]
