@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -137,36 +138,11 @@ EXAMPLES = {"configure (CLI)": 3, "zbsolve.configure": 3, "zbsolve.plan": 4}
 FEW = 15
 
 
-def _fuzz(name: str) -> None:
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_an_entry_point_never_tracebacks(name: str) -> None:
+    """A CLI command ends in exit 0, 1 or 2 with at most one line on stderr; a Python entry point returns or raises
+    an ``InputError`` alone."""
     check, strategy = CHECKS[name]
     runs = settings(max_examples=EXAMPLES.get(name, FEW), deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
     runs(given(strategy)(check))()
-
-
-def test_predict_cli_never_tracebacks() -> None:
-    _fuzz("predict (CLI)")
-
-
-def test_configure_cli_never_tracebacks() -> None:
-    _fuzz("configure (CLI)")
-
-
-def test_predict_raises_input_errors_alone() -> None:
-    _fuzz("zbsolve.predict")
-
-
-def test_configure_raises_input_errors_alone() -> None:
-    _fuzz("zbsolve.configure")
-
-
-def test_estimate_raises_input_errors_alone() -> None:
-    _fuzz("zbsolve.estimate")
-
-
-def test_solve_raises_input_errors_alone() -> None:
-    _fuzz("zbsolve.solve")
-
-
-def test_plan_raises_input_errors_alone() -> None:
-    _fuzz("zbsolve.plan")
